@@ -1,0 +1,215 @@
+"""Scaled dot-product attention and multi-head attention: the one implementation every qkv model uses.
+
+The seeds' recipe (001, 003, 004): project each token vector x_i into a query q_i = x_i W_q, a key
+k_i = x_i W_k and a value v_i = x_i W_v; score every query against every key with a dot product; scale
+by 1/sqrt(d_k) so the softmax does not saturate; mask what may not be seen (future tokens get -inf, so
+their weight after the softmax is exactly 0); softmax each row into attention weights; and return the
+weighted sum of the values:
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
+
+Multi-head attention runs h such heads side by side on d_k = d_model / h dimensions each, concatenates
+their outputs and mixes them with the output projection W_o.
+
+Two paths compute the same numbers. The fast path calls ``F.scaled_dot_product_attention`` (fused
+kernels); the explicit path spells the steps out and can return the weights. The explicit path runs when
+weights are asked for (``need_weights=True`` or inside :func:`qkv.layers.capture.capture`).
+
+Masks are boolean with **True meaning "may attend"** (as in ``F.scaled_dot_product_attention``), except
+``key_padding_mask`` which, as in ``nn.MultiheadAttention``, is True where a key is padding. A query row
+with no key left to attend to yields zeros, never NaN.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from qkv.layers.capture import is_capturing, record
+from qkv.layers.kv_cache import LayerKVCache
+from qkv.layers.positional import apply_rotary
+
+
+def attention_scores(queries: Tensor, keys: Tensor) -> Tensor:
+    """Dot product of every query with every key: omega_ij = q_i . k_j, as a matrix Q K^T. (..., Tq, Tk)"""
+    return queries @ keys.transpose(-2, -1)
+
+
+def causal_mask(n_queries: int, n_keys: int | None = None, device: torch.device | None = None) -> Tensor:
+    """Boolean (Tq, Tk) mask, True where query i may see key j, i.e. j is not in i's future.
+
+    With ``n_keys > n_queries`` the queries are the *last* Tq positions (decoding with a KV cache):
+    query i sits at absolute position i + (Tk - Tq).
+    """
+    n_keys = n_queries if n_keys is None else n_keys
+    return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril(n_keys - n_queries)
+
+
+def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Softmax over the last axis after setting disallowed scores to -inf; fully masked rows become 0."""
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+
+
+def combine_masks(
+    n_queries: int,
+    n_keys: int,
+    *,
+    causal: bool = False,
+    attn_mask: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
+    device: torch.device | None = None,
+) -> Tensor | None:
+    """One boolean "may attend" mask broadcastable to (B, H, Tq, Tk) from the three kinds of masking."""
+    mask = causal_mask(n_queries, n_keys, device) if causal else None
+    if attn_mask is not None:
+        if attn_mask.dtype != torch.bool:
+            raise TypeError("attn_mask must be boolean with True where attention is allowed")
+        mask = attn_mask if mask is None else mask & attn_mask
+    if key_padding_mask is not None:
+        keep = ~key_padding_mask.bool()[:, None, None, :]  # (B, 1, 1, Tk)
+        mask = keep if mask is None else mask & keep
+    return mask
+
+
+def scaled_dot_product_attention(
+    queries: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    mask: Tensor | None = None,
+    *,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    need_weights: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """softmax(Q K^T / sqrt(d_k) + mask) V, returning (context vectors, weights or None).
+
+    Shapes: queries (..., Tq, d_k), keys (..., Tk, d_k), values (..., Tk, d_v). ``mask`` is boolean, True
+    where attention is allowed; ``causal`` adds the look-ahead mask. ``need_weights`` selects the explicit
+    path and returns the (pre-dropout) attention weights (..., Tq, Tk).
+    """
+    n_queries, n_keys = queries.shape[-2], keys.shape[-2]
+    if not need_weights:
+        if causal and mask is None and n_queries == n_keys:
+            return F.scaled_dot_product_attention(
+                queries, keys, values, dropout_p=dropout_p, is_causal=True, scale=scale
+            ), None
+        if causal:
+            mask = combine_masks(n_queries, n_keys, causal=True, attn_mask=mask, device=queries.device)
+        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+        if mask is not None:  # some kernels give NaN for rows with nothing to attend to
+            out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+        return out, None
+
+    scale = 1.0 / math.sqrt(queries.shape[-1]) if scale is None else scale
+    scores = attention_scores(queries, keys) * scale  # (..., Tq, Tk)
+    if causal:
+        mask = combine_masks(n_queries, n_keys, causal=True, attn_mask=mask, device=queries.device)
+    weights = masked_softmax(scores, mask)
+    dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
+    return dropped @ values, weights
+
+
+class MultiHeadAttention(nn.Module):
+    """h heads of scaled dot-product attention with projections W_q, W_k, W_v and output projection W_o.
+
+    One module serves every use in the seeds: self-attention (``context=None``), causal self-attention
+    (``causal=True``, the decoder's masked attention) and cross-attention (queries from ``x``, keys and
+    values from ``context``, e.g. the encoder output). ``cache`` holds keys and values of earlier
+    positions for incremental decoding; ``rotary`` = (cos, sin) applies RoPE to queries and keys.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        dropout: float = 0.0,
+        bias: bool = True,
+        context_dim: int | None = None,
+    ) -> None:
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        self.dropout = dropout
+        context_dim = d_model if context_dim is None else context_dim
+        self.query = nn.Linear(d_model, d_model, bias=bias)  # W_q
+        self.key = nn.Linear(context_dim, d_model, bias=bias)  # W_k
+        self.value = nn.Linear(context_dim, d_model, bias=bias)  # W_v
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_o
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """(B, T, d_model) -> (B, h, T, d_k): each head sees its own slice of the projected vector."""
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.n_heads, self.head_dim).transpose(1, 2)
+
+    def merge_heads(self, x: Tensor) -> Tensor:
+        """(B, h, T, d_k) -> (B, T, d_model): concatenate the heads' outputs."""
+        batch, _, length, _ = x.shape
+        return x.transpose(1, 2).reshape(batch, length, self.d_model)
+
+    def project_qkv(self, x: Tensor, context: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Q = x W_q, K = c W_k, V = c W_v with c = x for self-attention; one fused matmul when c is x."""
+        if context is None:
+            weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
+            bias = None
+            if self.query.bias is not None:
+                bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+            return F.linear(x, weight, bias).split(self.d_model, dim=-1)
+        return self.query(x), self.key(context), self.value(context)
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        *,
+        causal: bool = False,
+        attn_mask: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        cache: LayerKVCache | None = None,
+        rotary: tuple[Tensor, Tensor] | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend from ``x`` (B, Tq, d_model) to itself or to ``context`` (B, Tk, d_context).
+
+        Returns the output (B, Tq, d_model) and, if ``need_weights``, the weights (B, h, Tq, Tk).
+        With a cache, cross-attention computes the context's keys and values once and reuses them.
+        """
+        if cache is not None and context is not None and cache.static:
+            q, k, v = self.split_heads(self.query(x)), cache.keys, cache.values
+        else:
+            q, k, v = (self.split_heads(t) for t in self.project_qkv(x, context))  # (B, h, T, d_k)
+            if rotary is not None:
+                q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
+            if cache is not None:
+                k, v = cache.store(k, v, static=context is not None)
+
+        n_queries, n_keys = q.shape[-2], k.shape[-2]
+        # A single new query (or a prefill from an empty cache) needs no explicit causal mask.
+        causal = causal and n_queries > 1
+        mask = combine_masks(n_queries, n_keys, attn_mask=attn_mask, key_padding_mask=key_padding_mask, device=x.device)
+        explicit = need_weights or is_capturing()
+        out, weights = scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            mask,
+            causal=causal,
+            dropout_p=self.dropout if self.training else 0.0,
+            need_weights=explicit,
+        )
+        if explicit:
+            record(self, "q", q)
+            record(self, "k", k)
+            record(self, "v", v)
+            record(self, "weights", weights)
+            record(self, "context", out)
+        out = self.out_proj(self.merge_heads(out))
+        return out, (weights if need_weights else None)

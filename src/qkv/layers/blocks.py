@@ -1,0 +1,127 @@
+"""Encoder and decoder blocks: attention and feed-forward sublayers, each with a residual connection and
+a LayerNorm.
+
+Seed 001: "the residual layer is first added to the output ... before normalizing", i.e. post-LN, as in
+the paper:
+    x = LayerNorm(x + Sublayer(x))
+GPT-2 moved the norm in front of the sublayer (pre-LN), which trains more stably in deep stacks:
+    x = x + Sublayer(LayerNorm(x))
+Both placements are here (``norm_first``). An encoder block has self-attention then the FFN; a decoder
+block has masked (causal) self-attention, then cross-attention to the encoder output (queries from the
+decoder, keys and values from the encoder; seed 002), then the FFN. GPT's blocks are decoder blocks
+without cross-attention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from torch import Tensor, nn
+
+from qkv.layers.attention import MultiHeadAttention
+from qkv.layers.capture import record
+from qkv.layers.feedforward import FeedForward
+from qkv.layers.kv_cache import LayerKVCache
+
+if TYPE_CHECKING:  # configs live with the models; blocks only read their fields
+    from qkv.models.config import BaseConfig
+
+
+class ResidualSublayer(nn.Module):
+    """Residual connection plus LayerNorm around one sublayer, before (pre-LN) or after (post-LN) it."""
+
+    def __init__(self, config: BaseConfig) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+        self.norm_first = config.norm_first
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+def _attention(config: BaseConfig) -> MultiHeadAttention:
+    return MultiHeadAttention(config.d_model, config.n_heads, dropout=config.attention_dropout, bias=config.bias)
+
+
+class EncoderBlock(nn.Module):
+    """Self-attention over all positions, then the token-wise FFN."""
+
+    def __init__(self, config: BaseConfig) -> None:
+        super().__init__()
+        self.self_attn = _attention(config)
+        self.attn_sublayer = ResidualSublayer(config)
+        self.feed_forward = FeedForward(
+            config.d_model,
+            config.d_ff,
+            activation=config.activation,
+            dropout=config.dropout,
+            bias=config.bias,
+        )
+        self.ffn_sublayer = ResidualSublayer(config)
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        key_padding_mask: Tensor | None = None,
+        attn_mask: Tensor | None = None,
+        rotary: tuple[Tensor, Tensor] | None = None,
+    ) -> Tensor:
+        x = self.attn_sublayer(
+            x,
+            lambda h: self.self_attn(h, key_padding_mask=key_padding_mask, attn_mask=attn_mask, rotary=rotary)[0],
+        )
+        x = self.ffn_sublayer(x, self.feed_forward)
+        record(self, "output", x)
+        return x
+
+
+class DecoderBlock(nn.Module):
+    """Masked self-attention, cross-attention to the encoder output (optional), then the FFN."""
+
+    def __init__(self, config: BaseConfig, *, cross_attention: bool = True) -> None:
+        super().__init__()
+        self.self_attn = _attention(config)
+        self.self_attn_sublayer = ResidualSublayer(config)
+        self.cross_attn = _attention(config) if cross_attention else None
+        self.cross_attn_sublayer = ResidualSublayer(config) if cross_attention else None
+        self.feed_forward = FeedForward(
+            config.d_model,
+            config.d_ff,
+            activation=config.activation,
+            dropout=config.dropout,
+            bias=config.bias,
+        )
+        self.ffn_sublayer = ResidualSublayer(config)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        *,
+        key_padding_mask: Tensor | None = None,
+        memory_padding_mask: Tensor | None = None,
+        cache: tuple[LayerKVCache, LayerKVCache | None] | None = None,
+        rotary: tuple[Tensor, Tensor] | None = None,
+    ) -> Tensor:
+        self_cache, cross_cache = cache if cache is not None else (None, None)
+        x = self.self_attn_sublayer(
+            x,
+            lambda h: self.self_attn(
+                h, causal=True, key_padding_mask=key_padding_mask, cache=self_cache, rotary=rotary
+            )[0],
+        )
+        if self.cross_attn is not None:
+            if memory is None:
+                raise ValueError("a decoder block with cross-attention needs the encoder output (memory)")
+            x = self.cross_attn_sublayer(
+                x,
+                lambda h: self.cross_attn(h, memory, key_padding_mask=memory_padding_mask, cache=cross_cache)[0],
+            )
+        x = self.ffn_sublayer(x, self.feed_forward)
+        record(self, "output", x)
+        return x

@@ -1,0 +1,31 @@
+"""The token-wise feed-forward network: FFN(x) = act(x W_1 + b_1) W_2 + b_2.
+
+Applied to every position separately and identically (seed 001: "implemented token-wise"). The paper
+uses ReLU and an inner width d_ff = 4 d_model (2048 for d_model = 512); GPT-2 uses GELU.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+ACTIVATION_FUNCTIONS = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+}
+
+
+class FeedForward(nn.Module):
+    """Expand to d_ff, apply the non-linearity, project back to d_model."""
+
+    def __init__(self, d_model: int, d_ff: int, *, activation: str = "gelu", dropout: float = 0.0, bias: bool = True):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W_1
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2
+        self.activation = ACTIVATION_FUNCTIONS[activation]
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, T, d_model)

@@ -1,0 +1,81 @@
+"""Positional encodings: telling attention where each token sits.
+
+Attention is a set of dot products, blind to order ("you are a boy" and "are you a boy" would look the
+same, seed 002). So position is mixed into the token vectors before the first block:
+
+- sinusoidal (the paper, seed 001): a fixed table added to the embeddings,
+      PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),   PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model));
+- learned absolute positions (GPT-2, BERT): a trainable row per position, added the same way;
+- rotary (RoPE): nothing is added; instead each query and key is rotated by an angle proportional to its
+  position, so the dot product q_i . k_j depends on i - j.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+def sinusoidal_table(max_len: int, d_model: int, *, interleaved: bool = True) -> Tensor:
+    """The paper's (max_len, d_model) table: sin in even columns, cos in odd ones.
+
+    ``interleaved=False`` puts all sines first and all cosines after (the layout Marian models use).
+    """
+    position = torch.arange(max_len, dtype=torch.float64)[:, None]  # (L, 1)
+    inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (ceil(d/2),)
+    angles = position * inv_freq  # (L, ceil(d/2))
+    table = torch.zeros(max_len, d_model, dtype=torch.float64)
+    if interleaved:
+        table[:, 0::2] = torch.sin(angles)
+        table[:, 1::2] = torch.cos(angles[:, : d_model // 2])
+    else:
+        half = (d_model + 1) // 2
+        table[:, :half] = torch.sin(angles)
+        table[:, half:] = torch.cos(angles[:, : d_model - half])
+    return table.float()
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Fixed sinusoidal encodings; ``forward(length, start)`` returns rows start..start+length-1."""
+
+    def __init__(self, max_len: int, d_model: int, *, interleaved: bool = True) -> None:
+        super().__init__()
+        self.max_len = max_len
+        self.register_buffer("table", sinusoidal_table(max_len, d_model, interleaved=interleaved), persistent=False)
+
+    def forward(self, length: int, start: int = 0) -> Tensor:
+        return self.table[start : start + length]  # (T, d_model)
+
+
+class LearnedPositionalEncoding(nn.Module):
+    """One trainable d_model-vector per absolute position (GPT-2's ``wpe``)."""
+
+    def __init__(self, max_len: int, d_model: int) -> None:
+        super().__init__()
+        self.max_len = max_len
+        self.weight = nn.Parameter(torch.zeros(max_len, d_model))
+
+    def forward(self, length: int, start: int = 0) -> Tensor:
+        return self.weight[start : start + length]  # (T, d_model)
+
+
+class RotaryEmbedding(nn.Module):
+    """cos/sin tables for rotary position embedding over head dimension ``head_dim`` (even)."""
+
+    def __init__(self, max_len: int, head_dim: int, *, base: float = 10000.0) -> None:
+        super().__init__()
+        self.max_len = max_len
+        inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+        angles = torch.arange(max_len, dtype=torch.float64)[:, None] * inv_freq  # (L, d/2)
+        angles = torch.cat([angles, angles], dim=-1)  # (L, d): the two halves rotate together
+        self.register_buffer("cos", angles.cos().float(), persistent=False)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def forward(self, length: int, start: int = 0) -> tuple[Tensor, Tensor]:
+        return self.cos[start : start + length], self.sin[start : start + length]  # (T, d) each
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate pairs (x_i, x_{i+d/2}) of ``x`` (..., T, d) by the position's angles."""
+    first, second = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-second, first], dim=-1) * sin

@@ -1,0 +1,23 @@
+"""Whole models (GPT, encoder, encoder-decoder Transformer), their configs and presets."""
+
+from qkv.models.config import BaseConfig, EncoderConfig, GPTConfig, TransformerConfig
+from qkv.models.encoder import Encoder, mean_pool
+from qkv.models.gpt import GPT
+from qkv.models.next_token import next_token_distribution, next_token_logits
+from qkv.models.presets import PRESETS, make_config
+from qkv.models.transformer import Transformer
+
+__all__ = [
+    "PRESETS",
+    "GPT",
+    "BaseConfig",
+    "Encoder",
+    "EncoderConfig",
+    "GPTConfig",
+    "Transformer",
+    "TransformerConfig",
+    "make_config",
+    "mean_pool",
+    "next_token_distribution",
+    "next_token_logits",
+]

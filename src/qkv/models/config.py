@@ -1,0 +1,195 @@
+"""Model configurations: one typed dataclass per model, validated when it is made, saved as JSON.
+
+The fields use the seeds' names: d_model (width of every token vector), n_heads (h), d_ff (hidden width of
+the token-wise feed-forward network), n_layers (N). d_k = d_v = d_model / n_heads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, ClassVar
+
+from qkv.errors import QkvError
+
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+POSITIONALS = ("sinusoidal", "learned", "rope", "none")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@dataclass
+class BaseConfig:
+    """Fields shared by every model: the attention blocks and the embeddings."""
+
+    kind: ClassVar[str] = "base"
+
+    d_model: int = 128
+    n_heads: int = 4
+    d_ff: int | None = None  # default 4 * d_model, as in the paper (512 -> 2048)
+    dropout: float = 0.0
+    attention_dropout: float | None = None  # dropout on attention weights; default: ``dropout``
+    activation: str = "gelu"
+    norm_first: bool = True  # pre-LN (GPT-2) if True, post-LN (the paper) if False
+    layer_norm_eps: float = 1e-5
+    bias: bool = True
+    positional: str = "learned"
+    sinusoidal_interleaved: bool = True
+    rope_base: float = 10000.0
+    scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model) (the paper, section 3.4)
+    tie_embeddings: bool = True  # unembedding W_U shares its matrix with the embedding W_E
+    final_norm: bool | None = None  # LayerNorm after the last block; default: ``norm_first``
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        if self.d_ff is None:
+            self.d_ff = 4 * self.d_model
+        if self.attention_dropout is None:
+            self.attention_dropout = self.dropout
+        if self.final_norm is None:
+            self.final_norm = self.norm_first
+        self.validate()
+
+    @property
+    def head_dim(self) -> int:
+        """d_k = d_v = d_model / n_heads."""
+        return self.d_model // self.n_heads
+
+    def _require_positive(self, *names: str) -> None:
+        for name in names:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise QkvError(f"{name}={value!r} must be a positive whole number")
+
+    def validate(self) -> None:
+        """Check that the hyperparameters fit together; raise QkvError saying what to change."""
+        self._require_positive("d_model", "n_heads", "d_ff")
+        if self.d_model % self.n_heads:
+            heads = [h for h in _divisors(self.d_model) if h <= 64]
+            lower = self.d_model - self.d_model % self.n_heads
+            raise QkvError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads} (each head gets "
+                f"d_model/n_heads dimensions): use n_heads in {heads} or d_model={lower or self.n_heads} "
+                f"or {lower + self.n_heads}"
+            )
+        for name in ("dropout", "attention_dropout"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise QkvError(f"{name}={value} must be in [0, 1)")
+        if self.activation not in ACTIVATIONS:
+            raise QkvError(f"activation={self.activation!r} is unknown: choose one of {', '.join(ACTIVATIONS)}")
+        if self.positional not in POSITIONALS:
+            raise QkvError(f"positional={self.positional!r} is unknown: choose one of {', '.join(POSITIONALS)}")
+        if self.positional == "rope" and self.head_dim % 2:
+            raise QkvError(
+                f"rotary positions need an even head size, but d_model/n_heads = {self.head_dim}: "
+                "change d_model or n_heads"
+            )
+        if self.layer_norm_eps <= 0 or self.init_std <= 0:
+            raise QkvError("layer_norm_eps and init_std must be positive")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.kind, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BaseConfig:
+        """Rebuild a config from :meth:`to_dict` output; unknown keys are an error that names them."""
+        data = dict(data)
+        kind = data.pop("model", cls.kind)
+        target = CONFIG_CLASSES.get(kind) if cls is BaseConfig else cls
+        if target is None:
+            raise QkvError(f"unknown model kind {kind!r} in config: expected one of {', '.join(CONFIG_CLASSES)}")
+        known = {f.name for f in fields(target)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise QkvError(
+                f"config has unknown fields {unknown} for a {kind} model: remove them or check the qkv version"
+            )
+        return target(**data)
+
+    def save(self, path: str | Path) -> None:
+        from qkv.io import atomic_write_text
+
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> BaseConfig:
+        from qkv.io import read_json
+
+        return cls.from_dict(read_json(path, what="model config"))
+
+    def replace(self, **changes: Any) -> BaseConfig:
+        """A copy with some fields changed (validated again)."""
+        data = asdict(self)
+        data.update(changes)
+        return type(self)(**data)
+
+
+@dataclass
+class GPTConfig(BaseConfig):
+    """Decoder-only language model (GPT): causal self-attention blocks over one token stream."""
+
+    kind: ClassVar[str] = "gpt"
+
+    vocab_size: int = 256
+    context_length: int = 256  # the longest sequence the model attends over
+    n_layers: int = 4
+
+    def validate(self) -> None:
+        super().validate()
+        self._require_positive("vocab_size", "context_length", "n_layers")
+
+
+@dataclass
+class EncoderConfig(BaseConfig):
+    """Encoder-only model (BERT family): bidirectional self-attention, one vector per token out."""
+
+    kind: ClassVar[str] = "encoder"
+
+    vocab_size: int = 256
+    max_len: int = 512
+    n_layers: int = 4
+    type_vocab_size: int = 0  # BERT's segment embeddings (0: none)
+    embedding_norm: bool = False  # LayerNorm on the summed embeddings (BERT)
+    pad_id: int = 0
+
+    def validate(self) -> None:
+        super().validate()
+        self._require_positive("vocab_size", "max_len", "n_layers")
+
+
+@dataclass
+class TransformerConfig(BaseConfig):
+    """The paper's encoder-decoder: the encoder reads the source, the decoder writes the target."""
+
+    kind: ClassVar[str] = "transformer"
+
+    src_vocab_size: int = 256
+    tgt_vocab_size: int = 256
+    max_len: int = 256
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    share_embeddings: bool = False  # one embedding matrix for source and target (needs a shared vocabulary)
+    final_logits_bias: bool = False  # a bias on the output logits (Marian)
+    pad_id: int = 0
+
+    def validate(self) -> None:
+        super().validate()
+        self._require_positive("src_vocab_size", "tgt_vocab_size", "max_len", "n_encoder_layers", "n_decoder_layers")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise QkvError(
+                f"share_embeddings needs one vocabulary, but src_vocab_size={self.src_vocab_size} and "
+                f"tgt_vocab_size={self.tgt_vocab_size}: use a shared tokenizer or turn share_embeddings off"
+            )
+
+
+CONFIG_CLASSES: dict[str, type[BaseConfig]] = {c.kind: c for c in (GPTConfig, EncoderConfig, TransformerConfig)}
+
+
+def init_scale(config: BaseConfig, n_layers: int) -> float:
+    """Std of residual-output projections: init_std / sqrt(2 N), GPT-2's scaled initialisation."""
+    return config.init_std / math.sqrt(2 * n_layers)

@@ -1,0 +1,83 @@
+"""GPT: the decoder-only language model of seed 000.
+
+token ids -> W_E rows + positions -> N causal blocks -> final LayerNorm -> W_U -> logits.
+Each position's logits score every vocabulary entry as the next token; causal masking means position t
+only uses tokens 0..t, so one sequence trains T next-token predictions at once, and at generation time
+only the last position's logits matter ("the computation to predict the next token relies entirely on
+the final vector", seed 000).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from qkv.errors import QkvError
+from qkv.layers.capture import record
+from qkv.layers.embedding import InputEmbedding, Unembedding
+from qkv.layers.kv_cache import KVCache
+from qkv.layers.positional import RotaryEmbedding
+from qkv.layers.stacks import DecoderStack
+from qkv.models.config import GPTConfig
+from qkv.models.init import init_weights
+
+
+class GPT(nn.Module):
+    """Decoder-only Transformer language model built from a :class:`GPTConfig`."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embedding = InputEmbedding(
+            config.vocab_size,
+            config.d_model,
+            config.context_length,
+            positional=config.positional,
+            scale=config.scale_embeddings,
+            dropout=config.dropout,
+            sinusoidal_interleaved=config.sinusoidal_interleaved,
+        )
+        self.rotary = (
+            RotaryEmbedding(config.context_length, config.head_dim, base=config.rope_base)
+            if config.positional == "rope"
+            else None
+        )
+        self.decoder = DecoderStack(config, config.n_layers, cross_attention=False)
+        tied = self.embedding.token_embedding if config.tie_embeddings else None
+        self.unembedding = Unembedding(config.d_model, config.vocab_size, tied_to=tied)
+        init_weights(self, config, config.n_layers)
+
+    def new_cache(self, max_len: int | None = None) -> KVCache:
+        """An empty KV cache for generating up to ``max_len`` (default: context_length) positions."""
+        return self.decoder.new_cache(max_len or self.config.context_length)
+
+    def forward(
+        self,
+        token_ids: Tensor,
+        *,
+        cache: KVCache | None = None,
+        key_padding_mask: Tensor | None = None,
+        last_only: bool = False,
+    ) -> Tensor:
+        """Logits (B, T, vocab_size) for token ids (B, T); (B, 1, vocab_size) with ``last_only``.
+
+        With a ``cache``, ``token_ids`` are the *new* tokens; their positions follow the cached ones.
+        """
+        length = token_ids.shape[1]
+        start = cache.length if cache is not None else 0
+        if start + length > self.config.context_length:
+            raise QkvError(
+                f"{start + length} tokens do not fit the model's context of {self.config.context_length}: "
+                "crop the input from the left (generation does this for you)"
+            )
+        x = self.embedding(token_ids, start)  # (B, T, d_model)
+        rotary = self.rotary(length, start) if self.rotary is not None else None
+        x = self.decoder(x, key_padding_mask=key_padding_mask, cache=cache, rotary=rotary)
+        if last_only:
+            x = x[:, -1:]
+        logits = self.unembedding(x)  # (B, T, vocab_size)
+        record(self, "logits", logits)
+        return logits
+
+    def num_parameters(self) -> int:
+        """Trainable parameters, each shared tensor counted once."""
+        return sum(p.numel() for p in self.parameters())

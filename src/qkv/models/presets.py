@@ -1,0 +1,134 @@
+"""Named model sizes, from the paper's base model and GPT-2 small down to ones that train on a laptop CPU.
+
+A preset fixes the architecture; the vocabulary size usually comes from the tokenizer, so
+``make_config("gpt-mini", vocab_size=tokenizer.vocab_size)`` fills it in. Any field can be overridden.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qkv.errors import QkvError
+from qkv.models.config import BaseConfig, EncoderConfig, GPTConfig, TransformerConfig
+
+_GPT2 = dict(
+    activation="gelu_tanh",
+    norm_first=True,
+    positional="learned",
+    tie_embeddings=True,
+    bias=True,
+    context_length=1024,
+    vocab_size=50257,
+    dropout=0.1,
+)
+_BERT = dict(
+    activation="gelu",
+    norm_first=False,
+    positional="learned",
+    layer_norm_eps=1e-12,
+    type_vocab_size=2,
+    embedding_norm=True,
+    final_norm=False,
+    max_len=512,
+    vocab_size=30522,
+    tie_embeddings=False,
+    dropout=0.1,
+)
+_PAPER = dict(
+    activation="relu",
+    norm_first=False,
+    positional="sinusoidal",
+    scale_embeddings=True,
+    tie_embeddings=True,
+    final_norm=False,
+)
+
+PRESETS: dict[str, tuple[type[BaseConfig], dict[str, Any]]] = {
+    # --- decoder-only language models -------------------------------------------------------------
+    # Small enough for a laptop CPU; rotary positions and pre-LN (see docs/training.md for why).
+    "gpt-nano": (GPTConfig, dict(n_layers=2, d_model=64, n_heads=4, context_length=64, positional="rope")),
+    "gpt-micro": (GPTConfig, dict(n_layers=4, d_model=128, n_heads=4, context_length=64, positional="rope")),
+    "gpt-mini": (GPTConfig, dict(n_layers=4, d_model=192, n_heads=6, context_length=128, positional="rope")),
+    "gpt-small-cpu": (
+        GPTConfig,
+        dict(n_layers=6, d_model=256, n_heads=8, context_length=256, positional="rope"),
+    ),
+    # GPT-2 (Radford et al. 2019): 124,439,808 parameters for the small one, embeddings tied.
+    "gpt2-small": (GPTConfig, dict(_GPT2, n_layers=12, d_model=768, n_heads=12)),
+    "gpt2-medium": (GPTConfig, dict(_GPT2, n_layers=24, d_model=1024, n_heads=16)),
+    "gpt2-large": (GPTConfig, dict(_GPT2, n_layers=36, d_model=1280, n_heads=20)),
+    "gpt2-xl": (GPTConfig, dict(_GPT2, n_layers=48, d_model=1600, n_heads=25)),
+    # --- encoder-only (BERT family) --------------------------------------------------------------
+    "bert-base": (EncoderConfig, dict(_BERT, n_layers=12, d_model=768, n_heads=12)),
+    "minilm-l6": (EncoderConfig, dict(_BERT, n_layers=6, d_model=384, n_heads=12)),
+    "encoder-mini": (EncoderConfig, dict(n_layers=2, d_model=128, n_heads=4, max_len=128)),
+    # --- encoder-decoder (the paper) ------------------------------------------------------------
+    # Vaswani et al. 2017, Table 3 "base": N=6, d_model=512, h=8, d_k=d_v=64, d_ff=2048, P_drop=0.1,
+    # shared source/target BPE vocabulary of about 37000 tokens.
+    "transformer-base": (
+        TransformerConfig,
+        dict(
+            _PAPER,
+            n_encoder_layers=6,
+            n_decoder_layers=6,
+            d_model=512,
+            n_heads=8,
+            d_ff=2048,
+            dropout=0.1,
+            src_vocab_size=37000,
+            tgt_vocab_size=37000,
+            share_embeddings=True,
+            max_len=512,
+        ),
+    ),
+    "transformer-big": (
+        TransformerConfig,
+        dict(
+            _PAPER,
+            n_encoder_layers=6,
+            n_decoder_layers=6,
+            d_model=1024,
+            n_heads=16,
+            d_ff=4096,
+            dropout=0.3,
+            src_vocab_size=37000,
+            tgt_vocab_size=37000,
+            share_embeddings=True,
+            max_len=512,
+        ),
+    ),
+    "transformer-mini": (
+        TransformerConfig,
+        dict(
+            _PAPER,
+            n_encoder_layers=3,
+            n_decoder_layers=3,
+            d_model=256,
+            n_heads=4,
+            d_ff=1024,
+            dropout=0.1,
+            max_len=256,
+        ),
+    ),
+    "transformer-tiny": (
+        TransformerConfig,
+        dict(
+            _PAPER,
+            n_encoder_layers=2,
+            n_decoder_layers=2,
+            d_model=128,
+            n_heads=4,
+            d_ff=512,
+            dropout=0.0,
+            max_len=128,
+        ),
+    ),
+}
+
+
+def make_config(preset: str, **overrides: Any) -> BaseConfig:
+    """The config of a named preset with some fields replaced (validated)."""
+    if preset not in PRESETS:
+        raise QkvError(f"unknown preset {preset!r}: choose one of {', '.join(PRESETS)}")
+    cls, fields = PRESETS[preset]
+    return cls(**{**fields, **overrides})

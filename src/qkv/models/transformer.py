@@ -1,0 +1,116 @@
+"""The paper's encoder-decoder Transformer (seeds 001, 002, 004).
+
+The encoder reads the whole source sentence (e.g. English) with self-attention. The decoder writes the
+target (e.g. French) one token at a time, starting from ``<bos>``: masked self-attention over what it has
+written so far, then cross-attention whose queries come from the decoder and whose keys and values come
+from the encoder output ("memory"), then the FFN. The unembedding turns the last decoder vector into a
+distribution over the next target token. In training the whole shifted target is fed at once (teacher
+forcing); the causal mask keeps each position from seeing its answer.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from qkv.errors import QkvError
+from qkv.layers.capture import record
+from qkv.layers.embedding import InputEmbedding, Unembedding
+from qkv.layers.kv_cache import KVCache
+from qkv.layers.positional import RotaryEmbedding
+from qkv.layers.stacks import DecoderStack, EncoderStack
+from qkv.models.config import TransformerConfig
+from qkv.models.init import init_weights
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder model built from a :class:`TransformerConfig`."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = config
+        common = dict(
+            positional=config.positional,
+            scale=config.scale_embeddings,
+            dropout=config.dropout,
+            sinusoidal_interleaved=config.sinusoidal_interleaved,
+        )
+        self.src_embedding = InputEmbedding(config.src_vocab_size, config.d_model, config.max_len, **common)
+        shared = self.src_embedding.token_embedding if config.share_embeddings else None
+        self.tgt_embedding = InputEmbedding(
+            config.tgt_vocab_size, config.d_model, config.max_len, token_embedding=shared, **common
+        )
+        self.rotary = (
+            RotaryEmbedding(config.max_len, config.head_dim, base=config.rope_base)
+            if config.positional == "rope"
+            else None
+        )
+        self.encoder = EncoderStack(config, config.n_encoder_layers)
+        self.decoder = DecoderStack(config, config.n_decoder_layers, cross_attention=True)
+        tied = self.tgt_embedding.token_embedding if config.tie_embeddings else None
+        self.unembedding = Unembedding(
+            config.d_model, config.tgt_vocab_size, tied_to=tied, bias=config.final_logits_bias
+        )
+        init_weights(self, config, config.n_encoder_layers + config.n_decoder_layers)
+
+    def _check_length(self, length: int, what: str) -> None:
+        if length > self.config.max_len:
+            raise QkvError(f"{length} {what} tokens exceed the model's maximum of {self.config.max_len}: shorten it")
+
+    def encode(self, src_ids: Tensor, *, src_padding_mask: Tensor | None = None) -> Tensor:
+        """Encoder output ("memory") (B, S, d_model) for source ids (B, S)."""
+        self._check_length(src_ids.shape[1], "source")
+        x = self.src_embedding(src_ids)
+        rotary = self.rotary(src_ids.shape[1]) if self.rotary is not None else None
+        memory = self.encoder(x, key_padding_mask=src_padding_mask, rotary=rotary)
+        record(self, "memory", memory)
+        return memory
+
+    def decode(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor,
+        *,
+        memory_padding_mask: Tensor | None = None,
+        tgt_padding_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+        last_only: bool = False,
+    ) -> Tensor:
+        """Next-token logits (B, T, tgt_vocab_size) for target ids (B, T) given the encoder output.
+
+        With a ``cache``, ``tgt_ids`` are the new tokens only and the encoder's keys/values are reused.
+        """
+        start = cache.length if cache is not None else 0
+        self._check_length(start + tgt_ids.shape[1], "target")
+        x = self.tgt_embedding(tgt_ids, start)
+        rotary = self.rotary(tgt_ids.shape[1], start) if self.rotary is not None else None
+        x = self.decoder(
+            x,
+            memory,
+            key_padding_mask=tgt_padding_mask,
+            memory_padding_mask=memory_padding_mask,
+            cache=cache,
+            rotary=rotary,
+        )
+        if last_only:
+            x = x[:, -1:]
+        logits = self.unembedding(x)
+        record(self, "logits", logits)
+        return logits
+
+    def forward(
+        self,
+        src_ids: Tensor,
+        tgt_ids: Tensor,
+        *,
+        src_padding_mask: Tensor | None = None,
+        tgt_padding_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Teacher-forced logits (B, T, tgt_vocab_size): encode the source, decode the given target."""
+        memory = self.encode(src_ids, src_padding_mask=src_padding_mask)
+        return self.decode(tgt_ids, memory, memory_padding_mask=src_padding_mask, tgt_padding_mask=tgt_padding_mask)
+
+    def new_cache(self, max_len: int | None = None) -> KVCache:
+        return self.decoder.new_cache(max_len or self.config.max_len)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

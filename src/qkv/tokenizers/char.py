@@ -1,0 +1,58 @@
+"""Character-level tokenizer: every character is one token.
+
+The smallest "little pieces" (seed 000) a text can be broken into. The vocabulary is the four special
+tokens followed by the sorted distinct characters of the training text, so with "hello" the ids are
+``<pad>``=0, ``<bos>``=1, ``<eos>``=2, ``<unk>``=3, "e"=4, "h"=5, "l"=6, "o"=7, and each id indexes a row of
+the embedding matrix W_E. Vocabularies stay tiny (tens of entries), which makes it the tokenizer of choice
+for small models trained on CPU; the price is long sequences.
+
+>>> tok = CharTokenizer.train("hello")
+>>> tok.encode("hole")
+[5, 7, 6, 4]
+>>> tok.decode([5, 4, 6, 6, 7])
+'hello'
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from qkv.errors import QkvError
+from qkv.tokenizers.base import SPECIAL_TOKENS, ListVocabTokenizer, empty_corpus_error, iter_texts
+
+
+class CharTokenizer(ListVocabTokenizer):
+    """One token per character. Characters never seen in training become ``<unk>`` (id 3)."""
+
+    kind = "char"
+
+    @classmethod
+    def train(cls, texts: str | Iterable[str], vocab_size: int | None = None) -> CharTokenizer:
+        """Build the vocabulary from ``texts`` (one string or several).
+
+        With ``vocab_size`` (special tokens included), only the most frequent characters are kept; the
+        rest will encode as ``<unk>``.
+        """
+        counts: Counter[str] = Counter()
+        for text in iter_texts(texts):
+            counts.update(text)
+        if not counts:
+            raise empty_corpus_error()
+        chars = sorted(counts)
+        if vocab_size is not None:
+            if vocab_size <= len(SPECIAL_TOKENS):
+                raise QkvError(
+                    f"vocab_size {vocab_size} leaves no room for characters next to the "
+                    f"{len(SPECIAL_TOKENS)} special tokens: use at least {len(SPECIAL_TOKENS) + 1}"
+                )
+            by_frequency = sorted(chars, key=lambda c: (-counts[c], c))
+            chars = sorted(by_frequency[: vocab_size - len(SPECIAL_TOKENS)])
+        return cls([*SPECIAL_TOKENS, *chars])
+
+    def _encode_ids(self, text: str) -> list[int]:
+        unk = self.stoi["<unk>"]
+        return [self.stoi.get(c, unk) for c in text]
+
+    def _decode_ids(self, ids: list[int]) -> str:
+        return "".join(self.vocab[i] for i in ids)

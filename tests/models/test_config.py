@@ -1,0 +1,65 @@
+"""Configs validate themselves with messages that say what to change, and round-trip through JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from qkv.errors import QkvError
+from qkv.models import GPTConfig, TransformerConfig
+from qkv.models.config import BaseConfig
+
+
+def test_heads_must_divide_width_and_the_message_says_what_to_change() -> None:
+    with pytest.raises(QkvError) as info:
+        GPTConfig(d_model=130, n_heads=4)
+    message = str(info.value)
+    assert "d_model=130" in message and "n_heads=4" in message
+    assert "[1, 2, 5, 10, 13, 26]" in message and "d_model=128 or 132" in message
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        (dict(dropout=1.5), "dropout=1.5"),
+        (dict(activation="tanh"), "activation='tanh'"),
+        (dict(positional="alibi"), "positional='alibi'"),
+        (dict(d_model=12, n_heads=4, positional="rope"), "even head size"),
+        (dict(n_layers=0), "n_layers=0"),
+        (dict(vocab_size=-3), "vocab_size=-3"),
+    ],
+)
+def test_bad_values_are_named(kwargs, fragment) -> None:
+    with pytest.raises(QkvError, match=fragment.replace("[", r"\[").replace("(", r"\(")):
+        GPTConfig(**kwargs)
+
+
+def test_shared_embeddings_need_one_vocabulary() -> None:
+    with pytest.raises(QkvError, match="share_embeddings"):
+        TransformerConfig(src_vocab_size=10, tgt_vocab_size=12, share_embeddings=True)
+
+
+def test_defaults_follow_the_paper() -> None:
+    config = GPTConfig(d_model=512, n_heads=8)
+    assert config.d_ff == 2048 and config.head_dim == 64
+    assert config.attention_dropout == config.dropout and config.final_norm is True
+
+
+def test_json_round_trip(tmp_path) -> None:
+    for config in (GPTConfig(d_model=64, n_heads=2, positional="rope"), TransformerConfig(max_len=77)):
+        path = tmp_path / "config.json"
+        config.save(path)
+        assert BaseConfig.load(path) == config
+        assert json.loads(path.read_text())["model"] == config.kind
+
+
+def test_unknown_fields_and_kinds_are_named(tmp_path) -> None:
+    with pytest.raises(QkvError, match="unknown fields \\['n_embd'\\]"):
+        BaseConfig.from_dict({"model": "gpt", "n_embd": 3})
+    with pytest.raises(QkvError, match="unknown model kind 'rnn'"):
+        BaseConfig.from_dict({"model": "rnn"})
+    broken = tmp_path / "config.json"
+    broken.write_text("{not json")
+    with pytest.raises(QkvError, match="not valid JSON"):
+        BaseConfig.load(broken)
