@@ -51,7 +51,7 @@ PRESETS: dict[str, tuple[type[BaseConfig], dict[str, Any]]] = {
     "gpt-mini": (GPTConfig, dict(n_layers=4, d_model=192, n_heads=6, context_length=128, positional="rope")),
     "gpt-small-cpu": (
         GPTConfig,
-        dict(n_layers=6, d_model=256, n_heads=8, context_length=256, positional="rope"),
+        dict(n_layers=6, d_model=256, n_heads=8, context_length=1024, positional="rope"),
     ),
     # GPT-2 (Radford et al. 2019): 124,439,808 parameters for the small one, embeddings tied.
     "gpt2-small": (GPTConfig, dict(_GPT2, n_layers=12, d_model=768, n_heads=12)),
