@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from qkv.errors import QkvError
 
-VERBS = ("demo",)
+VERBS = ("train", "generate", "eval", "plot", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -155,16 +155,6 @@ class MultiHeadAttention(nn.Module):
         batch, _, length, _ = x.shape
         return x.transpose(1, 2).reshape(batch, length, self.d_model)
 
-    def project_qkv(self, x: Tensor, context: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-        """Q = x W_q, K = c W_k, V = c W_v with c = x for self-attention; one fused matmul when c is x."""
-        if context is None:
-            weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
-            bias = None
-            if self.query.bias is not None:
-                bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
-            return F.linear(x, weight, bias).split(self.d_model, dim=-1)
-        return self.query(x), self.key(context), self.value(context)
-
     def forward(
         self,
         x: Tensor,
@@ -185,7 +175,9 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and context is not None and cache.static:
             q, k, v = self.split_heads(self.query(x)), cache.keys, cache.values
         else:
-            q, k, v = (self.split_heads(t) for t in self.project_qkv(x, context))  # (B, h, T, d_k)
+            source = x if context is None else context  # self-attention: keys and values come from x too
+            q = self.split_heads(self.query(x))  # (B, h, Tq, d_k)
+            k, v = self.split_heads(self.key(source)), self.split_heads(self.value(source))  # (B, h, Tk, d_k)
             if rotary is not None:
                 q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
             if cache is not None:

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from qkv.layers.attention import MultiHeadAttention
 from qkv.layers.capture import record
+from qkv.layers.dropout import dropout_layer
 from qkv.layers.feedforward import FeedForward
 from qkv.layers.kv_cache import LayerKVCache
 
@@ -34,7 +35,7 @@ class ResidualSublayer(nn.Module):
     def __init__(self, config: BaseConfig) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias)
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = dropout_layer(config.dropout)
         self.norm_first = config.norm_first
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from qkv.layers.capture import record
+from qkv.layers.dropout import dropout_layer
 
 
 class TokenEmbedding(nn.Embedding):
@@ -71,7 +72,7 @@ class InputEmbedding(nn.Module):
             )
         elif positional == "learned":
             self.positional_encoding = LearnedPositionalEncoding(max_len, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = dropout_layer(dropout)
 
     def forward(self, token_ids: Tensor, start: int = 0) -> Tensor:
         x = self.token_embedding(token_ids)  # (B, T, d_model)

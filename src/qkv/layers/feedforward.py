@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from qkv.layers.dropout import dropout_layer
+
 ACTIVATION_FUNCTIONS = {
     "relu": F.relu,
     "gelu": F.gelu,
@@ -25,7 +27,7 @@ class FeedForward(nn.Module):
         self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W_1
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2
         self.activation = ACTIVATION_FUNCTIONS[activation]
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = dropout_layer(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))  # (B, T, d_model)

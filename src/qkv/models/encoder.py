@@ -12,6 +12,7 @@ from torch import Tensor, nn
 
 from qkv.errors import QkvError
 from qkv.layers.capture import record
+from qkv.layers.dropout import dropout_layer
 from qkv.layers.embedding import InputEmbedding
 from qkv.layers.positional import RotaryEmbedding
 from qkv.layers.stacks import EncoderStack
@@ -47,7 +48,7 @@ class Encoder(nn.Module):
         self.embedding_norm = (
             nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias) if config.embedding_norm else None
         )
-        self.dropout = nn.Dropout(config.dropout)
+        self.dropout = dropout_layer(config.dropout)
         self.rotary = (
             RotaryEmbedding(config.max_len, config.head_dim, base=config.rope_base)
             if config.positional == "rope"

@@ -1,0 +1,43 @@
+"""Measure a trained model on a text: loss (nats per token), perplexity, bits per token and per character."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from qkv.cli.common import load_for_use
+from qkv.errors import QkvError
+from qkv.io import read_text
+
+HELP = "evaluate a trained model on a text file (language models) or a test set (translators)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by `qkv train`")
+    parser.add_argument("file", metavar="FILE", nargs="?", help="text file to score (language models)")
+    parser.add_argument("--src", help="source sentences, one per line (translators)")
+    parser.add_argument("--ref", help="reference translations, one per line (translators)")
+    parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    parser.add_argument("--device", default="cpu")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.src or args.ref:
+        from qkv.cli.translation import evaluate_translator_from_cli
+
+        return evaluate_translator_from_cli(args)
+    if not args.file:
+        raise QkvError("give a text FILE to evaluate on: qkv eval RUN_DIR FILE")
+    from qkv.training.evaluate import score_text
+
+    bundle = load_for_use(args.run_dir, expect="gpt", device=args.device)
+    score = score_text(bundle.model, bundle.tokenizer, read_text(args.file))
+    if args.json:
+        print(json.dumps(score.as_dict()))
+    else:
+        print(f"tokens          {score.tokens:,}")
+        print(f"loss            {score.loss:.4f} nats/token")
+        print(f"perplexity      {score.perplexity:.3f}")
+        print(f"bits per token  {score.bits_per_token:.4f}")
+        print(f"bits per char   {score.bits_per_char:.4f}")
+    return 0

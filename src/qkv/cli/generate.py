@@ -1,0 +1,78 @@
+"""Generate text from a trained GPT, streaming tokens to the terminal as they are made.
+
+Temperature 0 is greedy decoding (always the most likely token); higher temperatures flatten the
+distribution; --top-k and --top-p keep only the likeliest tokens before sampling. Prompts longer than the
+model's context are cropped from the left, and generation stops at <eos> if the tokenizer has one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from qkv.cli.common import load_for_use
+from qkv.errors import QkvError
+
+HELP = "generate text with a trained GPT"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by `qkv train`")
+    parser.add_argument("--prompt", default="", help="text to continue (default: start from scratch)")
+    parser.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate (default 200)")
+    parser.add_argument("--temperature", type=float, default=0.8, help="0 = greedy; higher = more varied (0.8)")
+    parser.add_argument("--top-k", type=int, default=None, help="sample only among the k likeliest tokens")
+    parser.add_argument("--top-p", type=float, default=None, help="sample only from the nucleus of mass p")
+    parser.add_argument("--seed", type=int, default=None, help="random seed, for repeatable samples")
+    parser.add_argument("--num-samples", type=int, default=1, help="how many samples (default 1)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or mps (default cpu)")
+    parser.add_argument("--no-cache", action="store_true", help="recompute every step instead of using the KV cache")
+
+
+def run(args: argparse.Namespace) -> int:
+    from qkv.decoding import TextStreamer, stream
+
+    if args.num_samples < 1:
+        raise QkvError("--num-samples must be at least 1")
+    bundle = load_for_use(args.run_dir, expect="gpt", device=args.device)
+    tokenizer, model = bundle.tokenizer, bundle.model
+    prompt = tokenizer.encode(args.prompt) if args.prompt else []
+    if not prompt:
+        prompt = [tokenizer.bos_id] if tokenizer.bos_id is not None else tokenizer.encode("\n")
+    generator = torch.Generator(device=args.device)
+    generator.manual_seed(args.seed if args.seed is not None else torch.seed())
+    warned = False
+
+    def on_crop(dropped: int) -> None:
+        nonlocal warned
+        if not warned:
+            print(
+                f"note: the prompt is longer than the model's context of {model.config.context_length} tokens; "
+                f"the first {dropped} tokens were dropped",
+                file=sys.stderr,
+            )
+            warned = True
+
+    for i in range(args.num_samples):
+        if args.num_samples > 1:
+            print(f"--- sample {i + 1} ---")
+        streamer = TextStreamer(tokenizer)
+        sys.stdout.write(args.prompt)
+        for token in stream(
+            model,
+            prompt,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            eos_id=tokenizer.eos_id,
+            use_cache=not args.no_cache,
+            generator=generator,
+            on_crop=on_crop,
+        ):
+            sys.stdout.write(streamer.push(token))
+            sys.stdout.flush()
+        sys.stdout.write(streamer.flush() + "\n")
+    return 0

@@ -1,0 +1,188 @@
+"""Train a model. With no arguments: a small character-level GPT on the built-in corpus (the English text
+of Python's documentation), about two minutes on a laptop CPU, then samples at two temperatures.
+
+Settings come from the defaults, then a TOML file (--config), then the flags; `--resume RUN_DIR`
+continues a run exactly where it stopped (flags given with it, such as --steps, override the saved ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import fields
+from typing import Any
+
+from qkv.errors import QkvError
+from qkv.models.presets import PRESETS
+from qkv.training.config import TrainConfig, read_toml
+
+HELP = "train a GPT language model (or, with --task translate, a translator)"
+
+TRAIN_HELP = {
+    "task": "lm (a GPT language model) or translate (an encoder-decoder)",
+    "data": "a text file, a folder of .txt files, or a corpus name (pydoc: built in; tinyshakespeare: downloaded)",
+    "out_dir": "run directory (default runs/<task>-<date>-<time>)",
+    "preset": f"model size: {', '.join(name for name in PRESETS if name.startswith('gpt'))}",
+    "tokenizer": "char, word or bpe (trained on the data)",
+    "vocab_size": "vocabulary size for word/bpe tokenizers",
+    "steps": "optimizer steps",
+    "batch_size": "sequences per micro-batch (per process)",
+    "grad_accum": "micro-batches per optimizer step (gradient accumulation)",
+    "lr": "peak learning rate (with --schedule noam: a factor on the paper's formula)",
+    "min_lr": "final learning rate of the cosine schedule (default lr/10)",
+    "warmup_steps": "linear warmup steps",
+    "schedule": "cosine (warmup + cosine decay), noam (the paper's inverse square root) or constant",
+    "weight_decay": "AdamW weight decay (matrices only)",
+    "beta1": "AdamW beta1",
+    "beta2": "AdamW beta2",
+    "grad_clip": "clip the gradient norm to this (0: off)",
+    "label_smoothing": "label smoothing of the loss",
+    "val_fraction": "fraction of the text held out for validation (the end of the text)",
+    "eval_interval": "evaluate every N steps",
+    "eval_batches": "batches per evaluation",
+    "early_stop": "stop after N evaluations without improvement (0: never)",
+    "log_interval": "log metrics every N steps",
+    "checkpoint_interval": "save a resumable checkpoint every N steps (default: every evaluation)",
+    "keep_checkpoints": "how many resumable checkpoints to keep",
+    "seed": "random seed (same seed, same run)",
+    "device": "auto, cpu, cuda, cuda:N or mps",
+    "precision": "auto (bf16/fp16 autocast on GPUs, fp32 on CPU), fp32, bf16 or fp16",
+    "threads": "CPU threads (default: all cores)",
+}
+
+# Settings whose default is None, so their type cannot be read off the default.
+FLAG_TYPES = {
+    "data": str,
+    "out_dir": str,
+    "vocab_size": int,
+    "min_lr": float,
+    "checkpoint_interval": int,
+    "threads": int,
+}
+
+# Architecture flags: they override fields of the preset's model config.
+MODEL_FLAGS: dict[str, tuple[type, str]] = {
+    "n_layers": (int, "number of blocks N"),
+    "d_model": (int, "width of every token vector"),
+    "n_heads": (int, "attention heads h (must divide d_model)"),
+    "d_ff": (int, "hidden width of the feed-forward network (default 4 d_model)"),
+    "context_length": (int, "longest sequence the model sees (GPT)"),
+    "max_len": (int, "longest sentence (translation)"),
+    "dropout": (float, "dropout probability"),
+    "positional": (str, "rope, learned, sinusoidal or none"),
+    "activation": (str, "relu, gelu, gelu_tanh or silu"),
+    "norm_first": (bool, "pre-LN (true) or the paper's post-LN (false)"),
+    "tie_embeddings": (bool, "share W_U with W_E"),
+    "bias": (bool, "biases in linear layers and LayerNorms"),
+}
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE.toml", help="read settings from a TOML file first")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR exactly where it stopped")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar or messages")
+    parser.add_argument("--no-samples", action="store_true", help="skip the samples printed after training")
+    parser.add_argument("--sample-length", type=int, default=400, help="tokens per sample printed after training")
+    train = parser.add_argument_group("training")
+    for f in fields(TrainConfig):
+        if f.name == "model":
+            continue
+        kind = FLAG_TYPES.get(f.name) or type(f.default)
+        train.add_argument(
+            f"--{f.name.replace('_', '-')}",
+            dest=f.name,
+            type=kind,
+            default=argparse.SUPPRESS,
+            help=TRAIN_HELP.get(f.name, "") + (f" (default {f.default})" if f.default is not None else ""),
+        )
+    model = parser.add_argument_group("model (override the preset)")
+    for name, (kind, text) in MODEL_FLAGS.items():
+        model.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=f"model.{name}",
+            type=_bool if kind is bool else kind,
+            default=argparse.SUPPRESS,
+            help=text,
+        )
+
+
+def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = None) -> TrainConfig:
+    """Defaults <- ``base`` (saved settings of a resumed run) <- TOML file <- flags."""
+    settings: dict[str, Any] = dict(base or {})
+    settings["model"] = dict(settings.get("model", {}))
+    if args.config:
+        file_settings = read_toml(args.config)
+        settings["model"].update(file_settings.pop("model", {}))
+        settings.update(file_settings)
+    for key, value in vars(args).items():
+        if key.startswith("model."):
+            settings["model"][key.removeprefix("model.")] = value
+        elif key in {f.name for f in fields(TrainConfig)}:
+            settings[key] = value
+    return TrainConfig.from_dict(settings)
+
+
+def run(args: argparse.Namespace) -> int:
+    from qkv.training.run import load_run_config
+
+    base = None
+    if args.resume:
+        saved, _ = load_run_config(args.resume)
+        base = saved.to_dict()
+        # A resumed run keeps its architecture; say so instead of silently ignoring such flags.
+        given = [k.removeprefix("model.") for k in vars(args) if k.startswith("model.")]
+        if given:
+            raise QkvError(
+                f"a resumed run keeps its model; drop {', '.join('--' + g.replace('_', '-') for g in given)}"
+            )
+    config = config_from_args(args, base)
+    if config.task == "translate":
+        from qkv.cli.translation import train_translator_from_cli
+
+        return train_translator_from_cli(args, config)
+    from qkv.training.language_model import train_language_model
+
+    result = train_language_model(config, resume=args.resume, quiet=args.quiet)
+    if not args.quiet:
+        best = f"{result.best:.4f}" if result.best is not None else "-"
+        print(
+            f"\n{result.stopped} at step {result.step}; best validation loss {best}; run: {result.run_dir}",
+            file=sys.stderr,
+        )
+    if not args.no_samples and result.stopped != "interrupted" and _is_main():
+        print_samples(result.run_dir, length=args.sample_length)
+    return 0
+
+
+def _is_main() -> bool:
+    import os
+
+    return os.environ.get("RANK", "0") == "0"
+
+
+def print_samples(run_dir, *, length: int, temperatures: tuple[float, ...] = (0.6, 1.0)) -> None:
+    """Generate from the trained model at two temperatures, so the effect of T is visible."""
+    import torch
+
+    from qkv.checkpoint import load_model_dir
+    from qkv.decoding import TextStreamer, stream
+
+    bundle = load_model_dir(run_dir)
+    tokenizer = bundle.tokenizer
+    prompt = tokenizer.encode("\n") or [tokenizer.bos_id]
+    for temperature in temperatures:
+        print(f"\n--- sample at temperature {temperature} ---", flush=True)
+        streamer = TextStreamer(tokenizer)
+        generator = torch.Generator().manual_seed(0)
+        for token in stream(bundle.model, prompt, max_new_tokens=length, temperature=temperature, generator=generator):
+            sys.stdout.write(streamer.push(token))
+            sys.stdout.flush()
+        sys.stdout.write(streamer.flush() + "\n")

@@ -1,0 +1,11 @@
+"""Training: the loop shared by every task, its schedules, optimizer, checkpoints and metrics.
+
+from qkv.training import TrainConfig, train_language_model
+result = train_language_model(TrainConfig(data="input.txt", steps=500, preset="gpt-micro"))
+"""
+
+from qkv.training.config import TrainConfig
+from qkv.training.language_model import train_language_model
+from qkv.training.trainer import Trainer, TrainingDiverged, TrainResult
+
+__all__ = ["TrainConfig", "TrainResult", "Trainer", "TrainingDiverged", "train_language_model"]

@@ -1,0 +1,342 @@
+"""Resumable training checkpoints: stop a run at any step and continue it bit for bit.
+
+To continue training exactly, a run needs more than the weights: the optimizer's running averages
+(AdamW's first and second moments), the learning-rate schedule's position, the loss-scaler state for
+mixed precision, and the state of every random-number generator (dropout masks, batch sampling). A run
+folder keeps them like this::
+
+    RUN_DIR/checkpoints/
+      latest.json                {"step": 1200, "dir": "step-001200"}: the checkpoint to resume from
+      step-001000/               the previous one (the newest ``keep`` folders are kept, default 2)
+      step-001200/
+        model.safetensors        the weights, as :func:`qkv.checkpoint.save_weights` writes them
+        optimizer.safetensors    every other tensor: optimizer state ("optimizer.state.3.exp_avg") and the
+                                 random-number generator states ("rng.torch", "rng.generators.batches")
+        trainer_state.json       everything that is not a tensor, readable: the step, the trainer's own
+                                 state (schedule, best loss, ...), the optimizer's param_groups (lr, betas),
+                                 the grad scaler; tensors appear as {"__tensor__": "<key in optimizer.safetensors>"}
+
+No pickle anywhere: tensors live in safetensors files, everything else in JSON (a tuple such as AdamW's
+``betas`` is written {"__tuple__": [0.9, 0.95]} so it comes back as a tuple).
+
+A save is crash-safe. The three files are written into a hidden temporary folder, which is renamed to
+``step-NNNNNN`` once complete; only then is ``latest.json`` replaced (atomically), and only after that are
+older folders deleted. A crash at any moment leaves the previous checkpoint as the latest one, whole.
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+import os
+import random
+import re
+import shutil
+import sys
+import tempfile
+import uuid
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from qkv.checkpoint import MODEL_FILE, load_weights, read_tensors, save_tensors, save_weights
+from qkv.errors import QkvError
+from qkv.io import atomic_write_json, atomic_write_text, read_json
+
+CHECKPOINTS_DIR = "checkpoints"
+LATEST_FILE = "latest.json"
+OPTIMIZER_FILE = "optimizer.safetensors"
+STATE_FILE = "trainer_state.json"
+FORMAT = "qkv-training-checkpoint"
+FORMAT_VERSION = 1
+_STEP_DIR = re.compile(r"step-(\d+)")
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step:06d}"
+
+
+def _step_of(path: Path) -> int | None:
+    match = _STEP_DIR.fullmatch(path.name)
+    return int(match.group(1)) if match else None
+
+
+def _is_complete(path: Path) -> bool:
+    return all((path / name).is_file() for name in (MODEL_FILE, OPTIMIZER_FILE, STATE_FILE))
+
+
+def _step_dirs(root: Path) -> list[Path]:
+    """The step-NNNNNN folders under ``root``, oldest step first."""
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and _step_of(p) is not None]
+    return sorted(found, key=lambda p: _step_of(p))  # type: ignore[arg-type, return-value]
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The step folder to resume from, or None if the run has no complete checkpoint.
+
+    That is the folder latest.json names. If latest.json is missing or damaged, or names a folder that is
+    gone or incomplete, the newest complete step folder is used instead, with a warning.
+    """
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    latest = root / LATEST_FILE
+    problem = f"{latest} is missing"
+    if latest.is_file():
+        try:
+            name = read_json(latest, what="checkpoint pointer")["dir"]
+            candidate = root / name
+        except (QkvError, KeyError, TypeError):
+            problem = f"{latest} is damaged"
+        else:
+            if isinstance(name, str) and _step_of(candidate) is not None and _is_complete(candidate):
+                return candidate
+            problem = f"{latest} points to {name!r}, which is missing or incomplete"
+    complete = [p for p in _step_dirs(root) if _is_complete(p)]
+    if not complete:
+        return None
+    warnings.warn(f"{problem}; resuming from {complete[-1]}, the newest complete checkpoint", stacklevel=2)
+    return complete[-1]
+
+
+# ------------------------------------------------------------------------ tensors and JSON, without pickle
+
+
+def _encode(value: Any, key: str, tensors: dict[str, Tensor]) -> Any:
+    """JSON-ready copy of ``value``: tensors move to ``tensors[key]`` (a reference stays), tuples are tagged."""
+    if isinstance(value, Tensor):
+        tensors[key] = value
+        return {"__tensor__": key}
+    if isinstance(value, tuple):
+        return {"__tuple__": [_encode(v, f"{key}.{i}", tensors) for i, v in enumerate(value)]}
+    if isinstance(value, list):
+        return [_encode(v, f"{key}.{i}", tensors) for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {str(k): _encode(v, f"{key}.{k}", tensors) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Real):  # includes numpy scalars
+        return int(value) if isinstance(value, numbers.Integral) else float(value)
+    raise TypeError(f"cannot save {type(value).__name__} at {key} without pickle: use tensors, numbers or strings")
+
+
+def _decode(value: Any, tensors: dict[str, Tensor], where: Path) -> Any:
+    """Undo :func:`_encode`, taking the referenced tensors from ``tensors``."""
+    if isinstance(value, list):
+        return [_decode(v, tensors, where) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if set(value) == {"__tensor__"}:
+        key = value["__tensor__"]
+        if key not in tensors:
+            raise QkvError(
+                f"{OPTIMIZER_FILE} in {where} lacks tensor {key} that {STATE_FILE} refers to: the two files come "
+                f"from different saves; delete {where} to resume from the checkpoint before it"
+            )
+        return tensors[key]
+    if set(value) == {"__tuple__"}:
+        return tuple(_decode(v, tensors, where) for v in value["__tuple__"])
+    return {k: _decode(v, tensors, where) for k, v in value.items()}
+
+
+# ----------------------------------------------------------------------------- random-number generators
+
+
+def _capture_rng(generators: dict[str, torch.Generator]) -> dict[str, Any]:
+    """The state of Python's, torch's (CPU and every CUDA device), numpy's and each named generator."""
+    version, internal, gauss_next = random.getstate()
+    rng: dict[str, Any] = {
+        "python": {"version": version, "gauss_next": gauss_next, "state": torch.tensor(internal, dtype=torch.int64)},
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "generators": {name: generator.get_state() for name, generator in generators.items()},
+    }
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        name, keys, pos, has_gauss, cached = numpy.random.get_state()
+        rng["numpy"] = {
+            "name": name,
+            "state": torch.from_numpy(keys.astype("int64")),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        }
+    return rng
+
+
+def _restore_rng(rng: dict[str, Any], generators: dict[str, torch.Generator], where: Path) -> None:
+    python = rng["python"]
+    state = tuple(int(x) for x in python["state"].tolist())
+    random.setstate((python["version"], state, python["gauss_next"]))
+    torch.set_rng_state(rng["torch"].cpu())
+    cuda = rng.get("cuda") or []
+    if cuda and torch.cuda.is_available():
+        if len(cuda) != torch.cuda.device_count():
+            warnings.warn(
+                f"{where} was saved with {len(cuda)} GPU(s), resuming with {torch.cuda.device_count()}: "
+                "the run continues, but not bit for bit",
+                stacklevel=3,
+            )
+        for index, device_state in enumerate(cuda[: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(device_state.cpu(), index)
+    elif cuda:
+        warnings.warn(f"{where} was saved on a GPU: its CUDA random state is not restored here", stacklevel=3)
+    numpy_state = rng.get("numpy")
+    if numpy_state is not None:
+        import numpy
+
+        keys = numpy_state["state"].cpu().numpy().astype(numpy.uint32)
+        numpy.random.set_state(
+            (numpy_state["name"], keys, numpy_state["pos"], numpy_state["has_gauss"], numpy_state["cached_gaussian"])
+        )
+    saved = rng.get("generators", {})
+    for name, generator in generators.items():
+        if name in saved:
+            generator.set_state(saved[name].cpu())
+        else:
+            warnings.warn(f"{where} has no state for generator {name!r}: it keeps its current state", stacklevel=3)
+
+
+# ------------------------------------------------------------------------------------------ save / load
+
+
+def save_training_checkpoint(
+    run_dir: str | Path,
+    *,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    trainer_state: dict[str, Any],
+    generators: dict[str, torch.Generator] | None = None,
+    scaler: Any = None,
+    keep: int | None = 2,
+) -> Path:
+    """Save everything needed to resume at ``step`` under RUN_DIR/checkpoints; return the step folder.
+
+    ``trainer_state`` is the trainer's own JSON-ready dict; ``generators`` are named torch.Generators (e.g.
+    the batch sampler's); ``scaler`` is a torch.amp.GradScaler or None. The newest ``keep`` step folders
+    are kept (None keeps all).
+    """
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise QkvError(f"step={step!r} must be a whole number >= 0")
+    if keep is not None and keep < 1:
+        raise QkvError(f"keep={keep} must be at least 1 (or None to keep every checkpoint)")
+    tensors: dict[str, Tensor] = {}
+    document = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "step": step,
+        "trainer_state": trainer_state,
+        "optimizer": None,
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "rng": _encode(_capture_rng(generators or {}), "rng", tensors),
+    }
+    if optimizer is not None:
+        encoded = _encode(optimizer.state_dict(), "optimizer", tensors)
+        document["optimizer"] = {"class": type(optimizer).__name__, **encoded}
+    try:
+        text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"trainer_state must hold only JSON data (numbers, strings, lists, dicts): {error}") from None
+
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    name = step_dir_name(step)
+    final, previous = root / name, None
+    temporary = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=root))
+    os.chmod(temporary, 0o755)
+    try:
+        save_weights(model, temporary / MODEL_FILE)
+        save_tensors(temporary / OPTIMIZER_FILE, tensors, {"format": FORMAT})
+        atomic_write_text(temporary / STATE_FILE, text)  # last: its presence marks a complete folder
+        if final.exists():  # saving the same step again: move the old folder aside, then swap
+            previous = root / f".old-{name}-{uuid.uuid4().hex[:8]}"
+            os.replace(final, previous)
+        os.replace(temporary, final)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        if previous is not None and not final.exists():
+            os.replace(previous, final)
+        raise
+    atomic_write_json(root / LATEST_FILE, {"step": step, "dir": name})  # from here on, resume uses `final`
+    if previous is not None:
+        shutil.rmtree(previous, ignore_errors=True)
+    _prune(root, step, keep)
+    return final
+
+
+def _prune(root: Path, step: int, keep: int | None) -> None:
+    """Delete leftovers of interrupted saves and all but the newest ``keep`` folders up to ``step``.
+
+    Folders for later steps (left by a run that was resumed from an earlier checkpoint) are not touched.
+    """
+    for path in root.iterdir():
+        stale = re.fullmatch(r"\.(tmp|old)-(step-\d+)-.*", path.name)
+        if stale and path.is_dir() and (stale.group(1) == "tmp" or (root / stale.group(2)).is_dir()):
+            shutil.rmtree(path, ignore_errors=True)
+    if keep is None:
+        return
+    done = [p for p in _step_dirs(root) if _step_of(p) <= step]  # type: ignore[operator]
+    for path in done[:-keep]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def load_training_checkpoint(
+    run_dir: str | Path,
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    generators: dict[str, torch.Generator] | None = None,
+    scaler: Any = None,
+    map_location: str | torch.device = "cpu",
+) -> dict[str, Any]:
+    """Restore the latest checkpoint of ``run_dir`` into the given objects; return the trainer_state dict.
+
+    The model and optimizer must be built the same way as in the saved run. Random-number generators are
+    restored last, so the next dropout mask and the next batch are the ones the saved run would have drawn.
+    The returned dict always has the checkpoint's "step".
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise QkvError(f"run directory {run_dir} does not exist: check the path, or start a new run")
+    where = latest_checkpoint(run_dir)
+    if where is None:
+        raise QkvError(
+            f"{run_dir} has no training checkpoint to resume from: start a new run, "
+            f"or give the run directory that has {CHECKPOINTS_DIR}/"
+        )
+    fix = f"delete {where} to resume from the checkpoint before it, or start a new run"
+    document = read_json(where / STATE_FILE, what="trainer state")
+    if not isinstance(document, dict) or document.get("format") != FORMAT or "rng" not in document:
+        raise QkvError(f"{STATE_FILE} in {where} is not a qkv training checkpoint: {fix}")
+    tensors, _ = read_tensors(where / OPTIMIZER_FILE, device=map_location, fix=fix)
+    load_weights(model, where / MODEL_FILE, fix=fix)
+
+    saved_optimizer = document.get("optimizer")
+    if optimizer is not None:
+        if not saved_optimizer:
+            raise QkvError(f"{where} holds no optimizer state: resume without an optimizer, or start a new run")
+        saved_class, current = saved_optimizer.get("class"), type(optimizer).__name__
+        if saved_class != current:
+            raise QkvError(
+                f"{where} was saved with the {saved_class} optimizer but this run uses {current}: "
+                "resume with the same optimizer, or start a new run"
+            )
+        state_dict = _decode({k: v for k, v in saved_optimizer.items() if k != "class"}, tensors, where)
+        state_dict["state"] = {int(index): value for index, value in state_dict.get("state", {}).items()}
+        try:
+            optimizer.load_state_dict(state_dict)
+        except (ValueError, KeyError, TypeError, RuntimeError) as error:
+            raise QkvError(
+                f"the optimizer state in {where} does not fit this optimizer ({error}): resume with the "
+                "same model and optimizer settings, or start a new run"
+            ) from None
+    if scaler is not None and document.get("scaler"):
+        scaler.load_state_dict(document["scaler"])
+    _restore_rng(_decode(document["rng"], tensors, where), generators or {}, where)
+    state = dict(document.get("trainer_state") or {})
+    state.setdefault("step", document["step"])
+    return state

@@ -1,0 +1,129 @@
+"""Training hyperparameters: one dataclass, filled from defaults, a TOML file and command-line flags.
+
+Model architecture lives in the model config (:mod:`qkv.models.config`); this holds everything about
+*how* to train: data, tokenizer, batch, schedule, optimizer, evaluation, checkpoints, device. A TOML file
+uses the same names as the flags (``lr = 3e-3``, ``batch_size = 32``) plus a ``[model]`` table for
+architecture fields (``[model] d_model = 256``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from qkv.errors import QkvError
+
+TASKS = ("lm", "translate")
+SCHEDULES = ("cosine", "noam", "constant")
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+@dataclass
+class TrainConfig:
+    """How to train. Every field is also a ``qkv train`` flag (underscores become dashes)."""
+
+    task: str = "lm"
+    data: str | None = None  # text file, folder of .txt, a known corpus name; None: the built-in corpus
+    out_dir: str | None = None  # run directory; default runs/<task>-<time>
+    preset: str = "gpt-micro"
+    model: dict[str, Any] = field(default_factory=dict)  # overrides of the preset's architecture fields
+    tokenizer: str = "char"  # char | word | bpe
+    vocab_size: int | None = None  # for word/bpe tokenizers
+    # batches and schedule
+    steps: int = 2000
+    batch_size: int = 12
+    grad_accum: int = 1
+    lr: float = 3e-3
+    min_lr: float | None = None  # end of the cosine decay; default lr / 10
+    warmup_steps: int = 100
+    schedule: str = "cosine"
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0  # 0 disables clipping
+    label_smoothing: float = 0.0
+    # evaluation, logging, checkpoints
+    val_fraction: float = 0.1
+    eval_interval: int = 250
+    eval_batches: int = 50
+    early_stop: int = 0  # stop after this many evaluations without improvement (0: never)
+    log_interval: int = 10
+    checkpoint_interval: int | None = None  # default: every evaluation
+    keep_checkpoints: int = 2
+    # machine
+    seed: int = 1337
+    device: str = "auto"
+    precision: str = "auto"
+    threads: int | None = None  # CPU threads for torch; default: all cores
+
+    def __post_init__(self) -> None:
+        if self.min_lr is None:
+            self.min_lr = self.lr / 10
+        if self.checkpoint_interval is None:
+            self.checkpoint_interval = self.eval_interval
+        self.validate()
+
+    def validate(self) -> None:
+        """Check values and combinations; QkvError names the flag and the fix."""
+        if self.task not in TASKS:
+            raise QkvError(f"--task {self.task!r} is unknown: choose one of {', '.join(TASKS)}")
+        if self.schedule not in SCHEDULES:
+            raise QkvError(f"--schedule {self.schedule!r} is unknown: choose one of {', '.join(SCHEDULES)}")
+        if self.precision not in PRECISIONS:
+            raise QkvError(f"--precision {self.precision!r} is unknown: choose one of {', '.join(PRECISIONS)}")
+        if self.tokenizer not in ("char", "word", "bpe"):
+            raise QkvError(f"--tokenizer {self.tokenizer!r} is unknown: choose char, word or bpe")
+        positive = ("steps", "batch_size", "grad_accum", "eval_interval", "eval_batches", "log_interval")
+        for name in positive + ("checkpoint_interval", "keep_checkpoints"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise QkvError(f"--{name.replace('_', '-')} must be a positive whole number, got {value!r}")
+        if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
+            raise QkvError(
+                f"learning rates must satisfy 0 <= --min-lr <= --lr and --lr > 0 (got {self.min_lr}, {self.lr})"
+            )
+        if self.warmup_steps < 0 or (self.schedule != "noam" and self.warmup_steps >= self.steps):
+            raise QkvError(f"--warmup-steps {self.warmup_steps} must be between 0 and --steps ({self.steps}): lower it")
+        if not 0 <= self.val_fraction < 1:
+            raise QkvError(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
+        if not 0 <= self.label_smoothing < 1:
+            raise QkvError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.grad_clip < 0 or self.weight_decay < 0:
+            raise QkvError("--grad-clip and --weight-decay must not be negative")
+        if self.vocab_size is not None and self.tokenizer == "char":
+            raise QkvError("--vocab-size applies to word and bpe tokenizers: drop it or add --tokenizer bpe")
+
+    @property
+    def tokens_per_step_factor(self) -> int:
+        """Sequences per optimizer step per process: batch_size x grad_accum."""
+        return self.batch_size * self.grad_accum
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise QkvError(f"unknown training settings {unknown}: check the spelling (see `qkv train --help`)")
+        return cls(**data)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        data = self.to_dict()
+        data.update(changes)
+        return TrainConfig(**data)
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """Settings from a TOML file: top-level keys are training fields, ``[model]`` holds architecture fields."""
+    from qkv.io import read_text
+
+    text = read_text(path, what="config file")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise QkvError(f"config file {path} is not valid TOML ({error}): fix the line it names") from None
+    return {key.replace("-", "_"): value for key, value in data.items()}

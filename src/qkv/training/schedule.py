@@ -1,0 +1,44 @@
+"""Learning-rate schedules, as plain functions of the step (nothing to save for an exact resume).
+
+- warmup + cosine (GPT-2, nanoGPT): rise linearly to ``lr`` over ``warmup`` steps, then follow half a
+  cosine down to ``min_lr`` at the last step.
+- Noam (the paper, section 5.3): lr = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), a linear warmup
+  followed by decay proportional to the inverse square root of the step; ``lr`` scales it (``lr`` = 1
+  is the paper's formula; the peak is then d_model^-0.5 * warmup^-0.5).
+- constant, after the same linear warmup.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def warmup_cosine(step: int, *, lr: float, min_lr: float, warmup: int, total: int) -> float:
+    """Learning rate at ``step`` (0-based) of a ``total``-step run."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - 1 - warmup))
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (lr - min_lr)
+
+
+def noam(step: int, *, d_model: int, warmup: int, scale: float = 1.0) -> float:
+    """The paper's schedule: scale * d_model^-0.5 * min(n^-0.5, n * warmup^-1.5) with n = step + 1."""
+    n = step + 1
+    return scale * d_model**-0.5 * min(n**-0.5, n * max(1, warmup) ** -1.5)
+
+
+def constant(step: int, *, lr: float, warmup: int) -> float:
+    return lr * min(1.0, (step + 1) / warmup) if warmup else lr
+
+
+def learning_rate(
+    step: int, *, schedule: str, lr: float, min_lr: float, warmup: int, total: int, d_model: int
+) -> float:
+    """Dispatch on the schedule's name ("cosine", "noam" or "constant")."""
+    if schedule == "cosine":
+        return warmup_cosine(step, lr=lr, min_lr=min_lr, warmup=warmup, total=total)
+    if schedule == "noam":
+        return noam(step, d_model=d_model, warmup=warmup, scale=lr)
+    if schedule == "constant":
+        return constant(step, lr=lr, warmup=warmup)
+    raise ValueError(f"unknown schedule {schedule!r}")

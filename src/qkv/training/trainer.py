@@ -1,0 +1,323 @@
+"""The training loop shared by every task (language modelling, translation).
+
+One optimizer step:
+
+    for each micro-batch (gradient accumulation):  loss = task.loss(model, batch);  loss.backward()
+    clip the gradient norm;  set the learning rate for this step;  AdamW step;  zero the gradients
+
+Around it: evaluation every ``eval_interval`` steps (the best model by the task's metric is saved as the
+run's ``model.safetensors``), resumable checkpoints, a metrics log, a progress bar, a NaN/inf guard that
+stops before anything bad is saved, Ctrl-C that saves a checkpoint and exits cleanly, and DDP when run
+under torchrun. What is task-specific (batches, loss, evaluation) comes from a :class:`Task`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor, nn
+
+from qkv.errors import QkvError
+from qkv.training.checkpoint import latest_checkpoint, load_training_checkpoint, save_training_checkpoint
+from qkv.training.config import TrainConfig
+from qkv.training.device import Precision
+from qkv.training.distributed import DistInfo, any_rank, mean_over_ranks
+from qkv.training.metrics import MetricsLog
+from qkv.training.optim import make_optimizer
+from qkv.training.progress import TrainingProgress
+from qkv.training.schedule import learning_rate
+
+
+class Task(Protocol):
+    """What the trainer needs from a task."""
+
+    metric: str  # the evaluation metric that picks the best model, e.g. "val_loss" or "bleu"
+    higher_is_better: bool
+    generators: dict[str, torch.Generator]  # random streams to save for an exact resume
+
+    def train_batch(self, rank: int, world_size: int) -> Any: ...
+
+    def loss(self, model: nn.Module, batch: Any) -> tuple[Tensor, int]:
+        """Mean loss over the batch's target tokens, and their number."""
+        ...
+
+    def evaluate(self, model: nn.Module) -> dict[str, float]: ...
+
+
+class TrainingDiverged(QkvError):
+    """The loss became NaN or infinite."""
+
+
+@dataclass
+class TrainState:
+    """What the loop knows besides the weights: saved with every checkpoint."""
+
+    step: int = 0
+    best: float | None = None
+    evals_since_best: int = 0
+    tokens: int = 0
+    elapsed: float = 0.0
+    last_eval: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class TrainResult:
+    step: int
+    stopped: str  # "finished", "interrupted" or "early stop"
+    best: float | None
+    last_eval: dict[str, float]
+    run_dir: Path
+
+
+class Trainer:
+    """Trains ``model`` on ``task`` according to ``config``, writing everything to ``run_dir``.
+
+    ``save_best(model)`` is called (on the main process) whenever the evaluation metric improves; it writes
+    the run's model directory (weights, config, tokenizer).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        task: Task,
+        config: TrainConfig,
+        run_dir: str | Path,
+        *,
+        device: torch.device,
+        precision: Precision,
+        save_best: Callable[[nn.Module], None],
+        dist: DistInfo | None = None,
+        quiet: bool = False,
+        on_step: Callable[[Trainer, int, float], None] | None = None,
+    ) -> None:
+        self.model, self.task, self.config = model, task, config
+        self.run_dir = Path(run_dir)
+        self.device, self.precision, self.save_best = device, precision, save_best
+        self.dist = dist or DistInfo()
+        self.quiet, self.on_step = quiet, on_step
+        self.optimizer = make_optimizer(
+            model,
+            lr=config.lr,
+            weight_decay=config.weight_decay,
+            betas=(config.beta1, config.beta2),
+            device_type=device.type,
+        )
+        self.scaler = precision.scaler()
+        self.train_model: nn.Module = model
+        if self.dist.enabled:
+            device_ids = [device.index] if device.type == "cuda" else None
+            self.train_model = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+        self.metrics = MetricsLog(self.run_dir, enabled=self.dist.is_main)
+        self.state = TrainState()
+        self._stop_requested = False
+        self._saved_step: int | None = None
+
+    # --- control ------------------------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Finish the current step, save a checkpoint and return (what Ctrl-C does)."""
+        self._stop_requested = True
+
+    @contextlib.contextmanager
+    def _interrupts_stop_cleanly(self):
+        """First Ctrl-C (or SIGTERM): stop after this step with a checkpoint. A second Ctrl-C aborts."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum, frame):  # noqa: ARG001
+            if self._stop_requested:
+                raise KeyboardInterrupt
+            self._stop_requested = True
+
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+    # --- checkpoints ------------------------------------------------------------------------------------------
+    def resume(self) -> None:
+        """Load the latest checkpoint of ``run_dir``: weights, optimizer, data order, RNG, step."""
+        state = load_training_checkpoint(
+            self.run_dir,
+            model=self.model,
+            optimizer=self.optimizer,
+            generators=self.task.generators,
+            scaler=self.scaler,
+            map_location=self.device,
+        )
+        self.state = TrainState(**state)
+        self.metrics.truncate_after(self.state.step)
+
+    def save_checkpoint(self) -> Path | None:
+        """Save a resumable checkpoint of the current step (once per step, main process only)."""
+        if not self.dist.is_main:
+            return None
+        if self._saved_step == self.state.step:
+            return latest_checkpoint(self.run_dir)
+        self._saved_step = self.state.step
+        return save_training_checkpoint(
+            self.run_dir,
+            step=self.state.step,
+            model=self.model,
+            optimizer=self.optimizer,
+            trainer_state=self.state.to_dict(),
+            generators=self.task.generators,
+            scaler=self.scaler,
+            keep=self.config.keep_checkpoints,
+        )
+
+    # --- the loop ---------------------------------------------------------------------------------------------
+    def _set_lr(self) -> float:
+        cfg = self.config
+        d_model = getattr(getattr(self.model, "config", None), "d_model", 512)
+        lr = learning_rate(
+            self.state.step,
+            schedule=cfg.schedule,
+            lr=cfg.lr,
+            min_lr=cfg.min_lr,
+            warmup=cfg.warmup_steps,
+            total=cfg.steps,
+            d_model=d_model,
+        )
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def _train_step(self) -> tuple[Tensor, int]:
+        """Forward and backward over ``grad_accum`` micro-batches; returns the mean loss and token count."""
+        accum = self.config.grad_accum
+        total_loss, total_tokens = torch.zeros((), device=self.device), 0
+        for micro in range(accum):
+            batch = self.task.train_batch(self.dist.rank, self.dist.world_size)
+            last = micro == accum - 1
+            no_sync = self.train_model.no_sync() if self.dist.enabled and not last else contextlib.nullcontext()
+            with no_sync:
+                with self.precision.autocast():
+                    loss, n_tokens = self.task.loss(self.train_model, batch)
+                scaled = loss / accum
+                (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+            total_loss += loss.detach().float()
+            total_tokens += n_tokens
+        return total_loss / accum, total_tokens
+
+    def _optimizer_step(self) -> None:
+        if self.config.grad_clip > 0:
+            if self.scaler is not None:
+                self.scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _diverged(self, value: float, lr: float) -> TrainingDiverged:
+        kept = latest_checkpoint(self.run_dir)
+        where = f"the last good checkpoint {kept} is kept" if kept else "no checkpoint had been saved yet"
+        return TrainingDiverged(
+            f"the training loss became {value} at step {self.state.step + 1} (learning rate {lr:.3g}); "
+            f"training stopped and {where}: lower --lr or keep --grad-clip on, then resume or restart"
+        )
+
+    def evaluate(self) -> dict[str, float]:
+        self.model.eval()
+        with torch.no_grad(), self.precision.autocast():
+            results = self.task.evaluate(self.model)
+        self.model.train()
+        return results
+
+    def _after_eval(self, results: dict[str, float], progress: TrainingProgress) -> bool:
+        """Record an evaluation, keep the best model; True if early stopping says stop."""
+        self.state.last_eval = results
+        self.metrics.write({"step": self.state.step, **results})
+        value = results[self.task.metric]
+        better = self.state.best is None or (
+            value > self.state.best if self.task.higher_is_better else value < self.state.best
+        )
+        summary = "  ".join(f"{k} {v:.4f}" for k, v in results.items())
+        if better:
+            self.state.best, self.state.evals_since_best = value, 0
+            if self.dist.is_main:
+                self.save_best(self.model)
+            progress.note(f"step {self.state.step}: {summary}  (best so far, saved)")
+        else:
+            self.state.evals_since_best += 1
+            progress.note(f"step {self.state.step}: {summary}")
+        return 0 < self.config.early_stop <= self.state.evals_since_best
+
+    def fit(self) -> TrainResult:
+        """Train from ``self.state.step`` to ``config.steps`` (call :meth:`resume` first to continue)."""
+        cfg = self.config
+        progress = TrainingProgress(
+            cfg.steps, self.state.step, enabled=self.dist.is_main and not self.quiet, log_interval=cfg.log_interval
+        )
+        self.model.train()
+        stopped = "finished"
+        window_tokens, window_start, window_loss, window_steps = 0, time.perf_counter(), 0.0, 0
+        try:
+            with self._interrupts_stop_cleanly():
+                while self.state.step < cfg.steps:
+                    step_start = time.perf_counter()
+                    lr = self._set_lr()
+                    loss, n_tokens = self._train_step()
+                    value = loss.item()
+                    bad = not math.isfinite(value)
+                    if any_rank(bad, self.dist, self.device):
+                        raise self._diverged(value, lr)
+                    self._optimizer_step()
+                    self.state.step += 1
+                    n_tokens *= self.dist.world_size
+                    self.state.tokens += n_tokens
+                    self.state.elapsed += time.perf_counter() - step_start
+                    window_tokens += n_tokens
+                    window_loss += value
+                    window_steps += 1
+                    speed = window_tokens / max(time.perf_counter() - window_start, 1e-9)
+                    progress.update(self.state.step, loss=value, lr=lr, tokens_per_s=speed)
+                    if self.state.step % cfg.log_interval == 0 or self.state.step == cfg.steps:
+                        mean_loss = mean_over_ranks(window_loss / window_steps, self.dist, self.device)
+                        self.metrics.write(
+                            {"step": self.state.step, "train_loss": mean_loss, "lr": lr, "tokens_per_s": speed}
+                        )
+                        window_tokens, window_start, window_loss, window_steps = 0, time.perf_counter(), 0.0, 0
+                    if self.on_step is not None:
+                        self.on_step(self, self.state.step, value)
+                    stop_early = False
+                    if self.state.step % cfg.eval_interval == 0 or self.state.step == cfg.steps:
+                        stop_early = self._after_eval(self.evaluate(), progress)
+                    if self.state.step % cfg.checkpoint_interval == 0 or self.state.step == cfg.steps:
+                        self.save_checkpoint()
+                    if stop_early:
+                        stopped = "early stop"
+                        progress.note(f"no improvement in {cfg.early_stop} evaluations: stopping early")
+                        self.save_checkpoint()
+                        break
+                    if any_rank(self._stop_requested, self.dist, self.device):
+                        stopped = "interrupted"
+                        path = self.save_checkpoint()
+                        progress.note(f"interrupted at step {self.state.step}: checkpoint saved to {path}")
+                        break
+        finally:
+            progress.close()
+        if self.dist.is_main:
+            self.metrics.write_csv()
+        return TrainResult(self.state.step, stopped, self.state.best, self.state.last_eval, self.run_dir)
+
+
+def resume_available(run_dir: str | Path) -> bool:
+    return latest_checkpoint(run_dir) is not None

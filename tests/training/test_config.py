@@ -1,0 +1,45 @@
+"""Training settings: validation with flag names, TOML files."""
+
+from __future__ import annotations
+
+import pytest
+
+from qkv.errors import QkvError
+from qkv.training.config import TrainConfig, read_toml
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fragment"),
+    [
+        (dict(steps=0), "--steps"),
+        (dict(batch_size=-1), "--batch-size"),
+        (dict(schedule="linear"), "--schedule 'linear'"),
+        (dict(warmup_steps=500, steps=100), "--warmup-steps 500"),
+        (dict(lr=0.0), "--lr"),
+        (dict(val_fraction=1.0), "--val-fraction"),
+        (dict(vocab_size=500), "--tokenizer bpe"),
+        (dict(task="classify"), "--task 'classify'"),
+    ],
+)
+def test_bad_settings_name_the_flag(kwargs, fragment) -> None:
+    with pytest.raises(QkvError, match=fragment.replace("(", r"\(")):
+        TrainConfig(**kwargs)
+
+
+def test_defaults_fill_in() -> None:
+    config = TrainConfig(lr=2e-3, eval_interval=50)
+    assert config.min_lr == pytest.approx(2e-4) and config.checkpoint_interval == 50
+
+
+def test_toml_file(tmp_path) -> None:
+    path = tmp_path / "run.toml"
+    path.write_text("steps = 50\nbatch-size = 4\n[model]\nd_model = 64\n")
+    assert read_toml(path) == {"steps": 50, "batch_size": 4, "model": {"d_model": 64}}
+    path.write_text("steps = = 3")
+    with pytest.raises(QkvError, match="not valid TOML"):
+        read_toml(path)
+
+
+def test_unknown_settings_are_named() -> None:
+    with pytest.raises(QkvError, match="unknown training settings \\['stepz'\\]"):
+        TrainConfig.from_dict({"stepz": 3})
