@@ -108,6 +108,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         model.add_argument(
             f"--{name.replace('_', '-')}",
             dest=f"model.{name}",
+            metavar=name.upper(),
             type=_bool if kind is bool else kind,
             default=argparse.SUPPRESS,
             help=text,

@@ -6,8 +6,13 @@
 
 from qkv.decoding.generate import TextStreamer, generate, stream
 from qkv.decoding.sampling import check_sampling, sample_next, top_k_filter, top_p_filter
+from qkv.decoding.translate import Hypothesis, beam_search, greedy_decode, translate_batch
 
 __all__ = [
+    "Hypothesis",
+    "beam_search",
+    "greedy_decode",
+    "translate_batch",
     "TextStreamer",
     "check_sampling",
     "generate",

@@ -16,6 +16,7 @@ ACTIVATION_FUNCTIONS = {
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu,
+    "relu2": lambda x: F.relu(x).square(),  # squared ReLU (So et al. 2021, "Primer")
 }
 
 

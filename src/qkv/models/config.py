@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from qkv.errors import QkvError
 
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "relu2")
 POSITIONALS = ("sinusoidal", "learned", "rope", "none")
 
 

@@ -216,7 +216,8 @@ def save_training_checkpoint(
 ) -> Path:
     """Save everything needed to resume at ``step`` under RUN_DIR/checkpoints; return the step folder.
 
-    ``trainer_state`` is the trainer's own JSON-ready dict; ``generators`` are named torch.Generators (e.g.
+    ``trainer_state`` is the trainer's own dict of JSON data and tensors (tensors go to the safetensors
+    file); ``generators`` are named torch.Generators (e.g.
     the batch sampler's); ``scaler`` is a torch.amp.GradScaler or None. The newest ``keep`` step folders
     are kept (None keeps all).
     """
@@ -229,7 +230,7 @@ def save_training_checkpoint(
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "step": step,
-        "trainer_state": trainer_state,
+        "trainer_state": _encode(trainer_state, "trainer", tensors),
         "optimizer": None,
         "scaler": scaler.state_dict() if scaler is not None else None,
         "rng": _encode(_capture_rng(generators or {}), "rng", tensors),
@@ -337,6 +338,6 @@ def load_training_checkpoint(
     if scaler is not None and document.get("scaler"):
         scaler.load_state_dict(document["scaler"])
     _restore_rng(_decode(document["rng"], tensors, where), generators or {}, where)
-    state = dict(document.get("trainer_state") or {})
+    state = dict(_decode(document.get("trainer_state") or {}, tensors, where))
     state.setdefault("step", document["step"])
     return state

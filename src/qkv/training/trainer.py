@@ -79,6 +79,8 @@ class TrainResult:
     best: float | None
     last_eval: dict[str, float]
     run_dir: Path
+    tokens: int = 0  # training tokens processed over the whole run (all processes)
+    train_seconds: float = 0.0  # time in training steps, without evaluations and checkpoints
 
 
 class Trainer:
@@ -316,7 +318,15 @@ class Trainer:
             progress.close()
         if self.dist.is_main:
             self.metrics.write_csv()
-        return TrainResult(self.state.step, stopped, self.state.best, self.state.last_eval, self.run_dir)
+        return TrainResult(
+            self.state.step,
+            stopped,
+            self.state.best,
+            self.state.last_eval,
+            self.run_dir,
+            tokens=self.state.tokens,
+            train_seconds=self.state.elapsed,
+        )
 
 
 def resume_available(run_dir: str | Path) -> bool:

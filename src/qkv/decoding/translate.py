@@ -1,0 +1,310 @@
+"""Translating with an encoder-decoder Transformer: greedy decoding and beam search (seed 002).
+
+The encoder reads the source sentence once; its output ("memory") never changes while the target is
+written, so :meth:`Transformer.encode` runs once per batch. The decoder then starts from ``<bos>`` and
+produces one token at a time: each step feeds only the newest token, its masked self-attention reads the
+keys and values of the earlier target tokens from the KV cache, and its cross-attention queries read the
+keys and values of the encoder output, which the cache computes at the first step and keeps ("static").
+
+**Greedy** takes the most likely next token at every step. **Beam search** keeps the ``beam_size`` most
+likely partial translations (beams) of each sentence instead of one. A step extends every beam by every
+token, and of those candidates (ranked by summed log-probability) the best ``beam_size`` that do not end
+in ``<eos>`` become the next beams, while a candidate ending in ``<eos>`` that ranks among the best
+``beam_size`` becomes a finished hypothesis (fairseq's rule; with one beam this is exactly greedy). The B
+sentences x beam_size beams run as one batch of B * beam_size rows; the memory and its padding mask are
+repeated per beam, and ``cache.reorder`` makes each row's cached keys and values follow its beam.
+
+**Scores.** A hypothesis's ``log_prob`` is the sum of log P(token | source, tokens before it) over the
+generated tokens, ``<eos>`` included. Finished hypotheses are ranked by the length-normalised score
+``log_prob / length ** length_penalty`` (fairseq, Marian), where ``length`` counts the generated tokens
+including ``<eos>``. ``length_penalty=0`` ranks by raw log-probability, which favours short outputs;
+1 is the average log-probability per token; larger values favour longer outputs still.
+
+**Stopping.** A sentence stops when it holds ``beam_size`` finished hypotheses and its best beam, scored at
+its current length, is no better than the worst of them (Hugging Face's rule). As log-probabilities only
+fall, with ``length_penalty=0`` this stop loses nothing: running on could not change the result. With
+``length_penalty > 0`` it is the usual heuristic. A sentence also stops at its maximum length, where its
+beams are finalised without ``<eos>``.
+
+**Maximum length.** A sentence with ``n`` source tokens (its non-padding tokens) gets at most
+``min(int(max_len_a * n + max_len_b), model.config.max_len - 1, max_len)`` generated tokens (``<eos>``
+included), and at least 1 (fairseq's ``ax + b`` rule; the ``- 1`` keeps ``<bos>`` plus the output within
+the model's positions). The defaults ``max_len_a=1.5, max_len_b=10`` leave room for a translation a good
+deal longer than its source.
+
+>>> translate_batch(model, src_ids, src_padding_mask, bos_id=1, eos_id=2, beam_size=4)  # doctest: +SKIP
+[[15, 27, 9], [8, 41]]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from qkv.errors import QkvError
+from qkv.models.transformer import Transformer
+
+
+@dataclass
+class Hypothesis:
+    """One translation found by beam search: target ids (no ``<bos>``/``<eos>``) and its scores."""
+
+    tokens: list[int]
+    score: float  # log_prob / length ** length_penalty, used for ranking
+    log_prob: float  # sum of the log-probabilities of the generated tokens (<eos> included)
+    reached_eos: bool = True  # False: cut at the maximum length without <eos>
+
+    @property
+    def length(self) -> int:
+        """Generated tokens, ``<eos>`` included: the length in the score's denominator."""
+        return len(self.tokens) + int(self.reached_eos)
+
+
+@contextmanager
+def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """No dropout and no gradients while decoding; put the training flag back afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _prepare(
+    model: Transformer,
+    src_ids: Tensor,
+    src_padding_mask: Tensor | None,
+    bos_id: int,
+    eos_id: int,
+    max_len: int | None,
+    max_len_a: float,
+    max_len_b: float,
+) -> tuple[Tensor, Tensor | None, list[int]]:
+    """Check the arguments; return source ids (B, S) and mask on the model's device, and each sentence's limit."""
+    vocab = model.config.tgt_vocab_size
+    for name, value in (("bos_id", bos_id), ("eos_id", eos_id)):
+        if not _whole(value) or not 0 <= value < vocab:
+            raise QkvError(f"{name}={value!r} is not a target token id (0..{vocab - 1}): pass the tokenizer's {name}")
+    if max_len is not None and (not _whole(max_len) or max_len < 1):
+        raise QkvError(f"max_len={max_len!r} must be a whole number >= 1: e.g. max_len=100, or None for no extra cap")
+    for name, value in (("max_len_a", max_len_a), ("max_len_b", max_len_b)):
+        if not _finite(value) or value < 0:
+            raise QkvError(f"{name}={value!r} must be a finite number >= 0: e.g. max_len_a=1.5, max_len_b=10")
+    if not isinstance(src_ids, Tensor) or src_ids.dtype.is_floating_point or src_ids.dtype == torch.bool:
+        raise QkvError("src_ids must be a (batch, length) tensor of token ids: encode and pad the source sentences")
+    device = next(model.parameters()).device
+    src_ids = src_ids.to(device=device, dtype=torch.long)
+    if src_ids.dim() == 1:
+        src_ids = src_ids[None]  # (S,) -> (1, S)
+    if src_ids.dim() != 2:
+        raise QkvError(f"src_ids has shape {tuple(src_ids.shape)}: pass a (batch, length) tensor of token ids")
+    if src_ids.numel() and not 0 <= int(src_ids.min()) <= int(src_ids.max()) < model.config.src_vocab_size:
+        raise QkvError(
+            f"src_ids hold ids outside the source vocabulary (0..{model.config.src_vocab_size - 1}): "
+            "encode the source with the model's tokenizer"
+        )
+    if src_padding_mask is not None:
+        src_padding_mask = src_padding_mask.to(device=device, dtype=torch.bool)
+        if src_padding_mask.dim() == 1:
+            src_padding_mask = src_padding_mask[None]  # (S,) -> (1, S)
+        if src_padding_mask.shape != src_ids.shape:
+            raise QkvError(f"src_padding_mask must have the shape of src_ids {tuple(src_ids.shape)}: True at padding")
+    batch, length = src_ids.shape
+    src_lens = (~src_padding_mask).sum(1).tolist() if src_padding_mask is not None else [length] * batch
+    cap = min(model.config.max_len - 1, max_len) if max_len is not None else model.config.max_len - 1
+    limits = [max(1, min(int(max_len_a * n + max_len_b), cap)) for n in src_lens]
+    return src_ids, src_padding_mask, limits
+
+
+def _log_probs(logits: Tensor) -> Tensor:
+    """log softmax over the vocabulary, in at least float32."""
+    return torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+
+
+def greedy_decode(
+    model: Transformer,
+    src_ids: Tensor,
+    src_padding_mask: Tensor | None = None,
+    *,
+    bos_id: int,
+    eos_id: int,
+    max_len: int | None = None,
+    max_len_a: float = 1.5,
+    max_len_b: float = 10,
+) -> list[list[int]]:
+    """The most likely next token at every step; returns each sentence's target ids (no ``<bos>``/``<eos>``).
+
+    ``src_ids`` (B, S) with ``src_padding_mask`` (B, S) True at padding. Lengths as in the module docstring.
+    """
+    src_ids, mask, limits = _prepare(model, src_ids, src_padding_mask, bos_id, eos_id, max_len, max_len_a, max_len_b)
+    batch, steps = src_ids.shape[0], max(limits)
+    limit = torch.tensor(limits, device=src_ids.device)  # (B,)
+    with _eval_mode(model):
+        memory = model.encode(src_ids, src_padding_mask=mask)  # (B, S, d_model), once
+        cache = model.new_cache(steps)  # <bos> and at most steps - 1 generated tokens are fed
+        tokens = src_ids.new_full((batch, steps), eos_id)  # (B, L)
+        done = torch.zeros(batch, dtype=torch.bool, device=src_ids.device)
+        next_ids = src_ids.new_full((batch,), bos_id)
+        for step in range(steps):
+            logits = model.decode(next_ids[:, None], memory, memory_padding_mask=mask, cache=cache, last_only=True)
+            next_ids = _log_probs(logits[:, -1]).argmax(dim=-1).masked_fill(done, eos_id)  # (B,)
+            tokens[:, step] = next_ids
+            done |= (next_ids == eos_id) | (step + 1 >= limit)
+            if bool(done.all()):
+                break
+    out = []
+    for row, n in zip(tokens.tolist(), limits, strict=True):
+        row = row[:n]
+        out.append(row[: row.index(eos_id)] if eos_id in row else row)
+    return out
+
+
+def _check_beam(beam_size: int, n_best: int, length_penalty: float) -> None:
+    if not _whole(beam_size) or beam_size < 1:
+        raise QkvError(f"beam_size={beam_size!r} must be a whole number >= 1: e.g. 4 (1 is greedy decoding)")
+    if not _whole(n_best) or not 1 <= n_best <= beam_size:
+        raise QkvError(
+            f"n_best={n_best!r} must be between 1 and beam_size={beam_size}: lower n_best or raise beam_size"
+        )
+    if not _finite(length_penalty):
+        raise QkvError(
+            f"length_penalty={length_penalty!r} must be a finite number: e.g. 1.0, or 0 for raw log-probabilities"
+        )
+
+
+def beam_search(
+    model: Transformer,
+    src_ids: Tensor,
+    src_padding_mask: Tensor | None = None,
+    *,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    length_penalty: float = 1.0,
+    n_best: int = 1,
+    max_len: int | None = None,
+    max_len_a: float = 1.5,
+    max_len_b: float = 10,
+) -> list[list[Hypothesis]]:
+    """The ``n_best`` best hypotheses of each sentence, best first (see the module docstring).
+
+    ``src_ids`` (B, S) with ``src_padding_mask`` (B, S) True at padding. A sentence gets fewer than
+    ``n_best`` hypotheses only when fewer distinct target sequences fit in its maximum length.
+    """
+    _check_beam(beam_size, n_best, length_penalty)
+    src_ids, mask, limits = _prepare(model, src_ids, src_padding_mask, bos_id, eos_id, max_len, max_len_a, max_len_b)
+    k, batch, steps = beam_size, src_ids.shape[0], max(limits)
+    vocab = model.config.tgt_vocab_size
+    n_cand = min(2 * k, k * vocab)  # each beam has one <eos> candidate, so 2k hold k others (vocab >= 2)
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    done = [False] * batch
+
+    def finish(b: int, tokens: list[int], log_prob: float, reached_eos: bool) -> None:
+        length = len(tokens) + int(reached_eos)
+        finished[b].append(Hypothesis(tokens, log_prob / length**length_penalty, log_prob, reached_eos))
+        finished[b].sort(key=lambda h: -h.score)  # stable: earlier (shorter) first on ties
+        del finished[b][k:]
+
+    with _eval_mode(model):
+        memory = model.encode(src_ids, src_padding_mask=mask)  # (B, S, d_model), once
+        memory = memory.repeat_interleave(k, dim=0)  # (B*k, S, d_model): beam j of sentence b is row b*k + j
+        mask = mask.repeat_interleave(k, dim=0) if mask is not None else None  # (B*k, S)
+        cache = model.new_cache(steps)
+        first = torch.arange(batch, device=src_ids.device)[:, None] * k  # (B, 1): row of each sentence's beam 0
+        scores = torch.full((batch, k), float("-inf"), device=src_ids.device)  # (B, k) summed log-probs
+        scores[:, 0] = 0.0  # all beams start as <bos>: keep one, or the first step would pick k copies
+        history = src_ids.new_empty(batch, k, 0)  # (B, k, t) generated tokens of each beam
+        next_ids = src_ids.new_full((batch * k,), bos_id)  # (B*k,)
+        for step in range(steps):
+            logits = model.decode(next_ids[:, None], memory, memory_padding_mask=mask, cache=cache, last_only=True)
+            log_probs = _log_probs(logits[:, -1]).view(batch, k, vocab)  # (B, k, V)
+            candidates = (scores.to(log_probs.dtype)[:, :, None] + log_probs).view(batch, k * vocab)  # (B, k*V)
+            top, index = candidates.topk(n_cand, dim=1)  # (B, n_cand), best first
+            beam, token = index // vocab, index % vocab  # which beam each candidate extends, with which token
+            is_eos = token == eos_id  # (B, n_cand)
+
+            # Candidates ending in <eos> among the best k finish (`history` still holds the beams they extend).
+            for b, r in (is_eos[:, :k] & top[:, :k].isfinite()).nonzero().tolist():
+                if not done[b]:
+                    finish(b, history[b, beam[b, r]].tolist(), float(top[b, r]), True)
+
+            # The best k candidates not ending in <eos> are the new beams.
+            pick = is_eos.to(torch.uint8).argsort(dim=1, stable=True)[:, :k]  # (B, k): non-eos first, by rank
+            scores = top.gather(1, pick).masked_fill(is_eos.gather(1, pick), float("-inf"))  # (B, k)
+            beam, token = beam.gather(1, pick), token.gather(1, pick)  # (B, k)
+            history = torch.cat([history.gather(1, beam[:, :, None].expand_as(history)), token[:, :, None]], dim=2)
+            cache.reorder((first + beam).view(-1))  # each row's cache follows its beam
+            next_ids = token.view(-1)  # (B*k,)
+
+            best_live = scores.max(dim=1).values.tolist()  # (B,)
+            for b in range(batch):
+                if done[b]:
+                    continue
+                if step + 1 >= limits[b]:  # maximum length: the beams finish without <eos>
+                    for j in range(k):
+                        if scores[b, j].isfinite():
+                            finish(b, history[b, j].tolist(), float(scores[b, j]), False)
+                    done[b] = True
+                elif best_live[b] == -math.inf or (
+                    len(finished[b]) == k and best_live[b] / (step + 1) ** length_penalty <= finished[b][-1].score
+                ):
+                    done[b] = True
+            if all(done):
+                break
+    return [hyps[:n_best] for hyps in finished]
+
+
+def translate_batch(
+    model: Transformer,
+    src_ids: Tensor,
+    src_padding_mask: Tensor | None = None,
+    *,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int = 4,
+    length_penalty: float = 1.0,
+    max_len: int | None = None,
+    max_len_a: float = 1.5,
+    max_len_b: float = 10,
+) -> list[list[int]]:
+    """Each sentence's best translation as target ids: greedy for ``beam_size=1``, beam search otherwise."""
+    _check_beam(beam_size, 1, length_penalty)
+    if beam_size == 1:
+        return greedy_decode(
+            model,
+            src_ids,
+            src_padding_mask,
+            bos_id=bos_id,
+            eos_id=eos_id,
+            max_len=max_len,
+            max_len_a=max_len_a,
+            max_len_b=max_len_b,
+        )
+    best = beam_search(
+        model,
+        src_ids,
+        src_padding_mask,
+        bos_id=bos_id,
+        eos_id=eos_id,
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        max_len=max_len,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+    )
+    return [hyps[0].tokens for hyps in best]

@@ -1,0 +1,39 @@
+"""How much arithmetic a training step does, for model FLOPs utilisation (MFU).
+
+Per token, a forward pass does about 2 multiply-adds per parameter (2N FLOPs) and the backward pass twice
+that (4N), so training costs 6N FLOPs per token; attention adds 12 * n_layers * d_model * T for the
+Q K^T and weights x V products (the PaLM appendix B / nanoGPT estimate). Position tables are lookups, not
+matmuls, so learned positions are not counted in N.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from qkv.models.gpt import GPT
+
+
+def training_flops_per_token(model: GPT) -> float:
+    """6 N + 12 L d T for a GPT (N: parameters without the position table)."""
+    config = model.config
+    n = model.num_parameters()
+    positional = getattr(model.embedding.positional_encoding, "weight", None)
+    if isinstance(positional, torch.nn.Parameter):
+        n -= positional.numel()
+    return 6 * n + 12 * config.n_layers * config.d_model * config.context_length
+
+
+def matmul_peak_flops(*, size: int = 2048, seconds: float = 1.0, dtype: torch.dtype = torch.float32) -> float:
+    """The best FLOP/s of repeated ``size`` x ``size`` matmuls on the CPU over about ``seconds``."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    best, deadline = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        start = time.perf_counter()
+        for _ in range(5):
+            a @ b
+        best = max(best, 5 * 2 * size**3 / (time.perf_counter() - start))
+    return best
