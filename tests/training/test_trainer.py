@@ -104,6 +104,8 @@ def test_best_model_and_metrics_are_written(tmp_path) -> None:
 
 
 def test_early_stopping(tmp_path) -> None:
-    config = tiny_config(tmp_path, "early", lr=1e-9, min_lr=0.0, steps=40, early_stop=1, eval_interval=2)
+    config = tiny_config(
+        tmp_path, "early", optimizer="adamw", lr=1e-9, min_lr=0.0, steps=40, early_stop=1, eval_interval=2
+    )
     result = train_language_model(config, quiet=True)
     assert result.stopped == "early stop" and result.step < 40

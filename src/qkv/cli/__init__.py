@@ -12,7 +12,19 @@ from collections.abc import Sequence
 
 from qkv.errors import QkvError
 
-VERBS = ("train", "generate", "eval", "plot", "demo")
+VERBS = (
+    "train",
+    "generate",
+    "translate",
+    "embed",
+    "eval",
+    "plot",
+    "explain",
+    "attention",
+    "next",
+    "embeddings",
+    "serve",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,23 +10,71 @@ from qkv.errors import QkvError
 
 
 def load_for_use(path: str, *, expect: str, device: str = "cpu") -> ModelBundle:
-    """Load a run directory (best weights, or the latest checkpoint if none yet) and check its kind.
+    """Load a run directory or pretrained model (see :func:`load_any`) and check its kind.
 
     ``expect`` is the model kind the command works with ("gpt", "transformer" or "encoder").
     """
+    bundle = load_any(path, device=device)
+    kind = bundle.config.kind
+    if kind != expect:
+        use = {"gpt": "qkv generate", "transformer": "qkv translate", "encoder": "qkv embed"}[kind]
+        names = {"gpt": "a GPT language model", "transformer": "an encoder-decoder translator", "encoder": "an encoder"}
+        raise QkvError(f"{path} holds {names[kind]}, not {names[expect]}: use `{use}` with it")
+    return bundle
+
+
+def load_any(path: str, *, device: str = "cpu") -> ModelBundle:
+    """A qkv run directory, or a pretrained model: a Hugging Face folder (config.json with a model_type) or,
+    when online, a Hub name such as ``gpt2`` or ``Helsinki-NLP/opus-mt-en-fr``. A run that has no best
+    model yet is loaded from its latest checkpoint."""
+    folder = Path(path)
+    if folder.exists():
+        return load_pretrained_folder(folder, device) if _is_hugging_face_folder(folder) else _load_run(folder, device)
+    first = Path(path.split("/")[0])
+    if path.count("/") <= 1 and not path.startswith((".", "/", "~")) and not first.exists():
+        return load_pretrained_folder(path, device)  # a Hub name
+    return _load_run(folder, device)  # says that the path does not exist
+
+
+def _is_hugging_face_folder(folder: Path) -> bool:
+    import json
+
+    try:
+        return "model_type" in json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def load_pretrained_folder(path: str | Path, device: str) -> ModelBundle:
+    from qkv.pretrained import load_pretrained
+
+    return load_pretrained(path, device=device)
+
+
+def _load_run(run: Path, device: str) -> ModelBundle:
     from qkv.training.checkpoint import latest_checkpoint
 
-    run = Path(path)
     weights = None
     if run.is_dir() and not (run / "model.safetensors").exists():
         latest = latest_checkpoint(run)
         if latest is not None:
             print(f"note: {run} has no best model yet; using the latest checkpoint {latest.name}", file=sys.stderr)
             weights = latest / "model.safetensors"
-    bundle = load_model_dir(run, device=device, weights_path=weights)
-    kind = bundle.config.kind
-    if kind != expect:
-        use = {"gpt": "qkv generate", "transformer": "qkv translate", "encoder": "qkv embed"}[kind]
-        names = {"gpt": "a GPT language model", "transformer": "an encoder-decoder translator", "encoder": "an encoder"}
-        raise QkvError(f"{run} holds {names[kind]}, not {names[expect]}: use `{use}` with it")
-    return bundle
+    return load_model_dir(run, device=device, weights_path=weights)
+
+
+def add_model_argument(parser, *, what: str = "a run directory written by `qkv train`") -> None:
+    """RUN_DIR as a positional argument, or --model: a run directory or a pretrained model folder/name."""
+    parser.add_argument("run_dir", metavar="RUN_DIR", nargs="?", help=what)
+    parser.add_argument(
+        "--model", help="a pretrained model instead: a Hugging Face folder (GPT-2, BERT, Marian) or a Hub name"
+    )
+
+
+def model_path(args) -> str:
+    """The model the user named with RUN_DIR or --model (exactly one of them)."""
+    if args.run_dir and args.model:
+        raise QkvError("give the model once: either RUN_DIR or --model")
+    if not (args.run_dir or args.model):
+        raise QkvError("which model? give a run directory (RUN_DIR) or --model PATH_OR_NAME")
+    return args.run_dir or args.model

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import load_for_use
+from qkv.cli.common import add_model_argument, load_for_use, model_path
 from qkv.errors import QkvError
 from qkv.io import read_text
 
@@ -13,15 +13,18 @@ HELP = "evaluate a trained model on a text file (language models) or a test set 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by `qkv train`")
+    add_model_argument(parser)
     parser.add_argument("file", metavar="FILE", nargs="?", help="text file to score (language models)")
     parser.add_argument("--src", help="source sentences, one per line (translators)")
     parser.add_argument("--ref", help="reference translations, one per line (translators)")
+    parser.add_argument("--beam", type=int, default=4, help="beam size for translators (default 4)")
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
     parser.add_argument("--device", default="cpu")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.model and args.run_dir and not args.file:  # `qkv eval --model X FILE`
+        args.file, args.run_dir = args.run_dir, None
     if args.src or args.ref:
         from qkv.cli.translation import evaluate_translator_from_cli
 
@@ -30,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         raise QkvError("give a text FILE to evaluate on: qkv eval RUN_DIR FILE")
     from qkv.training.evaluate import score_text
 
-    bundle = load_for_use(args.run_dir, expect="gpt", device=args.device)
+    bundle = load_for_use(model_path(args), expect="gpt", device=args.device)
     score = score_text(bundle.model, bundle.tokenizer, read_text(args.file))
     if args.json:
         print(json.dumps(score.as_dict()))

@@ -12,14 +12,14 @@ import sys
 
 import torch
 
-from qkv.cli.common import load_for_use
+from qkv.cli.common import add_model_argument, load_for_use, model_path
 from qkv.errors import QkvError
 
 HELP = "generate text with a trained GPT"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by `qkv train`")
+    add_model_argument(parser)
     parser.add_argument("--prompt", default="", help="text to continue (default: start from scratch)")
     parser.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate (default 200)")
     parser.add_argument("--temperature", type=float, default=0.8, help="0 = greedy; higher = more varied (0.8)")
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.num_samples < 1:
         raise QkvError("--num-samples must be at least 1")
-    bundle = load_for_use(args.run_dir, expect="gpt", device=args.device)
+    bundle = load_for_use(model_path(args), expect="gpt", device=args.device)
     tokenizer, model = bundle.tokenizer, bundle.model
     prompt = tokenizer.encode(args.prompt) if args.prompt else []
     if not prompt:

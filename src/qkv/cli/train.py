@@ -128,7 +128,7 @@ def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = Non
             settings["model"][key.removeprefix("model.")] = value
         elif key in {f.name for f in fields(TrainConfig)}:
             settings[key] = value
-    return TrainConfig.from_dict(settings)
+    return TrainConfig.from_dict(settings) if base else TrainConfig.create(**settings)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -146,20 +146,20 @@ def run(args: argparse.Namespace) -> int:
             )
     config = config_from_args(args, base)
     if config.task == "translate":
-        from qkv.cli.translation import train_translator_from_cli
+        from qkv.training.translation import train_translator as train
+    else:
+        from qkv.training.language_model import train_language_model as train
 
-        return train_translator_from_cli(args, config)
-    from qkv.training.language_model import train_language_model
-
-    result = train_language_model(config, resume=args.resume, quiet=args.quiet)
+    result = train(config, resume=args.resume, quiet=args.quiet)
     if not args.quiet:
         best = f"{result.best:.4f}" if result.best is not None else "-"
-        print(
-            f"\n{result.stopped} at step {result.step}; best validation loss {best}; run: {result.run_dir}",
-            file=sys.stderr,
-        )
+        metric = "validation loss" if config.task == "lm" else "validation score"
+        print(f"\n{result.stopped} at step {result.step}; best {metric} {best}; run: {result.run_dir}", file=sys.stderr)
     if not args.no_samples and result.stopped != "interrupted" and _is_main():
-        print_samples(result.run_dir, length=args.sample_length)
+        if config.task == "translate":
+            print_translations(result.run_dir, dates=config.data in (None, "dates"))
+        else:
+            print_samples(result.run_dir, length=args.sample_length)
     return 0
 
 
@@ -187,3 +187,19 @@ def print_samples(run_dir, *, length: int, temperatures: tuple[float, ...] = (0.
             sys.stdout.write(streamer.push(token))
             sys.stdout.flush()
         sys.stdout.write(streamer.flush() + "\n")
+
+
+def print_translations(run_dir, *, dates: bool, count: int = 8) -> None:
+    """Translate a few examples the model has never seen (fresh dates for the built-in task)."""
+    from qkv.data.dates import held_out_pairs
+    from qkv.decoding.translator import Translator
+
+    translator = Translator.load(run_dir)
+    if not dates:
+        return
+    fresh = held_out_pairs(1000, seed=987_654)
+    outputs = translator.translate(fresh.sources, beam=1)
+    correct = sum(o == t for o, t in zip(outputs, fresh.targets, strict=True))
+    print(f"\nexact match on {len(fresh)} freshly generated dates: {100 * correct / len(fresh):.1f}%")
+    for source, output, target in list(zip(fresh.sources, outputs, fresh.targets, strict=True))[:count]:
+        print(f"  {source:<40} -> {output}  {'ok' if output == target else 'expected ' + target}")

@@ -31,15 +31,20 @@ class TrainConfig:
     model: dict[str, Any] = field(default_factory=dict)  # overrides of the preset's architecture fields
     tokenizer: str = "char"  # char | word | bpe
     vocab_size: int | None = None  # for word/bpe tokenizers
+    shared_vocab: bool = True  # translation: one tokenizer for source and target
+    val_data: str | None = None  # translation: validation pairs (TSV or SRC,TGT); default: split off the data
     # batches and schedule
     steps: int = 2000
     batch_size: int = 12
+    max_tokens: int | None = None  # translation: batch by a token budget instead of a sentence count
     grad_accum: int = 1
     lr: float = 3e-3
     min_lr: float | None = None  # end of the cosine decay; default lr / 10
     warmup_steps: int = 100
     schedule: str = "cosine"
-    weight_decay: float = 0.1
+    optimizer: str = "muon"  # muon (Muon for the blocks' matrices + AdamW) or adamw
+    muon_lr: float = 0.02  # Muon's peak learning rate (``lr`` is AdamW's)
+    weight_decay: float = 0.0
     beta1: float = 0.9
     beta2: float = 0.99
     grad_clip: float = 1.0  # 0 disables clipping
@@ -49,6 +54,8 @@ class TrainConfig:
     eval_interval: int = 250
     eval_batches: int = 50
     early_stop: int = 0  # stop after this many evaluations without improvement (0: never)
+    bleu_sentences: int = 500  # translation: validation sentences decoded for BLEU at each evaluation
+    eval_beam: int = 1  # translation: beam size used for those decodings
     log_interval: int = 10
     checkpoint_interval: int | None = None  # default: every evaluation
     keep_checkpoints: int = 2
@@ -57,6 +64,12 @@ class TrainConfig:
     device: str = "auto"
     precision: str = "auto"
     threads: int | None = None  # CPU threads for torch; default: all cores
+
+    @classmethod
+    def create(cls, **settings: Any) -> TrainConfig:
+        """Defaults, then the task's own defaults (:data:`TASK_DEFAULTS`), then ``settings``."""
+        task = settings.get("task", cls.task)
+        return cls.from_dict({**TASK_DEFAULTS.get(task, {}), **settings})
 
     def __post_init__(self) -> None:
         if self.min_lr is None:
@@ -71,6 +84,8 @@ class TrainConfig:
             raise QkvError(f"--task {self.task!r} is unknown: choose one of {', '.join(TASKS)}")
         if self.schedule not in SCHEDULES:
             raise QkvError(f"--schedule {self.schedule!r} is unknown: choose one of {', '.join(SCHEDULES)}")
+        if self.optimizer not in ("muon", "adamw"):
+            raise QkvError(f"--optimizer {self.optimizer!r} is unknown: choose muon or adamw")
         if self.precision not in PRECISIONS:
             raise QkvError(f"--precision {self.precision!r} is unknown: choose one of {', '.join(PRECISIONS)}")
         if self.tokenizer not in ("char", "word", "bpe"):
@@ -92,6 +107,10 @@ class TrainConfig:
             raise QkvError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.grad_clip < 0 or self.weight_decay < 0:
             raise QkvError("--grad-clip and --weight-decay must not be negative")
+        if self.task == "lm" and (self.val_data or self.max_tokens):
+            raise QkvError("--val-data and --max-tokens are for --task translate: drop them for a language model")
+        if self.bleu_sentences < 0 or self.eval_beam < 1:
+            raise QkvError("--bleu-sentences must be >= 0 and --eval-beam >= 1")
         if self.vocab_size is not None and self.tokenizer == "char":
             raise QkvError("--vocab-size applies to word and bpe tokenizers: drop it or add --tokenizer bpe")
 
@@ -115,6 +134,23 @@ class TrainConfig:
         data = self.to_dict()
         data.update(changes)
         return TrainConfig(**data)
+
+
+# What differs for translation: the paper's encoder-decoder, batches of sentences, label smoothing 0.1.
+TASK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "translate": dict(
+        preset="transformer-tiny",
+        batch_size=64,
+        lr=1e-3,
+        warmup_steps=200,
+        steps=3000,
+        label_smoothing=0.1,
+        weight_decay=0.01,
+        eval_interval=500,
+        eval_batches=20,
+        beta2=0.98,
+    ),
+}
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:

@@ -26,8 +26,13 @@ class LanguageModelTask:
 
     def __init__(self, batches: TokenBatches, *, batch_size: int, eval_batches: int, device: torch.device) -> None:
         self.batches, self.batch_size, self.eval_batches, self.device = batches, batch_size, eval_batches, device
-        self.generators = {"data": batches.generator}
         self.metric = "val_loss" if batches.n_val_tokens else "train_eval_loss"
+
+    def state_dict(self) -> dict:
+        return self.batches.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.batches.load_state_dict(state)
 
     def train_batch(self, rank: int, world_size: int) -> tuple[Tensor, Tensor]:
         x, y = self.batches.train_batch(self.batch_size, rank=rank, world_size=world_size)

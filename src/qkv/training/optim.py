@@ -1,9 +1,14 @@
-"""The optimizer: AdamW with weight decay on matrices only.
+"""The optimizer: Muon for the blocks' weight matrices, AdamW for everything else (or AdamW throughout).
 
-Decay pulls weights towards zero; it is meant for the matrices that mix features (W_q, W_k, W_v, W_o,
-the FFN, the embeddings), not for biases and LayerNorm gains, whose scale carries meaning. The fused
-AdamW kernel (one pass over all parameters instead of several small ops per tensor) is used where torch
-has it (CPU and CUDA).
+Weight decay pulls weights towards zero; it is meant for matrices that mix features, not for biases and
+LayerNorm gains, whose scale carries meaning. AdamW is used as torch's fused kernel where torch has one
+(one pass over all parameters instead of several small ops per tensor).
+
+Muon (:mod:`qkv.training.muon`) orthogonalises the momentum of each matrix of the linear layers inside the
+blocks (W_q, W_k, W_v, W_o, W_1, W_2). On Tiny Shakespeare's 2000-step benchmark it lowers the validation
+loss from about 1.72 (AdamW, best settings found) to about 1.59 at the same cost per step; see
+docs/training.md. Embeddings, the unembedding, biases and LayerNorm gains keep AdamW, as Muon's authors
+recommend.
 """
 
 from __future__ import annotations
@@ -11,9 +16,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from qkv.training.muon import muon_update
+
+OPTIMIZERS = ("muon", "adamw")
+
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two groups: tensors with >= 2 dimensions decay, the rest do not. Shared (tied) tensors appear once."""
+    """Two AdamW groups: tensors with >= 2 dimensions decay, the rest do not. Tied tensors appear once."""
     decay, no_decay = [], []
     for parameter in model.parameters():  # parameters() yields a tied tensor once
         if parameter.requires_grad:
@@ -24,9 +33,78 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
+def linear_weights(model: nn.Module) -> list[nn.Parameter]:
+    """The weight matrices of every nn.Linear (the blocks' projections; embeddings are not nn.Linear)."""
+    seen: dict[int, nn.Parameter] = {}
+    for module in model.modules():
+        if isinstance(module, nn.Linear) and module.weight.requires_grad:
+            seen.setdefault(id(module.weight), module.weight)
+    return list(seen.values())
+
+
+class MuonWithAdamW(torch.optim.Optimizer):
+    """One optimizer object: Muon for the groups marked ``muon``, AdamW for the others.
+
+    Being a single ``torch.optim.Optimizer`` keeps the trainer, learning-rate schedule and checkpoints the
+    same as for plain AdamW. Each group's ``lr_scale`` multiplies the scheduled learning rate (Muon's own
+    rate is larger than AdamW's).
+    """
+
+    def __init__(self, groups: list[dict], *, betas: tuple[float, float], eps: float = 1e-8) -> None:
+        defaults = dict(lr=1e-3, betas=betas, eps=eps, weight_decay=0.0, muon=False, lr_scale=1.0, momentum=0.95)
+        super().__init__(groups, defaults)
+
+    @torch.no_grad()
+    def step(self, closure=None):  # noqa: ANN001
+        for group in self.param_groups:
+            if group["muon"]:
+                muon_update(self, group)
+            else:
+                self._adamw_group(group)
+        return None
+
+    def _adamw_group(self, group: dict) -> None:
+        beta1, beta2 = group["betas"]
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            state = self.state[p]
+            if not state:
+                state["step"] = torch.zeros((), dtype=torch.float32)
+                state["exp_avg"] = torch.zeros_like(p)
+                state["exp_avg_sq"] = torch.zeros_like(p)
+            state["step"] += 1
+            step = state["step"].item()
+            if group["weight_decay"]:
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+            state["exp_avg"].lerp_(p.grad, 1 - beta1)
+            state["exp_avg_sq"].mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+            denominator = (state["exp_avg_sq"] / (1 - beta2**step)).sqrt_().add_(group["eps"])
+            p.addcdiv_(state["exp_avg"], denominator, value=-group["lr"] / (1 - beta1**step))
+
+
 def make_optimizer(
-    model: nn.Module, *, lr: float, weight_decay: float, betas: tuple[float, float], device_type: str
-) -> torch.optim.AdamW:
-    """AdamW over :func:`parameter_groups`, fused on CPU and CUDA."""
-    fused = device_type in ("cpu", "cuda")
-    return torch.optim.AdamW(parameter_groups(model, weight_decay), lr=lr, betas=betas, fused=fused)
+    model: nn.Module,
+    *,
+    lr: float,
+    weight_decay: float,
+    betas: tuple[float, float],
+    device_type: str,
+    kind: str = "adamw",
+    muon_lr: float = 0.02,
+    muon_momentum: float = 0.95,
+) -> torch.optim.Optimizer:
+    """AdamW over :func:`parameter_groups` (fused on CPU and CUDA), or Muon + AdamW (``kind="muon"``)."""
+    if kind == "adamw":
+        fused = device_type in ("cpu", "cuda")
+        return torch.optim.AdamW(parameter_groups(model, weight_decay), lr=lr, betas=betas, fused=fused)
+    matrices = linear_weights(model)
+    chosen = {id(p) for p in matrices}
+    rest = [p for p in model.parameters() if p.requires_grad and id(p) not in chosen]
+    groups = [
+        {"params": matrices, "muon": True, "lr_scale": muon_lr / lr, "momentum": muon_momentum,
+         "weight_decay": weight_decay},
+        {"params": [p for p in rest if p.dim() >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    return MuonWithAdamW([g for g in groups if g["params"]], betas=betas)

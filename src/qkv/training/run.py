@@ -71,8 +71,9 @@ def load_run_config(run_dir: str | Path) -> tuple[TrainConfig, dict[str, Any]]:
         raise QkvError(f"{path} is damaged (no 'train' settings): restore it from a backup") from None
 
 
-def check_same_data(text: str, saved: dict[str, Any], run_dir: Path) -> None:
-    if saved.get("sha256") and saved["sha256"] != fingerprint(text):
+def check_same_data(current: dict[str, Any], saved: dict[str, Any], run_dir: Path) -> None:
+    """Refuse to resume on data whose fingerprint differs from the one the run started with."""
+    if saved.get("sha256") and saved["sha256"] != current.get("sha256"):
         raise QkvError(
             f"the training data changed since {run_dir} was started (different sha256): resume with the "
             "original data, or start a new run"

@@ -42,7 +42,6 @@ class Task(Protocol):
 
     metric: str  # the evaluation metric that picks the best model, e.g. "val_loss" or "bleu"
     higher_is_better: bool
-    generators: dict[str, torch.Generator]  # random streams to save for an exact resume
 
     def train_batch(self, rank: int, world_size: int) -> Any: ...
 
@@ -51,6 +50,12 @@ class Task(Protocol):
         ...
 
     def evaluate(self, model: nn.Module) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the data stream stands (tensors allowed), for an exact resume."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 class TrainingDiverged(QkvError):
@@ -115,6 +120,8 @@ class Trainer:
             weight_decay=config.weight_decay,
             betas=(config.beta1, config.beta2),
             device_type=device.type,
+            kind=config.optimizer,
+            muon_lr=config.muon_lr,
         )
         self.scaler = precision.scaler()
         self.train_model: nn.Module = model
@@ -157,10 +164,10 @@ class Trainer:
             self.run_dir,
             model=self.model,
             optimizer=self.optimizer,
-            generators=self.task.generators,
             scaler=self.scaler,
             map_location=self.device,
         )
+        self.task.load_state_dict(state.pop("data"))
         self.state = TrainState(**state)
         self.metrics.truncate_after(self.state.step)
 
@@ -176,8 +183,7 @@ class Trainer:
             step=self.state.step,
             model=self.model,
             optimizer=self.optimizer,
-            trainer_state=self.state.to_dict(),
-            generators=self.task.generators,
+            trainer_state={**self.state.to_dict(), "data": self.task.state_dict()},
             scaler=self.scaler,
             keep=self.config.keep_checkpoints,
         )
@@ -196,7 +202,7 @@ class Trainer:
             d_model=d_model,
         )
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group.get("lr_scale", 1.0)  # Muon's groups run at a larger rate than AdamW's
         return lr
 
     def _train_step(self) -> tuple[Tensor, int]:

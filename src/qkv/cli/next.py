@@ -1,0 +1,66 @@
+"""Show the model's next-token distribution after a prompt: the top tokens with their logits and their
+probabilities softmax(logits / T) at several temperatures side by side, as a table and as a bar chart.
+
+The order of the tokens is the same at every temperature (dividing by T keeps the order of the logits);
+a low T piles the probability onto the likeliest tokens, a high T spreads it out. For a translator, TEXT is
+the source sentence and --target the start of the translation; the distribution is over the next target
+token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from qkv.cli.common import add_model_argument, load_any, model_path
+from qkv.errors import QkvError
+
+HELP = "show the next-token distribution at several temperatures (table + bar chart)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_argument(parser)
+    parser.add_argument("text", help="the prompt (a translator's source sentence)")
+    parser.add_argument("--target", default="", help="a translator's target prefix (default: none, just <bos>)")
+    parser.add_argument("--top", type=int, default=10, help="how many tokens to show (default 10)")
+    parser.add_argument(
+        "--temperatures", type=float, nargs="+", default=[0.5, 1.0, 2.0], help="temperatures T (default 0.5 1 2)"
+    )
+    parser.add_argument("--plot", default="next-token.png", help="the bar chart to write (default next-token.png)")
+    parser.add_argument("--no-plot", action="store_true", help="do not draw the bar chart")
+    parser.add_argument("--digits", type=int, default=4, help="decimals shown (default 4)")
+    parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from qkv.inspect.figures import draw_next_token
+    from qkv.inspect.next_token import next_token, next_token_table
+
+    if args.digits < 0:
+        raise QkvError("--digits must be >= 0")
+    bundle = load_any(model_path(args))
+    if args.target and bundle.config.kind != "transformer":
+        raise QkvError("--target is for translators: a GPT continues the prompt itself")
+    result = next_token(bundle, args.text, temperatures=args.temperatures, top=args.top, target_prefix=args.target)
+    picture = None
+    if not args.no_plot:
+        context = "".join(result.context_tokens)
+        title = f"P(next token | {context[-40:]!r}) = softmax(logits / T)"
+        picture = draw_next_token(result.top_tokens, result.top_probabilities, result.temperatures, args.plot,
+                                  title=title)  # fmt: skip
+    if args.json:
+        data = result.to_dict()
+        data["plot"] = str(picture.path) if picture else None
+        print(json.dumps(data, ensure_ascii=False))
+        return 0
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console()
+    console.print(Text("context: " + " ".join(result.context_tokens)))
+    console.print(next_token_table(result, digits=args.digits))
+    entropy = ", ".join(f"T={t:g}: {h:.3f}" for t, h in zip(result.temperatures, result.entropy(), strict=True))
+    console.print(Text(f"entropy (nats; higher is flatter): {entropy}", style="dim"))
+    if picture is not None:
+        console.print(Text(f"wrote {picture.path} ({picture.panels} charts, {picture.width}x{picture.height} pixels)"))
+    return 0

@@ -1,0 +1,68 @@
+"""Serve a model over HTTP, with a web playground where you watch it think.
+
+Open the printed address in a browser: type a prompt and see the next-token distribution, move the
+temperature, top-k and top-p controls and watch it reshape, generate and see tokens arrive one by one, and
+look at the attention of every layer and head. The API (OpenAI-style /v1/completions, /v1/translations,
+/v1/next-token, /v1/attention, /v1/model, /health) is described in docs/serve.md and at /docs.
+
+The server listens on 127.0.0.1 (this machine only) unless --host says otherwise; it has no authentication.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from qkv.cli.common import add_model_argument, load_any, model_path
+from qkv.errors import QkvError
+
+HELP = "serve a model over HTTP, with a web playground"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_argument(parser, what="a run directory, or a pretrained model folder or Hub name")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    parser.add_argument("--max-prompt-tokens", type=int, default=1024, help="longest prompt accepted (1024)")
+    parser.add_argument("--max-tokens", type=int, default=512, help="largest max_tokens a request may ask for (512)")
+    parser.add_argument(
+        "--max-concurrent", type=int, default=2, help="generations running at once; others wait (default 2)"
+    )
+    parser.add_argument(
+        "--queue-timeout", type=float, default=10.0, help="seconds a request waits for a free slot before 503 (10)"
+    )
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or mps (default cpu)")
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from qkv.server import Limits, create_app
+    except ImportError as error:
+        raise QkvError(
+            f"qkv serve needs the server extra ({error.name} is missing): pip install -e '.[server]'"
+        ) from None
+    try:
+        limits = Limits(args.max_prompt_tokens, args.max_tokens, args.max_concurrent, args.queue_timeout)
+    except ValueError as error:
+        raise QkvError(f"{error}: check the --max-* and --queue-timeout flags") from None
+    if not 0 <= args.port <= 65535:
+        raise QkvError(f"--port {args.port} is not a port number: use 1-65535, or 0 for a free one")
+    bundle = load_any(model_path(args), device=args.device)
+    app = create_app(bundle, limits)
+    service = app.state.service
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"qkv serve: {service.name}, {service.info().description}", file=sys.stderr)
+    if args.port:
+        print(
+            f"qkv serve: playground at http://{shown}:{args.port}/  (API docs at /docs; Ctrl-C stops)", file=sys.stderr
+        )
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(
+            f"note: listening on {args.host} with no authentication: anyone who can reach it can use it",
+            file=sys.stderr,
+        )
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=3)
+    return 0

@@ -1,0 +1,143 @@
+"""Translate text with a trained encoder-decoder: sentences in, sentences out.
+
+    from qkv.decoding.translator import Translator
+    translator = Translator.load("runs/translate-...")
+    translator.translate(["le 3 mars 2021"])            # ['2021-03-03']
+    translator.score(sources, references)              # sacrebleu BLEU and chrF
+
+Each batch of sentences is tokenized, padded (with a padding mask), encoded once, and decoded greedily or
+with beam search (:mod:`qkv.decoding.translate`); sources longer than the model's maximum are cropped.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+from qkv.checkpoint import ModelBundle
+from qkv.decoding.translate import Hypothesis, beam_search, greedy_decode
+from qkv.errors import QkvError
+from qkv.models.transformer import Transformer
+from qkv.tokenizers import Tokenizer
+
+
+@dataclass
+class Scores:
+    bleu: float
+    chrf: float
+    bleu_signature: str
+    chrf_signature: str
+    bleu_text: str  # sacrebleu's one-line summary, e.g. "BLEU = 35.2 66.1/42.0/28.5/19.4 (BP = ...)"
+
+    def as_dict(self) -> dict[str, float | str]:
+        return dict(self.__dict__)
+
+
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
+    """sacrebleu's corpus BLEU and chrF of ``hypotheses`` against one reference each."""
+    import sacrebleu
+
+    if len(hypotheses) != len(references):
+        raise QkvError(
+            f"there are {len(hypotheses)} translations but {len(references)} references: give one reference per line"
+        )
+    bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
+    b = bleu.corpus_score(list(hypotheses), [list(references)])
+    c = chrf.corpus_score(list(hypotheses), [list(references)])
+    return Scores(b.score, c.score, str(bleu.get_signature()), str(chrf.get_signature()), str(b))
+
+
+class Translator:
+    """A trained encoder-decoder with its source and target tokenizers."""
+
+    def __init__(self, model: Transformer, source_tokenizer: Tokenizer, target_tokenizer: Tokenizer | None = None):
+        self.model = model
+        self.source_tokenizer = source_tokenizer
+        self.target_tokenizer = target_tokenizer or source_tokenizer
+        target = self.target_tokenizer
+        if target.bos_id is None or target.eos_id is None:
+            raise QkvError("the target tokenizer has no <bos> or <eos> token: a translator needs both to decode")
+        self.cropped = 0  # sources cropped to the model's maximum length so far
+
+    @classmethod
+    def from_bundle(cls, bundle: ModelBundle) -> Translator:
+        if not isinstance(bundle.model, Transformer):
+            raise QkvError(f"{bundle.path} holds a {bundle.config.kind} model, not a translator")
+        return cls(bundle.model, bundle.tokenizer, bundle.target_tokenizer)
+
+    @classmethod
+    def load(cls, path: str | Path, *, device: str = "cpu") -> Translator:
+        from qkv.checkpoint import load_model_dir
+
+        return cls.from_bundle(load_model_dir(path, device=device))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def encode_sources(self, sentences: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token ids (B, S) and padding mask (B, S) of ``sentences``, cropped to the model's max_len."""
+        limit = self.model.config.max_len
+        ids = []
+        for sentence in sentences:
+            tokens = self.source_tokenizer.encode(sentence)
+            if len(tokens) > limit:
+                self.cropped += 1
+                warnings.warn(
+                    f"a source sentence of {len(tokens)} tokens was cropped to the model's maximum of {limit}",
+                    stacklevel=3,
+                )
+                tokens = tokens[:limit]
+            if not tokens:
+                tokens = [self.source_tokenizer.unk_id if self.source_tokenizer.unk_id is not None else 0]
+            ids.append(torch.tensor(tokens, dtype=torch.long))
+        pad = self.source_tokenizer.pad_id if self.source_tokenizer.pad_id is not None else 0
+        src = pad_sequence(ids, batch_first=True, padding_value=pad)
+        lengths = torch.tensor([len(t) for t in ids])
+        mask = torch.arange(src.shape[1])[None, :] >= lengths[:, None]
+        return src.to(self.device), mask.to(self.device)
+
+    def translate_n_best(
+        self,
+        sentences: Sequence[str],
+        *,
+        beam: int = 4,
+        n_best: int = 1,
+        length_penalty: float = 1.0,
+        max_len_a: float = 1.5,
+        max_len_b: int = 10,
+        batch_size: int = 32,
+    ) -> list[list[tuple[str, float]]]:
+        """For every sentence, the ``n_best`` translations with their scores, best first."""
+        results: list[list[tuple[str, float]]] = []
+        target = self.target_tokenizer
+        for start in range(0, len(sentences), batch_size):
+            src, mask = self.encode_sources(sentences[start : start + batch_size])
+            common = dict(bos_id=target.bos_id, eos_id=target.eos_id, max_len_a=max_len_a, max_len_b=max_len_b)
+            if beam == 1 and n_best == 1:
+                outputs = [[Hypothesis(tokens, 0.0, 0.0)] for tokens in greedy_decode(self.model, src, mask, **common)]
+            else:
+                outputs = beam_search(
+                    self.model, src, mask, beam_size=beam, n_best=n_best, length_penalty=length_penalty, **common
+                )
+            for hypotheses in outputs:
+                results.append([(target.decode(h.tokens), h.score) for h in hypotheses])
+        return results
+
+    def translate(self, sentences: Sequence[str], *, beam: int = 4, **kwargs) -> list[str]:
+        """The best translation of every sentence."""
+        return [n_best[0][0] for n_best in self.translate_n_best(sentences, beam=beam, **kwargs)]
+
+    def score(self, sources: Sequence[str], references: Sequence[str], *, beam: int = 4, **kwargs) -> Scores:
+        """Translate ``sources`` and compare with ``references``: sacrebleu BLEU and chrF."""
+        if len(sources) != len(references):
+            raise QkvError(
+                f"there are {len(sources)} source sentences but {len(references)} references: the files must be "
+                "line-aligned"
+            )
+        return corpus_scores(self.translate(sources, beam=beam, **kwargs), references)

@@ -1,0 +1,103 @@
+"""One head of a real model explained: the numbers of :mod:`qkv.inspect.explain` read from a forward pass.
+
+The token embeddings, positional encodings and the chosen layer's Q, K, V come from the model's own
+forward pass (:func:`~qkv.inspect.trace.trace`, i.e. :func:`qkv.layers.capture.capture`); steps 4-8 are
+recomputed from them with qkv's attention functions and checked against the weights the model computed
+itself; step 9 concatenates every head of the layer and applies the layer's own W_o.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qkv.checkpoint import ModelBundle
+from qkv.errors import QkvError
+from qkv.inspect.explain import Explanation, explain_attention
+from qkv.inspect.trace import check_layer_head, trace
+
+
+def _embedding_prefix(kind: str, stream: str) -> str:
+    if kind != "transformer":
+        return "embedding"
+    return "src_embedding" if stream == "source" else "tgt_embedding"
+
+
+def explain_model(
+    bundle: ModelBundle,
+    text: str,
+    *,
+    layer: int = 0,
+    head: int = 0,
+    part: str | None = None,
+    causal: bool | None = None,
+    query: str | int | None = None,
+    target: str | None = None,
+) -> Explanation:
+    """One head of a real model on ``text``: embeddings, positions, Q, K, V and the weights, all from the
+    model's own forward pass (:func:`~qkv.inspect.trace.trace`), then every step recomputed from its Q, K, V
+    and compared with the weights the model computed itself (``model_difference``).
+
+    ``part`` picks "encoder", "decoder" or "cross" attention (default: the model's first); ``causal``
+    overrides the model's mask (the weights then differ from the model's, and a note says so). The
+    multi-head step uses all heads' Q, K, V of the layer and the layer's own W_o (``out_proj``).
+    """
+    if target is not None and bundle.config.kind != "transformer":
+        raise QkvError("--target is for translators: a GPT or an encoder reads one text")
+    traced = trace(bundle, text, target=target)
+    spec = traced.part(part)
+    check_layer_head(spec, layer, head)
+    if causal and spec.name == "cross":
+        raise QkvError("cross-attention has no causal mask (each target token sees the whole source): drop --causal")
+    use_causal = spec.causal if causal is None else causal
+    q, k, v = (traced.attention(spec, layer, name).cpu() for name in ("q", "k", "v"))  # (h, T, d_k)
+    module = traced.model.get_submodule(spec.module_name(layer))
+    w_o = module.out_proj.weight.detach().cpu().T  # nn.Linear computes x W^T: W_o = weight^T (h*d_k, d_model)
+    b_o = module.out_proj.bias.detach().cpu() if module.out_proj.bias is not None else None
+    where = f"layer {layer}, head {head} of {spec.n_heads}"
+    explanation = explain_attention(
+        traced.tokens(spec.queries),
+        q,
+        k,
+        v,
+        key_tokens=traced.tokens(spec.keys),
+        head=head,
+        causal=use_causal,
+        query=query,
+        out_proj=(w_o, b_o),
+        title=f"{spec.title}, {where} ({bundle.path})",
+        variant="model",
+    )
+    explanation.layer, explanation.part = layer, spec.name
+    prefix = _embedding_prefix(traced.kind, spec.queries)
+    acts = traced.acts
+    explanation.embeddings = acts[f"{prefix}.tokens"][0].double().cpu().numpy()
+    if f"{prefix}.positions" in acts:
+        explanation.positions = acts[f"{prefix}.positions"].double().cpu().numpy()
+    explanation.inputs = acts[f"{prefix}.output"][0].double().cpu().numpy()
+    own = traced.attention(spec, layer, "weights")[head].double().cpu().numpy()
+    explanation.model_difference = float(np.abs(own - explanation.weights).max())
+    notes = explanation.notes
+    if traced.generated:
+        notes.append("The target is the model's own greedy translation, fed back teacher-forced after <bos>.")
+    if use_causal != spec.causal:
+        notes.append(
+            f"The model {'uses' if spec.causal else 'does not use'} a causal mask here; these weights are "
+            "recomputed with your choice and are not the model's own."
+        )
+    if getattr(bundle.config, "positional", "") == "rope":
+        notes.append("Positions enter through RoPE: Q and K are rotated by their position's angle (no PE is added).")
+    pre_ln = getattr(bundle.config, "norm_first", False)
+    source = "the embeddings" if layer == 0 else f"the output of block {layer - 1}"
+    if layer == 0 and (getattr(bundle.config, "embedding_norm", False) or getattr(bundle.config, "type_vocab_size", 0)):
+        source = "the embeddings (+ segment embeddings, then LayerNorm, as in BERT)"
+    d_k = q.shape[-1]
+    columns = f"columns {head * d_k}..{(head + 1) * d_k - 1} for head {head}"
+    if spec.name == "cross":
+        notes.append(
+            "Cross-attention: Q = the decoder's vectors after this block's masked self-attention times W_q; "
+            f"K, V = the encoder output (memory) times W_k, W_v; {columns}."
+        )
+    else:
+        after = " after LayerNorm" if pre_ln else ""
+        notes.append(f"Q, K, V = {source}{after} times this layer's W_q, W_k, W_v (+ bias), {columns}.")
+    return explanation

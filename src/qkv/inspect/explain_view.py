@@ -1,0 +1,187 @@
+"""An :class:`~qkv.inspect.explain.Explanation` printed as a sequence of terminal tables (rich).
+
+Each step gets a heading that names the operation with the seeds' symbols and one table of real numbers,
+rows labelled by token. Wide matrices (a real model's d_k or d_model columns) are cut to ``max_columns``
+with a "…" column; ``qkv explain --json`` has every number. The focused query's row is drawn in bold, and a
+last table writes its dot products out term by term, as seed 004 does for "quick".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from qkv.inspect.explain import Explanation
+
+
+def _number(value: float, digits: int) -> str:
+    if np.isneginf(value):
+        return "-inf"
+    return f"{value:.{digits}f}"
+
+
+def matrix_table(
+    matrix: np.ndarray,
+    rows: list[str],
+    columns: list[str] | None = None,
+    *,
+    digits: int = 4,
+    max_columns: int = 10,
+    bold_row: int | None = None,
+    title: str | None = None,
+    row_sums: bool = False,
+) -> Table:
+    """A rich table of ``matrix`` (R, C) with one labelled row per token; at most ``max_columns`` columns."""
+    n_cols = matrix.shape[1]
+    columns = columns or [str(j) for j in range(n_cols)]
+    shown = list(range(min(n_cols, max_columns)))
+    table = Table(
+        title=None if title is None else Text(title, style="italic"),
+        title_justify="left",
+        show_edge=False,
+        pad_edge=False,
+        header_style="bold cyan",
+    )
+    table.add_column("", style="bold", no_wrap=True)
+    for j in shown:
+        table.add_column(Text(columns[j]), justify="right", no_wrap=True)
+    if n_cols > len(shown):
+        table.add_column(f"… +{n_cols - len(shown)}", justify="left", style="dim")
+    if row_sums:
+        table.add_column("row sum", justify="right", style="green")
+    for i, label in enumerate(rows):
+        cells = [_number(matrix[i, j], digits) for j in shown]
+        if n_cols > len(shown):
+            cells.append("…")
+        if row_sums:
+            cells.append(_number(float(np.sum(matrix[i])), digits))
+        table.add_row(Text(label), *cells, style="bold yellow" if i == bold_row else None)
+    return table
+
+
+def _heading(console: Console, step: str, text: str) -> None:
+    console.print()
+    console.rule(Text.assemble((step, "bold magenta"), "  ", text), align="left", style="magenta")
+
+
+def _focus_table(e: Explanation, digits: int) -> Table:
+    """Seed 004's step 4 for one query: q . k_j written out, scaled, softmaxed, and the weighted values."""
+    i = e.query
+    assert i is not None
+    q = e.queries[i]
+    table = Table(show_edge=False, pad_edge=False, header_style="bold cyan")
+    table.add_column("key", no_wrap=True)
+    table.add_column("q · k_j", max_width=34, overflow="fold")
+    table.add_column("score", justify="right", min_width=digits + 3, no_wrap=True)
+    table.add_column("/ sqrt(d_k)" if e.scale != 1.0 else "(no scaling)", justify="right", min_width=digits + 3)
+    if e.causal:
+        table.add_column("masked", justify="right", min_width=digits + 3, no_wrap=True)
+    table.add_column("weight α", justify="right", style="green", min_width=digits + 3, no_wrap=True)
+    table.add_column("α · v_j", min_width=12)
+    for j, token in enumerate(e.key_tokens):
+        k = e.keys[j]
+        terms = [f"{a:.{digits}g}×{b:.{digits}g}" for a, b in zip(q, k, strict=True)]
+        product = " + ".join(terms) if len(terms) <= 4 else " + ".join(terms[:2]) + f" + … ({len(terms)} terms)"
+        weighted = e.weights[i, j] * e.values[j]
+        shown = ", ".join(_number(x, digits) for x in weighted[:3]) + (", …" if len(weighted) > 3 else "")
+        cells = [Text(token), product, _number(e.scores[i, j], digits), _number(e.scaled[i, j], digits)]
+        if e.causal:
+            cells.append(_number(e.masked[i, j], digits))
+        cells += [_number(e.weights[i, j], digits), f"[{shown}]"]
+        table.add_row(*cells)
+    return table
+
+
+def render_explanation(
+    e: Explanation, console: Console | None = None, *, digits: int = 4, max_columns: int = 10
+) -> None:
+    """Print every step of ``e`` to ``console`` (default: a new stdout console)."""
+    console = console or Console()
+    kw = dict(digits=digits, max_columns=max_columns)
+    bold = e.query
+    console.print(Text(e.title or "Scaled dot-product attention, one head", style="bold"))
+    console.print(Text("Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V", style="italic"))
+    for note in e.notes:
+        console.print(Text(f"note: {note}", style="dim"))
+
+    _heading(console, "1", "Tokens: the text broken into little pieces (seed 000)")
+    console.print(Text("  " + "  ".join(f"[{i}] {t}" for i, t in enumerate(e.query_tokens))))
+    if e.key_tokens != e.query_tokens:
+        keys = "  ".join(f"[{j}] {t}" for j, t in enumerate(e.key_tokens))
+        console.print(Text(f"  keys and values come from: {keys}"))
+
+    if e.embeddings is not None or e.inputs is not None:
+        plus = " + positions" if e.positions is not None else ""
+        _heading(console, "2", f"Embeddings: one vector per token (rows of W_E){plus}")
+        tokens = e.query_tokens
+        if e.embeddings is not None:
+            console.print(matrix_table(e.embeddings, tokens, title="token embeddings W_E[token]", bold_row=bold, **kw))
+        if e.positions is not None:
+            console.print(matrix_table(e.positions, tokens, title="positional encodings PE[position]", **kw))
+            console.print(matrix_table(e.inputs, tokens, title="X = W_E[token] + PE[position]", bold_row=bold, **kw))
+        elif e.embeddings is None and e.inputs is not None:
+            console.print(matrix_table(e.inputs, tokens, title="X (given)", bold_row=bold, **kw))
+
+    d_k = e.d_k
+    head = f" (head {e.head} of {e.n_heads}, d_k = {d_k})" if e.n_heads > 1 else f" (d_k = {d_k})"
+    if e.variant == "projected":
+        _heading(console, "3", "Projections: q_i = x_i W_q, k_i = x_i W_k, v_i = x_i W_v" + head)
+        for n, w in e.projections.items():
+            console.print(matrix_table(w, [f"row {r}" for r in range(w.shape[0])], title=n, **kw))
+    elif e.variant == "no-weights":
+        _heading(console, "3", "No projections: each token is its own query, key and value (q_i = k_i = v_i = x_i)")
+    elif e.variant == "given":
+        _heading(console, "3", "Queries, keys, values: given by the example" + head)
+    else:
+        _heading(console, "3", f"Queries, keys, values of layer {e.layer}" + head)
+    console.print(matrix_table(e.queries, e.query_tokens, title="Q", bold_row=bold, **kw))
+    console.print(matrix_table(e.keys, e.key_tokens, title="K", **kw))
+    console.print(matrix_table(e.values, e.key_tokens, title="V", **kw))
+
+    _heading(console, "4", "Scores Q K^T: the dot product of every query with every key")
+    console.print(matrix_table(e.scores, e.query_tokens, e.key_tokens, bold_row=bold, **kw))
+    if e.scale != 1.0:
+        _heading(console, "5", f"Scaled by 1/sqrt(d_k) = 1/sqrt({d_k}) = {e.scale:.{digits}f}")
+        console.print(matrix_table(e.scaled, e.query_tokens, e.key_tokens, bold_row=bold, **kw))
+    else:
+        _heading(console, "5", "No scaling here (section 3.3.1 scales only once there are trainable weights)")
+    if e.causal:
+        _heading(console, "6", "Causal mask: -inf where a query would see a later token (e^-inf = 0)")
+        console.print(matrix_table(e.masked, e.query_tokens, e.key_tokens, bold_row=bold, **kw))
+    else:
+        _heading(console, "6", "No mask: every query sees every key (use --causal for the decoder's mask)")
+    _heading(console, "7", "Softmax of each row: attention weights, each row sums to 1")
+    console.print(matrix_table(e.weights, e.query_tokens, e.key_tokens, bold_row=bold, row_sums=True, **kw))
+    if e.model_difference is not None:
+        same = e.model_difference < 1e-5
+        verdict = "equal to" if same else "differ from"
+        console.print(
+            Text(
+                f"  {verdict} the weights the model computed in its own forward pass "
+                f"(max difference {e.model_difference:.1e})",
+                style="green" if same else "yellow",
+            )
+        )
+    _heading(console, "8", "Output = weights × V: each row a weighted sum of the value vectors")
+    console.print(matrix_table(e.output, e.query_tokens, bold_row=bold, **kw))
+
+    if e.query is not None:
+        token = e.query_tokens[e.query]
+        _heading(console, "·", f"Focus on the query of {token!r} (row {e.query})")
+        console.print(_focus_table(e, digits))
+        out = ", ".join(_number(x, digits) for x in e.output[e.query][:max_columns])
+        more = ", …" if e.output.shape[1] > max_columns else ""
+        console.print(Text(f"  sum of α · v_j = output for {token!r}: [{out}{more}]"))
+
+    if e.heads is not None:
+        h = e.heads
+        width = h.concat.shape[1]
+        bias = " + b_o" if h.b_o is not None else ""
+        sizes = f"{e.n_heads} × {h.head_outputs.shape[-1]} = {width} columns"
+        _heading(console, "9", f"{e.n_heads} heads concatenated ({sizes}), then × W_o{bias}")
+        console.print(matrix_table(h.concat, e.query_tokens, title="concat(head 0, head 1, ...)", bold_row=bold, **kw))
+        title = f"concat W_o{bias}: the layer's output ({h.output.shape[1]} columns)"
+        console.print(matrix_table(h.output, e.query_tokens, title=title, bold_row=bold, **kw))
+    console.print()

@@ -1,0 +1,215 @@
+"""The pictures of :mod:`qkv.inspect`, drawn with matplotlib (Agg, no display needed) and saved as PNG.
+
+Every drawing function returns a :class:`Picture`: where the PNG went, its size in pixels and how many
+panels it holds, so a caller (or a test) can check what was drawn without reading the image back.
+
+- :func:`draw_attention`: a grid of attention maps, layers as rows and heads as columns (seed 004's "attend
+  to all words ... to varying degrees"), or one map with its weights written in the cells;
+- :func:`draw_next_token`: the top tokens' probabilities at several temperatures side by side (seed 000:
+  T flattens or sharpens the softmax);
+- :func:`draw_embedding_map`: token embeddings projected to 2-D, labelled (seed 000: "words with similar
+  meanings tend to land near each other");
+- :func:`draw_positional_table`: the positional-encoding table, positions x dimensions (seed 001's sines
+  and cosines).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from qkv.errors import QkvError
+from qkv.io import atomic_write
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from qkv.inspect.attention_maps import AttentionGroup
+
+DPI = 100
+
+
+@dataclass
+class Picture:
+    """A PNG written by one of the drawing functions."""
+
+    path: Path
+    width: int  # pixels
+    height: int
+    panels: int  # heatmaps or bar charts in the picture
+    rows: int = 1
+    columns: int = 1
+
+
+def png_size(path: str | Path) -> tuple[int, int]:
+    """(width, height) in pixels from a PNG's header; QkvError if the file is not a PNG."""
+    data = Path(path).read_bytes()[:24]
+    if len(data) < 24 or data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
+        raise QkvError(f"{path} is not a PNG image: draw it again")
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save(fig: Figure, path: str | Path, panels: int, rows: int = 1, columns: int = 1) -> Picture:
+    """Write ``fig`` to ``path`` as PNG (atomically), close it, and describe the result."""
+    plt = _pyplot()
+    path = Path(path)
+    if path.suffix.lower() != ".png":
+        raise QkvError(f"{path} does not end in .png: pictures are written as PNG files")
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI))
+    plt.close(fig)
+    width, height = png_size(path)
+    return Picture(path, width, height, panels, rows, columns)
+
+
+def _ticks(ax, labels: list[str], axis: str, fontsize: float, max_labels: int = 48) -> None:
+    step = max(1, -(-len(labels) // max_labels))  # every step-th label when there are too many
+    positions = list(range(0, len(labels), step))
+    shown = [labels[i] for i in positions]
+    if axis == "x":
+        upright = all(len(label) <= 2 for label in shown)  # characters read best unrotated
+        ax.set_xticks(positions, shown, rotation=0 if upright else 90, fontsize=fontsize)
+    else:
+        ax.set_yticks(positions, shown, fontsize=fontsize)
+
+
+def draw_attention(
+    group: AttentionGroup, path: str | Path, *, layer: int | None = None, head: int | None = None, title: str = ""
+) -> Picture:
+    """Heatmaps of ``group``'s weights: all layers x heads, one layer (a row), one head (a column) or one map.
+
+    Rows of every map are query tokens and columns key tokens; colours run from 0 to 1 on one shared scale.
+    A single map small enough to read also has each weight written in its cell.
+    """
+    plt = _pyplot()
+    layers, heads = group.select(layer, head)
+    n_rows, n_cols = len(layers), len(heads)
+    n_q, n_k = len(group.query_tokens), len(group.key_tokens)
+    longest = max(n_q, n_k)
+    single = n_rows * n_cols == 1
+    if single:
+        panel = min(10.0, max(3.5, 0.42 * longest + 1.5))
+    else:
+        panel = min(3.2, max(1.6, 0.11 * longest + 1.2))
+        panel = min(panel, 24.0 / n_cols, 30.0 / n_rows)  # keep the whole grid under ~2400 x 3000 pixels
+    if single:
+        fontsize = 10 if longest <= 24 else 7
+    else:
+        fontsize = 9 if longest <= 12 else 7 if longest <= 24 else 6 if longest <= 40 else 5
+        fontsize = min(fontsize, 6) if n_cols > 6 else fontsize
+    fig, axes = plt.subplots(
+        n_rows, n_cols, squeeze=False, figsize=(n_cols * panel + 1.6, n_rows * panel + 1.2), layout="constrained"
+    )
+    image = None
+    for r, l in enumerate(layers):
+        for c, h in enumerate(heads):
+            ax = axes[r][c]
+            weights = group.weights[l, h]  # (Tq, Tk)
+            image = ax.imshow(weights, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", interpolation="nearest")
+            ax.set_title(f"layer {l}, head {h}", fontsize=10 if single else 8)
+            if r == n_rows - 1:
+                _ticks(ax, group.key_tokens, "x", fontsize)
+            else:
+                ax.set_xticks([])
+            if c == 0:
+                _ticks(ax, group.query_tokens, "y", fontsize)
+            else:
+                ax.set_yticks([])
+            if single and longest <= 14:
+                for i in range(n_q):
+                    for j in range(n_k):
+                        value = weights[i, j]
+                        color = "black" if value > 0.6 else "white"
+                        ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8, color=color)
+    keys, queries = ("source token (key)", "target token (query)") if group.name == "cross" else ("key", "query")
+    fig.supxlabel(f"{keys}: attended to", fontsize=9)
+    fig.supylabel(f"{queries}: attending", fontsize=9)
+    fig.suptitle(title or group.title, fontsize=11)
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8 if single else 0.6, label="attention weight")
+    return save(fig, path, n_rows * n_cols, n_rows, n_cols)
+
+
+def draw_next_token(
+    tokens: list[str], probabilities: np.ndarray, temperatures: list[float], path: str | Path, *, title: str = ""
+) -> Picture:
+    """One horizontal bar chart per temperature, side by side, for the same top tokens (first = likeliest).
+
+    ``probabilities`` is (n_temperatures, n_tokens). The x-axis is shared, so a low T's tall bar and a high
+    T's flatter spread compare directly.
+    """
+    plt = _pyplot()
+    n_t, n = probabilities.shape
+    fig, axes = plt.subplots(
+        1, n_t, squeeze=False, sharey=True, figsize=(2.9 * n_t + 1.2, 0.28 * n + 1.6), layout="constrained"
+    )
+    top = min(1.0, float(probabilities.max()) * 1.25) or 1.0  # room for the numbers after the bars
+    positions = np.arange(n)
+    colors = plt.get_cmap("viridis")(np.linspace(0.15, 0.85, n_t))
+    for k, (ax, temperature) in enumerate(zip(axes[0], temperatures, strict=True)):
+        ax.barh(positions, probabilities[k], color=colors[k])
+        for i, p in enumerate(probabilities[k]):
+            ax.text(p + top * 0.01, i, f"{p:.3f}", va="center", fontsize=7)
+        ax.set_xlim(0, top)
+        ax.set_title(f"T = {temperature:g}  (top {n}: {probabilities[k].sum():.0%})", fontsize=10)
+        ax.set_xlabel("probability", fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0][0].set_yticks(positions, tokens)
+    axes[0][0].invert_yaxis()  # the likeliest token on top
+    fig.suptitle(title or "next-token distribution softmax(logits / T)", fontsize=11)
+    return save(fig, path, n_t, 1, n_t)
+
+
+def draw_embedding_map(
+    points: np.ndarray,
+    labels: list[str],
+    path: str | Path,
+    *,
+    explained: tuple[float, float] | None = None,
+    title: str = "",
+    highlight: list[int] | None = None,
+) -> Picture:
+    """A labelled scatter of 2-D points (N, 2), e.g. token embeddings projected on their first two principal
+    components; ``explained`` is the fraction of variance each axis keeps."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8.5, 7.0), layout="constrained")
+    ax.scatter(points[:, 0], points[:, 1], s=12, color="#4c72b0", alpha=0.7)
+    fontsize = 9 if len(labels) <= 60 else 7 if len(labels) <= 150 else 5
+    marked = set(highlight or [])
+    for i, (x, y) in enumerate(points):
+        style = dict(color="#c44e52", fontweight="bold") if i in marked else dict(color="black")
+        ax.annotate(labels[i], (x, y), xytext=(2, 2), textcoords="offset points", fontsize=fontsize, **style)
+    if explained is not None:
+        ax.set_xlabel(f"principal component 1 ({explained[0]:.0%} of the variance)")
+        ax.set_ylabel(f"principal component 2 ({explained[1]:.0%} of the variance)")
+    ax.grid(alpha=0.3)
+    ax.set_title(title or "token embeddings (rows of W_E), projected to 2-D", fontsize=11)
+    return save(fig, path, 1)
+
+
+def draw_positional_table(table: np.ndarray, path: str | Path, *, title: str = "") -> Picture:
+    """The (positions, d_model) positional-encoding table as a heatmap: a row per position, a column per
+    dimension. For the sinusoidal table the low dimensions oscillate fast and the high ones slowly."""
+    plt = _pyplot()
+    length, width = table.shape
+    fig, ax = plt.subplots(figsize=(min(12.0, 3.0 + width * 0.05), min(8.0, 2.5 + length * 0.04)), layout="constrained")
+    limit = float(np.abs(table).max()) or 1.0
+    image = ax.imshow(table, cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest")
+    ax.set_xlabel("dimension i of the encoding vector")
+    ax.set_ylabel("position in the sequence")
+    ax.set_title(title or "positional encoding PE[position, i]", fontsize=11)
+    fig.colorbar(image, ax=ax, shrink=0.8)
+    return save(fig, path, 1)

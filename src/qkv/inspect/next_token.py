@@ -1,0 +1,163 @@
+"""The next-token distribution at several temperatures: what the model would say next, and how sure it is.
+
+Seed 000: the model maps the last vector of the context through W_U to one logit per vocabulary entry, and
+a softmax turns them into "a probability distribution over all potential next tokens". Dividing the logits
+by a temperature T first reshapes it: T < 1 sharpens it towards the likeliest token, T > 1 flattens it
+("more creative generated text"). Dividing by T keeps the order of the logits, so the top tokens are the
+same at every T; only their probabilities move.
+
+For a translator the "context" is the source sentence plus the target written so far: the logits are
+those of the decoder's last position after ``<bos>`` + ``target prefix``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from qkv.checkpoint import ModelBundle
+from qkv.errors import QkvError
+from qkv.inspect.tokens import token_label, token_labels
+from qkv.inspect.trace import encode_text
+from qkv.layers.softmax import softmax
+
+
+@dataclass
+class NextToken:
+    """The logits after a context and the top tokens' probabilities at each temperature."""
+
+    context_tokens: list[str]
+    logits: np.ndarray  # (vocab,) float64
+    temperatures: list[float]
+    probabilities: np.ndarray  # (n_temperatures, vocab): softmax(logits / T), each row sums to 1
+    top_ids: list[int]  # the top-N token ids, likeliest first (the same order at every T > 0)
+    top_tokens: list[str]
+
+    @property
+    def top_probabilities(self) -> np.ndarray:
+        """(n_temperatures, N): the probabilities of the top tokens."""
+        return self.probabilities[:, self.top_ids]
+
+    def entropy(self) -> list[float]:
+        """The entropy in nats of each temperature's distribution (higher = flatter)."""
+        p = self.probabilities
+        return [float(-(row[row > 0] * np.log(row[row > 0])).sum()) for row in p]
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the top tokens with logit and probability per temperature, plus the entropies."""
+        return {
+            "context_tokens": self.context_tokens,
+            "temperatures": self.temperatures,
+            "top": [
+                {
+                    "id": i,
+                    "token": tok,
+                    "logit": float(self.logits[i]),
+                    "probabilities": {
+                        f"{t:g}": float(self.probabilities[k, i]) for k, t in enumerate(self.temperatures)
+                    },
+                }
+                for i, tok in zip(self.top_ids, self.top_tokens, strict=True)
+            ],
+            "entropy": {f"{t:g}": h for t, h in zip(self.temperatures, self.entropy(), strict=True)},
+            "vocab_size": int(self.logits.shape[0]),
+        }
+
+
+def check_temperatures(temperatures: Sequence[float]) -> list[float]:
+    """The temperatures as floats, each finite and > 0 (QkvError otherwise)."""
+    values = [float(t) for t in temperatures]
+    if not values or any(not math.isfinite(t) or t <= 0 for t in values):
+        raise QkvError(f"temperatures must be numbers > 0, got {list(temperatures)}: e.g. --temperatures 0.5 1 2")
+    return values
+
+
+@torch.no_grad()
+def context_logits(bundle: ModelBundle, text: str, *, target_prefix: str = "") -> tuple[list[str], torch.Tensor]:
+    """The context's token labels and the logits (vocab,) of the token after it.
+
+    A GPT continues ``text``; a translator reads ``text`` as the source and continues ``<bos>`` +
+    ``target_prefix``. An encoder predicts no next token (QkvError).
+    """
+    model, config = bundle.model, bundle.config
+    model.eval()
+    device = next(model.parameters()).device
+    if config.kind == "gpt":
+        if target_prefix:
+            raise QkvError("--target is for translators: a GPT continues the prompt itself")
+        ids = encode_text(bundle.tokenizer, text, limit=config.context_length, what="prompt")
+        logits = model(torch.tensor([ids], device=device), last_only=True)[0, -1]
+        return token_labels(bundle.tokenizer, ids), logits
+    if config.kind == "transformer":
+        target_tok = bundle.target_tokenizer or bundle.tokenizer
+        if target_tok.bos_id is None:
+            raise QkvError("the target tokenizer has no <bos> token: a translator needs one to start decoding")
+        src = encode_text(bundle.tokenizer, text, limit=config.max_len, what="source text")
+        tgt = [target_tok.bos_id, *target_tok.encode(target_prefix)]
+        if len(tgt) > config.max_len:
+            raise QkvError(f"the target prefix is longer than the model's {config.max_len} positions: shorten it")
+        memory = model.encode(torch.tensor([src], device=device))
+        logits = model.decode(torch.tensor([tgt], device=device), memory, last_only=True)[0, -1]
+        return token_labels(target_tok, tgt), logits
+    raise QkvError(
+        f"{bundle.path} holds an encoder, which gives one vector per token and predicts no next token: "
+        "use a GPT or a translator"
+    )
+
+
+def next_token(
+    bundle: ModelBundle,
+    text: str,
+    *,
+    temperatures: Sequence[float] = (0.5, 1.0, 2.0),
+    top: int = 10,
+    target_prefix: str = "",
+) -> NextToken:
+    """P(next token | text) = softmax(logits / T) for each T, and the ``top`` likeliest tokens.
+
+    The probabilities are :func:`qkv.layers.softmax.softmax` of the model's own last-position logits (in
+    float64), so at T = 1 they are exactly softmax(logits).
+    """
+    temperatures = check_temperatures(temperatures)
+    if top < 1:
+        raise QkvError(f"--top {top} must be at least 1")
+    context, logits = context_logits(bundle, text, target_prefix=target_prefix)
+    logits = logits.double().cpu()
+    probabilities = torch.stack([softmax(logits, t) for t in temperatures])  # (n_T, vocab)
+    top_ids = torch.argsort(logits, descending=True, stable=True)[:top].tolist()
+    tokenizer = bundle.tokenizer
+    if bundle.config.kind == "transformer" and bundle.target_tokenizer is not None:
+        tokenizer = bundle.target_tokenizer
+    return NextToken(
+        context_tokens=context,
+        logits=logits.numpy(),
+        temperatures=temperatures,
+        probabilities=probabilities.numpy(),
+        top_ids=top_ids,
+        top_tokens=[token_label(tokenizer, i) for i in top_ids],
+    )
+
+
+def next_token_table(result: NextToken, *, digits: int = 4):
+    """A rich table: rank, token, logit, and one probability column per temperature."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(header_style="bold cyan", show_edge=False, pad_edge=False)
+    table.add_column("#", justify="right")
+    table.add_column("token")
+    table.add_column("id", justify="right", style="dim")
+    table.add_column("logit", justify="right")
+    for t in result.temperatures:
+        table.add_column(f"P (T={t:g})", justify="right")
+    top = result.top_probabilities
+    for rank, (i, tok) in enumerate(zip(result.top_ids, result.top_tokens, strict=True)):
+        cells = [f"{top[k, rank]:.{digits}f}" for k in range(len(result.temperatures))]
+        table.add_row(str(rank + 1), Text(tok), str(i), f"{result.logits[i]:.{digits}f}", *cells)
+    rest = 1.0 - top.sum(axis=1)
+    table.add_row("", Text("(all other tokens)", style="dim"), "", "", *[f"{r:.{digits}f}" for r in rest])
+    return table

@@ -1,0 +1,204 @@
+"""Run a model once on a text and keep every named intermediate: the one source of every view.
+
+The views of :mod:`qkv.inspect` never re-implement a forward pass. They run the model's own ``forward``
+inside :func:`qkv.layers.capture.capture`, which hands back the tensors each module recorded under its
+dotted name (TransformerLens's ``run_with_cache``), and read what they show from there:
+
+    embedding.tokens / .positions / .output          W_E rows, positional encodings, their sum
+    decoder.blocks.{i}.self_attn.q / .k / .v          (B, h, T, d_k) queries, keys, values of head h
+    decoder.blocks.{i}.self_attn.weights              (B, h, Tq, Tk) softmax(Q K^T / sqrt(d_k) + mask)
+    decoder.blocks.{i}.self_attn.context              (B, h, T, d_k) the weighted sums of values
+    logits                                            (B, T, vocab)
+
+A model has up to three kinds of attention (seed 004, "Practical application in transformer"):
+
+- ``encoder``: encoder self-attention, every position sees every position (BERT, a translator's encoder);
+- ``decoder``: decoder self-attention, masked so that a position sees only itself and earlier positions
+  (GPT's blocks, a translator's decoder);
+- ``cross``: encoder-decoder attention, queries from the decoder, keys and values from the encoder output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from qkv.checkpoint import ModelBundle
+from qkv.errors import QkvError
+from qkv.inspect.tokens import token_labels
+from qkv.layers.capture import capture
+from qkv.tokenizers import Tokenizer
+
+
+@dataclass(frozen=True)
+class Part:
+    """One kind of attention in a model: where its modules live and which tokens are on each axis."""
+
+    name: str  # "encoder", "decoder" or "cross"
+    title: str  # e.g. "decoder masked self-attention"
+    module: str  # dotted name with {layer}, e.g. "decoder.blocks.{layer}.self_attn"
+    n_layers: int
+    n_heads: int
+    causal: bool  # the model applies the look-ahead mask here
+    queries: str  # "source" or "target": the token stream the queries come from
+    keys: str
+
+    def module_name(self, layer: int) -> str:
+        return self.module.format(layer=layer)
+
+
+@dataclass
+class Trace:
+    """A model's forward pass on one text: its tokens and every captured activation (batch of 1)."""
+
+    model: nn.Module
+    kind: str  # "gpt", "encoder" or "transformer"
+    source_ids: list[int]
+    source_tokens: list[str]
+    acts: dict[str, Tensor]
+    target_ids: list[int] | None = None  # a translator's decoder input, <bos> first
+    target_tokens: list[str] | None = None
+    generated: bool = False  # True when the target was produced by greedy decoding
+    parts: dict[str, Part] = field(default_factory=dict)
+
+    def tokens(self, stream: str) -> list[str]:
+        """The labels of the "source" or "target" token stream."""
+        tokens = self.source_tokens if stream == "source" else self.target_tokens
+        assert tokens is not None
+        return tokens
+
+    def part(self, name: str | None) -> Part:
+        """The attention kind ``name`` ("encoder", "decoder", "cross"); None gives the model's first one."""
+        if name is None:
+            return next(iter(self.parts.values()))
+        if name not in self.parts:
+            raise QkvError(f"a {self.kind} model has no {name} attention: choose --part from {', '.join(self.parts)}")
+        return self.parts[name]
+
+    def attention(self, part: Part, layer: int, what: str) -> Tensor:
+        """The captured ``what`` ("q", "k", "v", "weights", "context") of one layer, batch item 0."""
+        check_layer_head(part, layer, None)
+        return self.acts[f"{part.module_name(layer)}.{what}"][0]
+
+
+def check_layer_head(part: Part, layer: int | None, head: int | None) -> None:
+    """QkvError unless ``layer`` and ``head`` exist in ``part`` (None means "all")."""
+    check_range(part.title, part.n_layers, part.n_heads, layer, head)
+
+
+def check_range(title: str, n_layers: int, n_heads: int, layer: int | None, head: int | None) -> None:
+    """QkvError unless 0 <= layer < n_layers and 0 <= head < n_heads (None means "all")."""
+    if layer is not None and not 0 <= layer < n_layers:
+        raise QkvError(f"--layer {layer} is out of range: the {title} has layers 0..{n_layers - 1}")
+    if head is not None and not 0 <= head < n_heads:
+        raise QkvError(f"--head {head} is out of range: each layer has heads 0..{n_heads - 1}")
+
+
+def _parts(kind: str, config, acts: dict[str, Tensor]) -> dict[str, Part]:
+    n_heads = config.n_heads
+    if kind == "gpt":
+        specs = [("decoder", "masked self-attention", "decoder.blocks.{layer}.self_attn", True, "source", "source")]
+    elif kind == "encoder":
+        specs = [("encoder", "self-attention", "encoder.blocks.{layer}.self_attn", False, "source", "source")]
+    else:
+        specs = [
+            ("encoder", "encoder self-attention", "encoder.blocks.{layer}.self_attn", False, "source", "source"),
+            ("decoder", "decoder masked self-attention", "decoder.blocks.{layer}.self_attn", True, "target", "target"),
+            ("cross", "cross-attention (decoder to encoder)", "decoder.blocks.{layer}.cross_attn", False, "target",
+             "source"),
+        ]  # fmt: skip
+    parts = {}
+    for name, title, module, causal, queries, keys in specs:
+        n_layers = 0
+        while f"{module.format(layer=n_layers)}.weights" in acts:
+            n_layers += 1
+        parts[name] = Part(name, title, module, n_layers, n_heads, causal, queries, keys)
+    return parts
+
+
+def encode_text(tokenizer: Tokenizer, text: str, *, limit: int, what: str, specials: bool = False) -> list[int]:
+    """Token ids of ``text`` (with <bos>/<eos> around it if ``specials`` and the tokenizer has them)."""
+    if not text:
+        raise QkvError(f"the {what} is empty: give some text")
+    ids = tokenizer.encode(text)
+    if specials and tokenizer.bos_id is not None and tokenizer.eos_id is not None:
+        ids = [tokenizer.bos_id, *ids, tokenizer.eos_id]
+    if not ids:
+        raise QkvError(f"the {what} {text!r} gives no tokens: give some text")
+    if len(ids) > limit:
+        raise QkvError(f"the {what} is {len(ids)} tokens long but the model takes at most {limit}: shorten it")
+    return ids
+
+
+@torch.no_grad()
+def trace(bundle: ModelBundle, text: str, *, target: str | None = None) -> Trace:
+    """Run ``bundle``'s model on ``text`` inside :func:`~qkv.layers.capture.capture` and keep everything.
+
+    A GPT reads ``text`` as its context; an encoder reads it between its <bos>/<eos> tokens ([CLS] ... [SEP]
+    for BERT); a translator reads it as the source and decodes ``target`` teacher-forced (``<bos>`` +
+    target tokens), or, without ``target``, the translation greedy decoding produces, so that its decoder
+    and cross-attention can be shown too.
+    """
+    model, config, tokenizer = bundle.model, bundle.config, bundle.tokenizer
+    kind = config.kind
+    model.eval()
+    if kind == "gpt":
+        ids = encode_text(tokenizer, text, limit=config.context_length, what="text")
+        with capture(model) as acts:
+            model(torch.tensor([ids], device=_device(model)))
+        result = Trace(model, kind, ids, token_labels(tokenizer, ids), acts)
+    elif kind == "encoder":
+        ids = encode_text(tokenizer, text, limit=config.max_len, what="text", specials=True)
+        with capture(model) as acts:
+            model(torch.tensor([ids], device=_device(model)))
+        result = Trace(model, kind, ids, token_labels(tokenizer, ids), acts)
+    else:
+        result = _trace_translator(bundle, text, target)
+    result.parts = _parts(kind, config, result.acts)
+    return result
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def decoder_input(bundle: ModelBundle, text: str, target: str | None) -> tuple[list[int], list[int], bool]:
+    """A translator's source ids and decoder input ``[<bos>, target...]``; greedy-decoded if ``target`` is None."""
+    from qkv.decoding.translate import greedy_decode
+
+    model, config = bundle.model, bundle.config
+    source_tok = bundle.tokenizer
+    target_tok = bundle.target_tokenizer or source_tok
+    if target_tok.bos_id is None or target_tok.eos_id is None:
+        raise QkvError("the target tokenizer has no <bos> or <eos> token: a translator needs both to decode")
+    src = encode_text(source_tok, text, limit=config.max_len, what="source text")
+    if target is None:
+        src_ids = torch.tensor([src], device=_device(model))
+        out = greedy_decode(model, src_ids, bos_id=target_tok.bos_id, eos_id=target_tok.eos_id)[0]
+        generated = True
+    else:
+        out = target_tok.encode(target)
+        generated = False
+    tgt = [target_tok.bos_id, *out][: config.max_len]
+    return src, tgt, generated
+
+
+def _trace_translator(bundle: ModelBundle, text: str, target: str | None) -> Trace:
+    model = bundle.model
+    target_tok = bundle.target_tokenizer or bundle.tokenizer
+    src, tgt, generated = decoder_input(bundle, text, target)
+    device = _device(model)
+    with capture(model) as acts:
+        model(torch.tensor([src], device=device), torch.tensor([tgt], device=device))
+    return Trace(
+        model,
+        "transformer",
+        src,
+        token_labels(bundle.tokenizer, src),
+        acts,
+        target_ids=tgt,
+        target_tokens=token_labels(target_tok, tgt),
+        generated=generated,
+    )

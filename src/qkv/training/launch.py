@@ -1,0 +1,104 @@
+"""Starting or resuming a run, the same way for every task.
+
+A task supplies a ``prepare`` function that turns the settings into a model, a :class:`~qkv.training.trainer.Task`
+and tokenizers (trained anew, or read back from the run directory when resuming). Everything else is
+shared: the session (device, precision, processes), the run directory and its saved settings, the check
+that resumed data is unchanged, the trainer, the loss curve at the end.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from qkv.checkpoint import save_model_dir
+from qkv.tokenizers import Tokenizer
+from qkv.training.config import TrainConfig
+from qkv.training.distributed import broadcast_object, shutdown_distributed
+from qkv.training.plot import plot_losses
+from qkv.training.run import Session, check_same_data, load_run_config, new_run_dir, save_run_config, start_session
+from qkv.training.trainer import Task, Trainer, TrainResult
+
+
+@dataclass
+class Prepared:
+    """What a task's ``prepare`` returns."""
+
+    model: nn.Module
+    task: Task
+    tokenizer: Tokenizer
+    target_tokenizer: Tokenizer | None = None
+    data_info: dict[str, Any] = field(default_factory=dict)  # name, source, sha256 of the data
+    summary: list[str] = field(default_factory=list)  # lines to print before training
+
+
+# prepare(config, resume_dir or None, session, say) -> Prepared
+Prepare = Callable[[TrainConfig, Path | None, Session, Callable[[str], None]], Prepared]
+
+
+def run_training(
+    config: TrainConfig,
+    prepare: Prepare,
+    *,
+    resume: str | Path | None = None,
+    quiet: bool = False,
+    on_step: Callable | None = None,
+) -> TrainResult:
+    """Train (or, with ``resume``, continue) the model that ``prepare`` builds; return the result."""
+    session = start_session(config)
+    is_main = session.dist.is_main
+
+    def say(text: str) -> None:
+        if is_main and not quiet:
+            print(text, file=sys.stderr, flush=True)
+
+    try:
+        resume_dir = Path(resume) if resume is not None else None
+        saved_data = load_run_config(resume_dir)[1] if resume_dir is not None else None
+        prepared = prepare(config, resume_dir, session, say)
+        if resume_dir is not None:
+            check_same_data(prepared.data_info, saved_data, resume_dir)
+            run_dir = resume_dir
+        else:
+            run_dir = Path(
+                broadcast_object(str(new_run_dir(config.out_dir, config.task)) if is_main else None, session.dist)
+            )
+            if is_main:
+                save_model_dir(
+                    run_dir, prepared.model, prepared.tokenizer, prepared.target_tokenizer, weights_name=None
+                )
+                save_run_config(run_dir, config, prepared.data_info)
+        for line in prepared.summary:
+            say(line)
+        say(f"device: {session.device}" + (f" x {session.dist.world_size} processes" if session.dist.enabled else ""))
+        say(f"run directory: {run_dir}")
+
+        def save_best(model: nn.Module) -> None:
+            save_model_dir(run_dir, model, prepared.tokenizer, prepared.target_tokenizer)
+
+        trainer = Trainer(
+            prepared.model,
+            prepared.task,
+            config,
+            run_dir,
+            device=session.device,
+            precision=session.precision,
+            save_best=save_best,
+            dist=session.dist,
+            quiet=quiet,
+            on_step=on_step,
+        )
+        if resume_dir is not None:
+            trainer.resume()
+            say(f"resuming at step {trainer.state.step} of {config.steps}")
+        result = trainer.fit()
+        if is_main:
+            plot_losses(run_dir)
+        return result
+    finally:
+        shutdown_distributed()

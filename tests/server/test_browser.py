@@ -1,0 +1,176 @@
+"""The playground in a real browser: headless Chromium (Debian's ``chromium`` package) driven by Playwright.
+
+It loads the page, types a prompt, moves the temperature slider and sees the chart change, generates and sees
+tokens arrive, opens the attention view, and does the same for a translator. Screenshots are saved to
+test-artifacts/server/ at the top of the checkout. Without /usr/bin/chromium or the playwright package the
+tests skip and say so (.ci/run installs both).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path(os.environ.get("QKV_CHROMIUM", "/usr/bin/chromium"))  # another build: set QKV_CHROMIUM
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "server"
+
+if not CHROMIUM.exists():
+    pytest.skip(
+        f"{CHROMIUM} is absent: install Debian's chromium and chromium-driver packages "
+        "(apt-get install chromium chromium-driver; .ci/run does) to run the browser tests",
+        allow_module_level=True,
+    )
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="the playwright package is absent: pip install playwright (the test extra)"
+)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    page = browser.new_page(viewport={"width": 1100, "height": 1400})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.set_default_timeout(30_000)
+    yield page
+    page.close()
+    assert not errors, errors  # the page ran without a JavaScript error
+
+
+def screenshot(page, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+    return path
+
+
+def chart(page) -> tuple[int, list[str]]:
+    """The chart's render count and its percentages, top to bottom."""
+    version = int(page.get_attribute("#chart", "data-version"))
+    return version, page.locator("#chart .pct").all_inner_texts()
+
+
+def wait_for_new_chart(page, after: int) -> None:
+    page.wait_for_function(f"Number(document.getElementById('chart').dataset.version) > {after}")
+
+
+def test_the_gpt_playground(gpt, page) -> None:
+    page.goto(gpt.url + "/")
+    page.wait_for_selector("body[data-ready='1']")
+    page.wait_for_selector("#chart .bar-row")
+    assert "GPT language model" in page.inner_text("#model-info")
+
+    # Type a prompt: the chart follows the text.
+    version, _ = chart(page)
+    page.fill("#prompt", "")
+    page.type("#prompt", "To be, or not", delay=20)
+    wait_for_new_chart(page, version)
+    page.wait_for_timeout(400)  # let the debounced fetch for the last keystroke land
+    version, before = chart(page)
+    assert len(before) == 15 and all(p.endswith("%") for p in before)
+
+    # Move the temperature slider down with the keyboard: the distribution sharpens.
+    page.focus("#temperature")
+    for _ in range(14):
+        page.keyboard.press("ArrowLeft")
+    assert page.input_value("#temperature") == "0.3"
+    wait_for_new_chart(page, version)
+    page.wait_for_timeout(400)
+    version, after = chart(page)
+    assert after != before
+    assert float(after[0].rstrip("%")) > float(before[0].rstrip("%"))  # T < 1: the likeliest token gains
+    assert page.inner_text("#temperature-value") == "0.30"
+
+    # Top-k 2: only two tokens keep any probability.
+    page.focus("#top-k")
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    wait_for_new_chart(page, version)
+    page.wait_for_timeout(400)
+    assert page.locator("#chart .bar-row:not(.removed)").count() == 2
+    screenshot(page, "gpt-next-token")
+
+    # Generate (greedy, so it runs to the token limit): tokens are appended while the stream runs.
+    page.focus("#temperature")
+    page.keyboard.press("Home")
+    page.evaluate(
+        """() => { window.tokenCounts = [];
+        new MutationObserver(() => window.tokenCounts.push(document.querySelectorAll('#output .token').length))
+          .observe(document.getElementById('output'), {childList: true}); }"""
+    )
+    page.fill("#max-tokens", "200")
+    page.fill("#seed", "3")
+    page.click("#generate")
+    page.wait_for_selector("#output[data-state='done']")
+    counts = page.evaluate("window.tokenCounts")
+    grown = sorted({c for c in counts if c > 0})
+    assert counts == sorted(counts) and len(grown) >= 2, counts  # the text grew in steps while the stream ran
+    assert grown[-1] == page.locator("#output .token").count() == int(page.get_attribute("#output", "data-tokens"))
+    output = page.inner_text("#output")
+    assert output.startswith("To be, or not") and len(output) > len("To be, or not")
+    assert "tokens in" in page.inner_text("#generate-status")
+    screenshot(page, "gpt-generated")
+
+    # The attention view: every layer and head of the current text.
+    page.click("#show-attention")
+    page.wait_for_selector("#attention-view[data-state='shown']")
+    assert page.locator("#layer option").count() == gpt.bundle.config.n_layers
+    assert page.locator("#head option").count() == gpt.bundle.config.n_heads + 1  # and the mean over heads
+    page.select_option("#layer", "1")
+    page.select_option("#head", "2")
+    assert "causal self-attention" in page.inner_text("#attention-description")
+    box = page.locator("#heatmap").bounding_box()
+    assert box["width"] > 100 and box["height"] > 100
+    page.locator("#heatmap").hover(position={"x": box["width"] - 10, "y": box["height"] - 10})  # the last cell
+    assert "with weight" in page.inner_text("#attention-hover")
+    screenshot(page, "gpt-attention")
+
+
+def test_the_translator_playground(translator, page) -> None:
+    page.goto(translator.url + "/")
+    page.wait_for_selector("body[data-ready='1']")
+    page.wait_for_selector("#chart .bar-row")
+    assert page.inner_text("#prompt-label") == "Source sentence"
+    assert page.is_visible("#target") and page.inner_text("#generate") == "Translate"
+    page.fill("#prompt", "one two three")
+    page.click("#generate")
+    page.wait_for_selector("#output[data-state='done']")
+    assert page.inner_text("#output").strip()
+    page.click("#show-attention")
+    page.wait_for_selector("#attention-view[data-state='shown']")
+    kinds = page.locator("#attention-kind option").evaluate_all("options => options.map(o => o.value)")
+    assert kinds == ["encoder", "decoder", "cross"]
+    assert page.input_value("#attention-kind") == "cross"  # the alignment is shown first
+    assert "cross-attention" in page.inner_text("#attention-description")
+    screenshot(page, "translator-cross-attention")
+
+
+def test_the_encoder_playground_shows_attention_only(encoder, page) -> None:
+    page.goto(encoder.url + "/")
+    page.wait_for_selector("body[data-ready='1']")
+    assert not page.is_visible("#sampling-section") and not page.is_visible("#generate-section")
+    page.click("#show-attention")
+    page.wait_for_selector("#attention-view[data-state='shown']")
+    assert "every token of the text" in page.inner_text("#attention-description")
+
+
+def test_artifacts_folder_is_ignored_by_git() -> None:
+    git = shutil.which("git")
+    root = Path(__file__).resolve().parents[2]
+    if git is None or not (root / ".gitignore").exists():
+        pytest.skip("no git or no .gitignore here")
+    assert "/test-artifacts/" in (root / ".gitignore").read_text()

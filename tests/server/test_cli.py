@@ -1,0 +1,74 @@
+"""`qkv serve` as a user types it: a real process on a free port, and flag errors as one line."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from qkv.cli import main
+
+
+def test_qkv_serve_starts_a_server_that_answers(gpt_run) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "qkv",
+        "serve",
+        gpt_run,
+        "--port",
+        "0",
+        "--max-tokens",
+        "50",
+        "--log-level",
+        "info",
+    ]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        url, seen, deadline = None, [], time.monotonic() + 120
+        while url is None and time.monotonic() < deadline:
+            line = process.stderr.readline()
+            if not line:
+                break
+            seen.append(line)
+            match = re.search(r"running on (http://127\.0\.0\.1:\d+)", line)
+            url = match.group(1) if match else None
+        assert url, "".join(seen)
+        assert any("GPT language model" in line for line in seen)
+        with httpx.Client(base_url=url, timeout=30) as client:
+            assert client.get("/health").json()["status"] == "ok"
+            assert client.get("/v1/model").json()["limits"]["max_tokens"] == 50
+            body = {"prompt": "To be", "max_tokens": 5, "temperature": 0}
+            assert client.post("/v1/completions", json=body).json()["usage"]["completion_tokens"] >= 1
+            assert client.get("/").status_code == 200
+    finally:
+        process.send_signal(signal.SIGINT)  # Ctrl-C: uvicorn shuts down gracefully
+        _, rest = process.communicate(timeout=30)
+    assert process.returncode in (0, 130) and "Traceback" not in rest, rest
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--max-concurrent", "0"], "max_concurrent must be at least 1"),
+        (["--max-tokens", "0"], "max_tokens must be at least 1"),
+        (["--queue-timeout", "-1"], "queue_timeout"),
+        (["--port", "70000"], "is not a port number"),
+    ],
+)
+def test_bad_flags_are_one_line_errors(gpt_run, capsys, flags, message) -> None:
+    assert main(["serve", gpt_run, *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("qkv serve: error:") and message in err and "Traceback" not in err
+
+
+def test_a_missing_model_is_a_one_line_error(tmp_path, capsys) -> None:
+    assert main(["serve", str(tmp_path / "nowhere")]) == 2
+    assert "qkv serve: error:" in capsys.readouterr().err
+    assert main(["serve"]) == 2
+    assert "which model?" in capsys.readouterr().err

@@ -1,0 +1,60 @@
+"""Translation training: the same trainer as language models (exact resume, best model by the metric)."""
+
+from __future__ import annotations
+
+import torch
+from safetensors.torch import load_file
+
+from qkv.training import TrainConfig, train_translator
+from qkv.training.checkpoint import latest_checkpoint
+from qkv.training.metrics import read_metrics
+
+WORDS = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+
+
+def write_pairs(path) -> None:
+    """A toy 'language': the target is the source with its words in reverse order, upper-cased."""
+    lines = []
+    for i in range(300):
+        words = [WORDS[(i * 7 + j * 3) % 10] for j in range(2 + i % 3)]
+        lines.append(" ".join(words) + "\t" + " ".join(reversed(words)).upper())
+    path.write_text("\n".join(lines) + "\n")
+
+
+def tiny(tmp_path, name: str, **kw) -> TrainConfig:
+    data = tmp_path / "pairs.tsv"
+    write_pairs(data)
+    settings = dict(
+        task="translate", data=str(data), out_dir=str(tmp_path / name), steps=12, batch_size=16, warmup_steps=2,
+        eval_interval=4, eval_batches=2, bleu_sentences=8, log_interval=1,
+        model={"d_model": 32, "n_heads": 2, "d_ff": 64, "n_encoder_layers": 1, "n_decoder_layers": 1, "dropout": 0.1},
+    )
+    settings.update(kw)
+    return TrainConfig.create(**settings)
+
+
+def test_translation_resume_is_exact_and_the_metric_is_bleu(tmp_path) -> None:
+    whole = train_translator(tiny(tmp_path, "whole"), quiet=True)
+    assert whole.stopped == "finished"
+    evals = [r for r in read_metrics(whole.run_dir) if "bleu" in r]
+    assert [r["step"] for r in evals] == [4, 8, 12]
+    assert whole.best == max(r["bleu"] for r in evals)
+    assert all(0 <= r["exact_match"] <= 1 and r["chrf"] >= 0 for r in evals)
+
+    def stop(trainer, step, loss) -> None:
+        if step == 6:
+            trainer.request_stop()
+
+    config = tiny(tmp_path, "split")
+    assert train_translator(config, quiet=True, on_step=stop).stopped == "interrupted"
+    assert train_translator(config, resume=config.out_dir, quiet=True).step == 12
+    losses = lambda run: {r["step"]: r["train_loss"] for r in read_metrics(run) if "train_loss" in r}  # noqa: E731
+    assert losses(config.out_dir) == losses(whole.run_dir)
+    a = load_file(str(latest_checkpoint(whole.run_dir) / "model.safetensors"))
+    b = load_file(str(latest_checkpoint(config.out_dir) / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_separate_vocabularies_write_two_tokenizers(tmp_path) -> None:
+    result = train_translator(tiny(tmp_path, "sep", shared_vocab=False, steps=4), quiet=True)
+    assert (result.run_dir / "tokenizer.json").exists() and (result.run_dir / "tokenizer_target.json").exists()
