@@ -15,34 +15,47 @@ from torch import Tensor
 
 
 def orthogonalize(matrix: Tensor, steps: int = 5) -> Tensor:
-    """An approximation of U V^T for matrix = U S V^T by a quintic Newton-Schulz iteration."""
+    """An approximation of U V^T for matrix = U S V^T by a quintic Newton-Schulz iteration.
+
+    ``matrix`` may be a stack (..., rows, cols) of same-shaped matrices, orthogonalised together.
+    """
     a, b, c = 3.4445, -4.7750, 2.0315  # coefficients that push every singular value towards 1 quickly
-    x = matrix / (matrix.norm() + 1e-7)  # singular values now <= 1
-    transposed = x.shape[0] > x.shape[1]
-    if transposed:
-        x = x.T
+    x = matrix / (matrix.norm(dim=(-2, -1), keepdim=True) + 1e-7)  # singular values now <= 1
+    transposed = x.shape[-2] > x.shape[-1]
+    if transposed:  # work with the smaller Gram matrix
+        x = x.mT
     for _ in range(steps):
-        gram = x @ x.T
+        gram = x @ x.mT
         x = a * x + (b * gram + c * gram @ gram) @ x
-    return x.T if transposed else x
+    return x.mT if transposed else x
 
 
 def muon_update(optimizer: torch.optim.Optimizer, group: dict) -> None:
-    """One Muon step for the parameters of ``group`` (momentum buffers live in ``optimizer.state``)."""
+    """One Muon step for the parameters of ``group`` (momentum buffers live in ``optimizer.state``).
+
+    Matrices of the same shape are orthogonalised as one stack (one batched matmul per iteration instead
+    of one per matrix).
+    """
+    by_shape: dict[tuple[int, ...], list[Tensor]] = {}
     for p in group["params"]:
-        if p.grad is None:
-            continue
-        state = optimizer.state[p]
-        if "momentum_buffer" not in state:
-            state["momentum_buffer"] = torch.zeros_like(p)
-        buffer = state["momentum_buffer"]
-        buffer.mul_(group["momentum"]).add_(p.grad)
-        direction = p.grad.add(buffer, alpha=group["momentum"])  # Nesterov momentum
-        update = orthogonalize(direction, group.get("ns_steps", 5))
-        scale = max(1.0, p.shape[0] / p.shape[1]) ** 0.5  # tall matrices: keep the update's RMS
-        if group["weight_decay"]:
-            p.mul_(1 - group["lr"] * group["weight_decay"])
-        p.add_(update, alpha=-group["lr"] * scale)
+        if p.grad is not None:
+            by_shape.setdefault(tuple(p.shape), []).append(p)
+    momentum = group["momentum"]
+    for shape, params in by_shape.items():
+        directions = []
+        for p in params:
+            state = optimizer.state[p]
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = torch.zeros_like(p)
+            buffer = state["momentum_buffer"]
+            buffer.mul_(momentum).add_(p.grad)
+            directions.append(p.grad.add(buffer, alpha=momentum))  # Nesterov momentum
+        updates = orthogonalize(torch.stack(directions), group.get("ns_steps", 5))
+        scale = max(1.0, shape[0] / shape[1]) ** 0.5  # tall matrices: keep the update's RMS
+        for p, update in zip(params, updates, strict=True):
+            if group["weight_decay"]:
+                p.mul_(1 - group["lr"] * group["weight_decay"])
+            p.add_(update, alpha=-group["lr"] * scale)
 
 
 class Muon(torch.optim.Optimizer):
