@@ -46,8 +46,12 @@ def gpt2_generation(new_tokens: int, batch: int, repeats: int) -> dict[str, floa
     def run_hf() -> torch.Tensor:
         with torch.no_grad():
             return hf.generate(
-                prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                do_sample=False, pad_token_id=0,
+                prompt,
+                attention_mask=torch.ones_like(prompt),
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                pad_token_id=0,
             )
 
     def run_qkv() -> torch.Tensor:

@@ -18,11 +18,37 @@ def translator(tmp_path_factory):
     data = tmp / "pairs.tsv"
     write_pairs(data)
     run = tmp / "run"
-    code = main([
-        "train", "--task", "translate", "--data", str(data), "--out-dir", str(run), "--steps", "40",
-        "--batch-size", "16", "--warmup-steps", "4", "--eval-interval", "20", "--bleu-sentences", "8",
-        "--d-model", "32", "--n-heads", "2", "--d-ff", "64", "--max-len", "48", "--quiet", "--no-samples",
-    ])
+    code = main(
+        [
+            "train",
+            "--task",
+            "translate",
+            "--data",
+            str(data),
+            "--out-dir",
+            str(run),
+            "--steps",
+            "40",
+            "--batch-size",
+            "16",
+            "--warmup-steps",
+            "4",
+            "--eval-interval",
+            "20",
+            "--bleu-sentences",
+            "8",
+            "--d-model",
+            "32",
+            "--n-heads",
+            "2",
+            "--d-ff",
+            "64",
+            "--max-len",
+            "48",
+            "--quiet",
+            "--no-samples",
+        ]
+    )
     assert code == 0
     return run, tmp
 
@@ -61,8 +87,10 @@ def test_eval_reports_sacrebleu_scores(translator, capsys) -> None:
     (tmp / "ref.txt").write_text("\n".join(references) + "\n")
     assert main(["translate", str(run), "--file", str(tmp / "src.txt"), "--beam", "2"]) == 0
     hypotheses = capsys.readouterr().out.splitlines()
-    assert main(["eval", str(run), "--src", str(tmp / "src.txt"), "--ref", str(tmp / "ref.txt"), "--beam", "2",
-                 "--json"]) == 0
+    assert (
+        main(["eval", str(run), "--src", str(tmp / "src.txt"), "--ref", str(tmp / "ref.txt"), "--beam", "2", "--json"])
+        == 0
+    )
     scores = json.loads(capsys.readouterr().out)
     assert scores["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score)
     assert scores["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [references]).score)
@@ -79,23 +107,71 @@ def test_bad_translation_input(translator, tmp_path, capsys) -> None:
     run, _ = translator
     (tmp_path / "a.en").write_text("one\ntwo\nthree\n")
     (tmp_path / "a.de").write_text("eins\nzwei\n")
-    one_line_error(capsys, ["train", "--task", "translate", "--data", f"{tmp_path / 'a.en'},{tmp_path / 'a.de'}",
-                            "--out-dir", str(tmp_path / "r1"), "--quiet"], "a.en has 3 lines but a.de has 2")
+    one_line_error(
+        capsys,
+        [
+            "train",
+            "--task",
+            "translate",
+            "--data",
+            f"{tmp_path / 'a.en'},{tmp_path / 'a.de'}",
+            "--out-dir",
+            str(tmp_path / "r1"),
+            "--quiet",
+        ],
+        "a.en has 3 lines but a.de has 2",
+    )
     (tmp_path / "bad.tsv").write_text("one\tONE\ntwo TWO\n")
-    one_line_error(capsys, ["train", "--task", "translate", "--data", str(tmp_path / "bad.tsv"),
-                            "--out-dir", str(tmp_path / "r2"), "--quiet"], "line 2 of bad.tsv has no tab")
+    one_line_error(
+        capsys,
+        [
+            "train",
+            "--task",
+            "translate",
+            "--data",
+            str(tmp_path / "bad.tsv"),
+            "--out-dir",
+            str(tmp_path / "r2"),
+            "--quiet",
+        ],
+        "line 2 of bad.tsv has no tab",
+    )
     (tmp_path / "src.txt").write_text("one\ntwo\n")
     (tmp_path / "ref.txt").write_text("ONE\n")
-    one_line_error(capsys, ["eval", str(run), "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")],
-                   "has 2 lines but")
+    one_line_error(
+        capsys,
+        ["eval", str(run), "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")],
+        "has 2 lines but",
+    )
 
 
 def test_language_model_run_given_to_translate(tmp_path, capsys) -> None:
     data = tmp_path / "text.txt"
     data.write_text("some text for a language model to read. " * 50)
-    assert main(["train", "--data", str(data), "--out-dir", str(tmp_path / "lm"), "--preset", "gpt-nano",
-                 "--steps", "2", "--warmup-steps", "1", "--eval-interval", "2", "--eval-batches", "1", "--quiet",
-                 "--no-samples"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                str(data),
+                "--out-dir",
+                str(tmp_path / "lm"),
+                "--preset",
+                "gpt-nano",
+                "--steps",
+                "2",
+                "--warmup-steps",
+                "1",
+                "--eval-interval",
+                "2",
+                "--eval-batches",
+                "1",
+                "--quiet",
+                "--no-samples",
+            ]
+        )
+        == 0
+    )
     one_line_error(capsys, ["translate", str(tmp_path / "lm"), "hello"], "holds a GPT language model, not an encoder")
 
 

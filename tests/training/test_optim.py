@@ -52,9 +52,12 @@ def test_the_adamw_half_equals_torch_adamw() -> None:
     a, b = tiny_gpt(), tiny_gpt()
     ours = make_optimizer(a, lr=1e-2, weight_decay=0.1, betas=(0.9, 0.99), device_type="cpu", kind="muon")
     reference = torch.optim.AdamW(
-        [{"params": [b.embedding.token_embedding.weight], "weight_decay": 0.1},
-         {"params": [p for n, p in b.named_parameters() if p.dim() < 2], "weight_decay": 0.0}],
-        lr=1e-2, betas=(0.9, 0.99),
+        [
+            {"params": [b.embedding.token_embedding.weight], "weight_decay": 0.1},
+            {"params": [p for n, p in b.named_parameters() if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=1e-2,
+        betas=(0.9, 0.99),
     )
     for group in ours.param_groups:
         group["lr"] = 1e-2 * group["lr_scale"]
@@ -64,11 +67,10 @@ def test_the_adamw_half_equals_torch_adamw() -> None:
             F.cross_entropy(model(ids).flatten(0, 1), ids.flatten()).backward()
             optimizer.step()
             optimizer.zero_grad()
-        for model in (b,):  # the reference only moves the AdamW half; copy the Muon half across
-            with torch.no_grad():
-                for (_, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters(), strict=True):
-                    if pa.dim() == 2 and pa is not a.embedding.token_embedding.weight:
-                        pb.copy_(pa)
+        with torch.no_grad():  # the reference only moves the AdamW half; copy the Muon half across
+            for (_, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters(), strict=True):
+                if pa.dim() == 2 and pa is not a.embedding.token_embedding.weight:
+                    pb.copy_(pa)
     torch.testing.assert_close(a.embedding.token_embedding.weight, b.embedding.token_embedding.weight)
     for (name, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters(), strict=True):
         if pa.dim() < 2:

@@ -25,8 +25,16 @@ def tiny(tmp_path, name: str, **kw) -> TrainConfig:
     data = tmp_path / "pairs.tsv"
     write_pairs(data)
     settings = dict(
-        task="translate", data=str(data), out_dir=str(tmp_path / name), steps=12, batch_size=16, warmup_steps=2,
-        eval_interval=4, eval_batches=2, bleu_sentences=8, log_interval=1,
+        task="translate",
+        data=str(data),
+        out_dir=str(tmp_path / name),
+        steps=12,
+        batch_size=16,
+        warmup_steps=2,
+        eval_interval=4,
+        eval_batches=2,
+        bleu_sentences=8,
+        log_interval=1,
         model={"d_model": 32, "n_heads": 2, "d_ff": 64, "n_encoder_layers": 1, "n_decoder_layers": 1, "dropout": 0.1},
     )
     settings.update(kw)

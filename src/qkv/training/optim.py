@@ -102,8 +102,13 @@ def make_optimizer(
     chosen = {id(p) for p in matrices}
     rest = [p for p in model.parameters() if p.requires_grad and id(p) not in chosen]
     groups = [
-        {"params": matrices, "muon": True, "lr_scale": muon_lr / lr, "momentum": muon_momentum,
-         "weight_decay": weight_decay},
+        {
+            "params": matrices,
+            "muon": True,
+            "lr_scale": muon_lr / lr,
+            "momentum": muon_momentum,
+            "weight_decay": weight_decay,
+        },
         {"params": [p for p in rest if p.dim() >= 2], "weight_decay": weight_decay},
         {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0},
     ]
