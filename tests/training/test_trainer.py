@@ -109,3 +109,14 @@ def test_early_stopping(tmp_path) -> None:
     )
     result = train_language_model(config, quiet=True)
     assert result.stopped == "early stop" and result.step < 40
+
+
+def test_gradient_accumulation_equals_one_larger_batch(tmp_path) -> None:
+    """Two micro-batches of 4 give the same update as one batch of 8 (the same 8 windows, mean loss)."""
+    common = dict(steps=3, eval_interval=3, optimizer="adamw", model={"context_length": 32, "dropout": 0.0})
+    big = train_language_model(tiny_config(tmp_path, "big", batch_size=8, **common), quiet=True)
+    accumulated = train_language_model(tiny_config(tmp_path, "acc", batch_size=4, grad_accum=2, **common), quiet=True)
+    a = load_file(str(latest_checkpoint(big.run_dir) / "model.safetensors"))
+    b = load_file(str(latest_checkpoint(accumulated.run_dir) / "model.safetensors"))
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4, msg=key)
