@@ -48,6 +48,12 @@ def _attention(config: BaseConfig) -> MultiHeadAttention:
     return MultiHeadAttention(config.d_model, config.n_heads, dropout=config.attention_dropout, bias=config.bias)
 
 
+def _feed_forward(config: BaseConfig) -> FeedForward:
+    return FeedForward(
+        config.d_model, config.d_ff, activation=config.activation, dropout=config.activation_dropout, bias=config.bias
+    )
+
+
 class EncoderBlock(nn.Module):
     """Self-attention over all positions, then the token-wise FFN."""
 
@@ -55,13 +61,7 @@ class EncoderBlock(nn.Module):
         super().__init__()
         self.self_attn = _attention(config)
         self.attn_sublayer = ResidualSublayer(config)
-        self.feed_forward = FeedForward(
-            config.d_model,
-            config.d_ff,
-            activation=config.activation,
-            dropout=config.dropout,
-            bias=config.bias,
-        )
+        self.feed_forward = _feed_forward(config)
         self.ffn_sublayer = ResidualSublayer(config)
 
     def forward(
@@ -90,13 +90,7 @@ class DecoderBlock(nn.Module):
         self.self_attn_sublayer = ResidualSublayer(config)
         self.cross_attn = _attention(config) if cross_attention else None
         self.cross_attn_sublayer = ResidualSublayer(config) if cross_attention else None
-        self.feed_forward = FeedForward(
-            config.d_model,
-            config.d_ff,
-            activation=config.activation,
-            dropout=config.dropout,
-            bias=config.bias,
-        )
+        self.feed_forward = _feed_forward(config)
         self.ffn_sublayer = ResidualSublayer(config)
 
     def forward(

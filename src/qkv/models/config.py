@@ -33,6 +33,7 @@ class BaseConfig:
     d_ff: int | None = None  # default 4 * d_model, as in the paper (512 -> 2048)
     dropout: float = 0.0
     attention_dropout: float | None = None  # dropout on attention weights; default: ``dropout``
+    activation_dropout: float | None = None  # dropout inside the FFN, after the activation; default: ``dropout``
     activation: str = "gelu"
     norm_first: bool = True  # pre-LN (GPT-2) if True, post-LN (the paper) if False
     layer_norm_eps: float = 1e-5
@@ -50,6 +51,8 @@ class BaseConfig:
             self.d_ff = 4 * self.d_model
         if self.attention_dropout is None:
             self.attention_dropout = self.dropout
+        if self.activation_dropout is None:
+            self.activation_dropout = self.dropout
         if self.final_norm is None:
             self.final_norm = self.norm_first
         self.validate()
@@ -76,7 +79,7 @@ class BaseConfig:
                 f"d_model/n_heads dimensions): use n_heads in {heads} or d_model={lower or self.n_heads} "
                 f"or {lower + self.n_heads}"
             )
-        for name in ("dropout", "attention_dropout"):
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise QkvError(f"{name}={value} must be in [0, 1)")
