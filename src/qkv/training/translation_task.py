@@ -38,8 +38,6 @@ def forward_batch(model: nn.Module, batch: TranslationBatch) -> Tensor:
 class TranslationTask:
     """Length-bucketed training batches; validation loss, BLEU, chrF and exact match on held-out pairs."""
 
-    higher_is_better = True
-
     def __init__(
         self,
         train: TranslationBatches,
@@ -58,7 +56,10 @@ class TranslationTask:
         self.target_tokenizer, self.device = target_tokenizer, device
         self.label_smoothing, self.eval_batches = label_smoothing, eval_batches
         self.bleu_sentences, self.eval_beam, self.metric = bleu_sentences, eval_beam, metric
+        self.higher_is_better = True
         self.pad_id = train.pad_id
+        if not bleu_sentences:  # nothing is decoded: the best model is the one with the lowest loss
+            self.metric, self.higher_is_better = "val_loss", False
 
     def state_dict(self) -> dict[str, Any]:
         return self.train.state_dict()
