@@ -158,3 +158,24 @@ def test_attention_output_is_a_weighted_sum_of_values() -> None:
     assert torch.all(weights >= 0)
     torch.testing.assert_close(out, weights @ v)
     torch.testing.assert_close(weights, torch.softmax(q @ k.T / 3**0.5, dim=-1))
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_training_projections_give_torch_gradients_and_inference_the_same_outputs(cross: bool) -> None:
+    """While training, W_q, W_k, W_v run as one stacked matmul; without gradients, one by one."""
+    ours, ref = make_pair()
+    x, memory = torch.randn(2, 5, 32), torch.randn(2, 8, 32)
+    context = memory if cross else None
+    out = ours(x, context, causal=not cross)[0]
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x, context, causal=not cross)[0], out, atol=TOL, rtol=0)
+    kv = memory if cross else x
+    mask = None if cross else nn.Transformer.generate_square_subsequent_mask(5)
+    expected = ref(x, kv, kv, attn_mask=mask)[0]
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    expected.backward(grad)
+    ours_grad = torch.cat([ours.query.weight.grad, ours.key.weight.grad, ours.value.weight.grad])
+    torch.testing.assert_close(ours_grad, ref.in_proj_weight.grad, atol=TOL, rtol=0)
+    ours_bias = torch.cat([ours.query.bias.grad, ours.key.bias.grad, ours.value.bias.grad])
+    torch.testing.assert_close(ours_bias, ref.in_proj_bias.grad, atol=TOL, rtol=0)

@@ -116,6 +116,13 @@ def scaled_dot_product_attention(
     return dropped @ values, weights
 
 
+def _stacked_linear(x: Tensor, layers: tuple[nn.Linear, ...]) -> Tensor:
+    """[x W_1^T + b_1, x W_2^T + b_2, ...] as one matmul: (..., d_in) -> (..., sum of d_out)."""
+    weight = torch.cat([layer.weight for layer in layers])
+    bias = None if layers[0].bias is None else torch.cat([layer.bias for layer in layers])
+    return F.linear(x, weight, bias)
+
+
 class MultiHeadAttention(nn.Module):
     """h heads of scaled dot-product attention with projections W_q, W_k, W_v and output projection W_o.
 
@@ -144,6 +151,22 @@ class MultiHeadAttention(nn.Module):
         self.key = nn.Linear(context_dim, d_model, bias=bias)  # W_k
         self.value = nn.Linear(context_dim, d_model, bias=bias)  # W_v
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_o
+
+    def project(self, x: Tensor, context: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Q = x W_q, K = c W_k, V = c W_v with c = ``context`` (cross-attention) or ``x`` (self-attention).
+
+        While training, the projections that read the same input run as one matmul with the weights
+        stacked (one large product is faster than three small ones, and copying the weights costs little
+        next to a batch of tokens); at inference each matrix is read once, in place.
+        """
+        if not torch.is_grad_enabled():
+            source = x if context is None else context
+            return self.query(x), self.key(source), self.value(source)
+        if context is None:
+            fused = (self.query, self.key, self.value)
+            return _stacked_linear(x, fused).chunk(3, dim=-1)  # type: ignore[return-value]
+        keys, values = _stacked_linear(context, (self.key, self.value)).chunk(2, dim=-1)
+        return self.query(x), keys, values
 
     def split_heads(self, x: Tensor) -> Tensor:
         """(B, T, d_model) -> (B, h, T, d_k): each head sees its own slice of the projected vector."""
@@ -175,9 +198,7 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and context is not None and cache.static:
             q, k, v = self.split_heads(self.query(x)), cache.keys, cache.values
         else:
-            source = x if context is None else context  # self-attention: keys and values come from x too
-            q = self.split_heads(self.query(x))  # (B, h, Tq, d_k)
-            k, v = self.split_heads(self.key(source)), self.split_heads(self.value(source))  # (B, h, Tk, d_k)
+            q, k, v = (self.split_heads(t) for t in self.project(x, context))  # (B, h, T, d_k) each
             if rotary is not None:
                 q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
             if cache is not None:

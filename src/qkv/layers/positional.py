@@ -75,7 +75,30 @@ class RotaryEmbedding(nn.Module):
         return self.cos[start : start + length], self.sin[start : start + length]  # (T, d) each
 
 
+class _Rotate(torch.autograd.Function):
+    """y = x cos + roll(x, d/2) sin_signed, with the backward written out (half the kernels of autograd's).
+
+    ``roll`` by half the width swaps the two halves, and ``sin_signed`` carries the minus sign of the first
+    half, so this is ``x cos + [-x2, x1] sin``. A rotation's transpose is the rotation back: the gradient is
+    ``dy cos + roll(dy sin_signed, d/2)`` (rolling by d/2 twice is the identity).
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, cos: Tensor, sin_signed: Tensor) -> Tensor:
+        ctx.save_for_backward(cos, sin_signed)
+        return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), sin_signed)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+        cos, sin_signed = ctx.saved_tensors
+        return (grad * cos).add_((grad * sin_signed).roll(grad.shape[-1] // 2, -1)), None, None
+
+
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate pairs (x_i, x_{i+d/2}) of ``x`` (..., T, d) by the position's angles."""
-    first, second = x.chunk(2, dim=-1)
-    return x * cos + torch.cat([-second, first], dim=-1) * sin
+    """Rotate pairs (x_i, x_{i+d/2}) of ``x`` (..., T, d) by the position's angles:
+
+    x cos + [-x_{d/2:}, x_{:d/2}] sin
+    """
+    half = x.shape[-1] // 2
+    sin_signed = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
+    return _Rotate.apply(x, cos, sin_signed)
