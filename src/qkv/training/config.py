@@ -44,6 +44,7 @@ class TrainConfig:
     schedule: str = "cosine"
     optimizer: str = "muon"  # muon (Muon for the blocks' matrices + AdamW) or adamw
     muon_lr: float = 0.02  # Muon's peak learning rate (``lr`` is AdamW's)
+    muon_ns_steps: int = 5  # Newton-Schulz iterations per Muon update (fewer: cheaper, rougher)
     weight_decay: float = 0.0
     beta1: float = 0.9
     beta2: float = 0.99
@@ -91,7 +92,7 @@ class TrainConfig:
         if self.tokenizer not in ("char", "word", "bpe"):
             raise QkvError(f"--tokenizer {self.tokenizer!r} is unknown: choose char, word or bpe")
         positive = ("steps", "batch_size", "grad_accum", "eval_interval", "eval_batches", "log_interval")
-        for name in positive + ("checkpoint_interval", "keep_checkpoints"):
+        for name in positive + ("checkpoint_interval", "keep_checkpoints", "muon_ns_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise QkvError(f"--{name.replace('_', '-')} must be a positive whole number, got {value!r}")
@@ -143,7 +144,7 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
         batch_size=64,
         lr=1e-3,
         warmup_steps=200,
-        steps=3000,
+        steps=2000,  # the built-in dates task: >= 99% exact match in about 2.5 minutes on 2 CPU cores
         label_smoothing=0.1,
         weight_decay=0.01,
         eval_interval=500,

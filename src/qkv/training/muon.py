@@ -24,9 +24,13 @@ def orthogonalize(matrix: Tensor, steps: int = 5) -> Tensor:
     transposed = x.shape[-2] > x.shape[-1]
     if transposed:  # work with the smaller Gram matrix
         x = x.mT
+    shape = x.shape
+    x = x.reshape(-1, *shape[-2:])  # (stack, rows, cols): baddbmm fuses the scalings into the products
     for _ in range(steps):
         gram = x @ x.mT
-        x = a * x + (b * gram + c * gram @ gram) @ x
+        poly = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)  # b G + c G^2
+        x = torch.baddbmm(x, poly, x, beta=a)  # a X + (b G + c G^2) X
+    x = x.reshape(shape)
     return x.mT if transposed else x
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.optim.adamw import adamw
 
 from qkv.training.muon import muon_update
 
@@ -64,23 +65,35 @@ class MuonWithAdamW(torch.optim.Optimizer):
         return None
 
     def _adamw_group(self, group: dict) -> None:
+        """torch's own AdamW update (fused into one kernel on CPU and CUDA) for this group's tensors."""
+        params = [p for p in group["params"] if p.grad is not None]
+        for p in params:
+            if not self.state[p]:
+                self.state[p].update(
+                    step=torch.zeros((), dtype=torch.float32, device=p.device),
+                    exp_avg=torch.zeros_like(p),
+                    exp_avg_sq=torch.zeros_like(p),
+                )
+        if not params:
+            return
+        states = [self.state[p] for p in params]
         beta1, beta2 = group["betas"]
-        for p in group["params"]:
-            if p.grad is None:
-                continue
-            state = self.state[p]
-            if not state:
-                state["step"] = torch.zeros((), dtype=torch.float32)
-                state["exp_avg"] = torch.zeros_like(p)
-                state["exp_avg_sq"] = torch.zeros_like(p)
-            state["step"] += 1
-            step = state["step"].item()
-            if group["weight_decay"]:
-                p.mul_(1 - group["lr"] * group["weight_decay"])
-            state["exp_avg"].lerp_(p.grad, 1 - beta1)
-            state["exp_avg_sq"].mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
-            denominator = (state["exp_avg_sq"] / (1 - beta2**step)).sqrt_().add_(group["eps"])
-            p.addcdiv_(state["exp_avg"], denominator, value=-group["lr"] / (1 - beta1**step))
+        adamw(
+            params,
+            [p.grad for p in params],
+            [s["exp_avg"] for s in states],
+            [s["exp_avg_sq"] for s in states],
+            [],
+            [s["step"] for s in states],
+            fused=params[0].device.type in ("cpu", "cuda"),
+            amsgrad=False,
+            beta1=beta1,
+            beta2=beta2,
+            lr=group["lr"],
+            weight_decay=group["weight_decay"],
+            eps=group["eps"],
+            maximize=False,
+        )
 
 
 def make_optimizer(
@@ -93,6 +106,7 @@ def make_optimizer(
     kind: str = "adamw",
     muon_lr: float = 0.02,
     muon_momentum: float = 0.95,
+    muon_ns_steps: int = 5,
 ) -> torch.optim.Optimizer:
     """AdamW over :func:`parameter_groups` (fused on CPU and CUDA), or Muon + AdamW (``kind="muon"``)."""
     if kind == "adamw":
@@ -107,6 +121,7 @@ def make_optimizer(
             "muon": True,
             "lr_scale": muon_lr / lr,
             "momentum": muon_momentum,
+            "ns_steps": muon_ns_steps,
             "weight_decay": weight_decay,
         },
         {"params": [p for p in rest if p.dim() >= 2], "weight_decay": weight_decay},

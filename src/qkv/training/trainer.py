@@ -122,6 +122,7 @@ class Trainer:
             device_type=device.type,
             kind=config.optimizer,
             muon_lr=config.muon_lr,
+            muon_ns_steps=config.muon_ns_steps,
         )
         self.scaler = precision.scaler()
         self.train_model: nn.Module = model
