@@ -6,7 +6,7 @@ LayerNorm gains, whose scale carries meaning. AdamW is used as torch's fused ker
 
 Muon (:mod:`qkv.training.muon`) orthogonalises the momentum of each matrix of the linear layers inside the
 blocks (W_q, W_k, W_v, W_o, W_1, W_2). On Tiny Shakespeare's 2000-step benchmark it lowers the validation
-loss from about 1.72 (AdamW, best settings found) to about 1.59 at the same cost per step; see
+loss from about 1.73 (AdamW) to about 1.60, for about 1.5x the time per step on a 2-core CPU; see
 docs/training.md. Embeddings, the unembedding, biases and LayerNorm gains keep AdamW, as Muon's authors
 recommend.
 """
