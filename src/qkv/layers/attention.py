@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from qkv.layers.capture import is_capturing, record
 from qkv.layers.kv_cache import LayerKVCache
+from qkv.layers.linear import Linear
 from qkv.layers.positional import apply_rotary
 
 
@@ -147,10 +148,10 @@ class MultiHeadAttention(nn.Module):
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.dropout = dropout
         context_dim = d_model if context_dim is None else context_dim
-        self.query = nn.Linear(d_model, d_model, bias=bias)  # W_q
-        self.key = nn.Linear(context_dim, d_model, bias=bias)  # W_k
-        self.value = nn.Linear(context_dim, d_model, bias=bias)  # W_v
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_o
+        self.query = Linear(d_model, d_model, bias=bias)  # W_q
+        self.key = Linear(context_dim, d_model, bias=bias)  # W_k
+        self.value = Linear(context_dim, d_model, bias=bias)  # W_v
+        self.out_proj = Linear(d_model, d_model, bias=bias)  # W_o
 
     def project(self, x: Tensor, context: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Q = x W_q, K = c W_k, V = c W_v with c = ``context`` (cross-attention) or ``x`` (self-attention).

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from qkv.layers.capture import record
 from qkv.layers.dropout import dropout_layer
+from qkv.layers.linear import linear
 
 
 class TokenEmbedding(nn.Embedding):
@@ -39,7 +40,7 @@ class Unembedding(nn.Module):
         self.tied = tied_to is not None
 
     def forward(self, x: Tensor) -> Tensor:
-        return nn.functional.linear(x, self.weight, self.bias)  # (..., d_model) -> (..., vocab_size)
+        return linear(x, self.weight, self.bias)  # (..., d_model) -> (..., vocab_size)
 
 
 class InputEmbedding(nn.Module):

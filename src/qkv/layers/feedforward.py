@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from qkv.layers.dropout import dropout_layer
+from qkv.layers.linear import Linear
 
 ACTIVATION_FUNCTIONS = {
     "relu": F.relu,
@@ -25,8 +26,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, *, activation: str = "gelu", dropout: float = 0.0, bias: bool = True):
         super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)  # W_1
-        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)  # W_2
+        self.linear1 = Linear(d_model, d_ff, bias=bias)  # W_1
+        self.linear2 = Linear(d_ff, d_model, bias=bias)  # W_2
         self.activation = ACTIVATION_FUNCTIONS[activation]
         self.dropout = dropout_layer(dropout)
 

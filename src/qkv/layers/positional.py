@@ -75,6 +75,10 @@ class RotaryEmbedding(nn.Module):
         return self.cos[start : start + length], self.sin[start : start + length]  # (T, d) each
 
 
+def _rotate(x: Tensor, cos: Tensor, sin_signed: Tensor) -> Tensor:
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), sin_signed)
+
+
 class _Rotate(torch.autograd.Function):
     """y = x cos + roll(x, d/2) sin_signed, with the backward written out (half the kernels of autograd's).
 
@@ -86,7 +90,7 @@ class _Rotate(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, cos: Tensor, sin_signed: Tensor) -> Tensor:
         ctx.save_for_backward(cos, sin_signed)
-        return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), sin_signed)
+        return _rotate(x, cos, sin_signed)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
@@ -101,4 +105,6 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """
     half = x.shape[-1] // 2
     sin_signed = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
-    return _Rotate.apply(x, cos, sin_signed)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _Rotate.apply(x, cos, sin_signed)
+    return _rotate(x, cos, sin_signed)  # no graph to record: skip the autograd.Function's overhead

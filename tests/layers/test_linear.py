@@ -1,0 +1,68 @@
+"""The decoding path of linear(): the same numbers as F.linear, whichever way the product is cut."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from qkv.layers import linear as linear_module
+from qkv.layers.linear import LARGE_MATRIX, Linear, linear
+
+
+@pytest.fixture
+def threads():
+    before = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(before)
+
+
+def spy(monkeypatch) -> list[str]:
+    """Record the batched products linear() runs (its split path), still computing them."""
+    calls: list[str] = []
+    for name in ("bmm", "baddbmm"):
+        original = getattr(torch, name)
+        monkeypatch.setattr(
+            linear_module.torch, name, lambda *a, _f=original, _n=name, **k: calls.append(_n) or _f(*a, **k)
+        )
+    return calls
+
+
+@pytest.mark.parametrize("n_threads", [2, 3])
+@pytest.mark.parametrize("n_out", [1024, 1027])  # divisible by the blocks, and with rows left over
+@pytest.mark.parametrize("leading", [(1, 1), (1, 3), (8, 1), (2, 8)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_split_product_equals_f_linear(threads, monkeypatch, n_threads, n_out, leading, bias) -> None:
+    threads(n_threads)
+    calls = spy(monkeypatch)
+    torch.manual_seed(0)
+    weight = torch.randn(n_out, 256)
+    b = torch.randn(n_out) if bias else None
+    x = torch.randn(*leading, 256)
+    with torch.no_grad():
+        out = linear(x, weight, b)
+    torch.testing.assert_close(out, F.linear(x, weight, b), atol=1e-4, rtol=1e-5)
+    assert out.shape == (*leading, n_out)
+    assert calls, "the split path was taken"
+
+
+def test_the_split_path_is_only_for_few_vectors_without_gradients(threads, monkeypatch) -> None:
+    threads(2)
+    taken = spy(monkeypatch)
+    weight, b = torch.randn(LARGE_MATRIX // 256, 256), torch.zeros(LARGE_MATRIX // 256)
+    with torch.no_grad():
+        linear(torch.randn(1, 17, 256), weight, b)  # too many vectors: arithmetic-bound, F.linear
+        linear(torch.randn(1, 256), weight[:8], b[:8])  # too small a matrix: stays in cache
+    linear(torch.randn(1, 256), weight, b)  # gradients on: training keeps F.linear
+    threads(1)
+    with torch.no_grad():
+        linear(torch.randn(1, 256), weight, b)  # one thread: nothing to split across
+    assert not taken
+
+
+def test_linear_module_keeps_nn_linear_names_and_gradients() -> None:
+    layer = Linear(8, 4)
+    assert isinstance(layer, torch.nn.Linear) and set(layer.state_dict()) == {"weight", "bias"}
+    x = torch.randn(3, 8)
+    layer(x).sum().backward()
+    torch.testing.assert_close(layer.weight.grad, torch.ones(4, 1) * x.sum(0))
