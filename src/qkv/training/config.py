@@ -142,9 +142,9 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
     "translate": dict(
         preset="transformer-tiny",
         batch_size=64,
-        lr=1e-3,
+        lr=2e-3,  # AdamW's rate (embeddings, norms); Muon's is muon_lr
         warmup_steps=200,
-        steps=2000,  # the built-in dates task: >= 99% exact match in about 2.5 minutes on 2 CPU cores
+        steps=1500,  # the built-in dates task: 99.65% exact match in 3.0 minutes on 2 CPU cores
         label_smoothing=0.1,
         weight_decay=0.01,
         eval_interval=500,
