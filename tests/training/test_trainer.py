@@ -103,6 +103,17 @@ def test_best_model_and_metrics_are_written(tmp_path) -> None:
     assert math.isfinite(result.best) and result.best < math.log(40)  # better than uniform over the vocabulary
 
 
+def test_a_run_stopped_before_its_first_log_line_ends_cleanly(tmp_path) -> None:
+    def stop_at_once(trainer, step, loss) -> None:
+        trainer.request_stop()  # Ctrl-C before anything was logged or evaluated
+
+    config = tiny_config(tmp_path, "early-stop", log_interval=50, eval_interval=50)
+    result = train_language_model(config, quiet=True, on_step=stop_at_once)
+    assert result.stopped == "interrupted" and result.step == 1
+    assert latest_checkpoint(config.out_dir) is not None  # the step is saved; no loss curve to draw
+    assert not (result.run_dir / "loss.png").exists()
+
+
 def test_early_stopping(tmp_path) -> None:
     config = tiny_config(
         tmp_path, "early", optimizer="adamw", lr=1e-9, min_lr=0.0, steps=40, early_stop=1, eval_interval=2
