@@ -19,7 +19,7 @@ from qkv.pretrained import (
     read_hf_weights,
     read_sentence_head,
 )
-from qkv.pretrained.bert import load_tokenizer
+from qkv.pretrained.bert import length_batches, load_tokenizer
 
 from .conftest import perturb
 
@@ -117,6 +117,26 @@ def test_embed_sentences_truncates_long_texts(minilm_dir: Path) -> None:
     short = embed_sentences(bundle, ["word " * 10], head=SentenceHead(normalize=True, max_tokens=8))
     cut = embed_sentences(bundle, ["word " * 6], head=SentenceHead(normalize=True, max_tokens=8))
     torch.testing.assert_close(short, cut)  # both are [CLS] word x 6 [SEP]
+
+
+def test_length_batches_cover_every_row_once_within_the_budget() -> None:
+    lengths = [5, 30, 7, 7, 12, 3, 40, 6, 9, 11]
+    batches = length_batches(lengths, max_batch_tokens=24)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
+    for batch in batches:
+        padded = len(batch) * max(lengths[i] for i in batch)
+        assert padded <= 24 or len(batch) == 1  # a row over the budget runs alone
+    order = [lengths[i] for batch in batches for i in batch]
+    assert order == sorted(lengths)  # similar lengths together: little padding
+
+
+def test_embed_sentences_in_small_batches_equals_one_by_one_in_the_given_order(minilm_dir: Path) -> None:
+    bundle = load_pretrained(minilm_dir)
+    texts = [*SENTENCES, "Hi.", "A very long sentence about a man who walks his dog along the river every day."]
+    batched = embed_sentences(bundle, texts, max_batch_tokens=40)  # several batches, sorted by length
+    alone = torch.cat([embed_sentences(bundle, [text]) for text in texts])
+    torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5)
+    assert embed_sentences(bundle, []).shape == (0, 384)
 
 
 def test_embed_sentences_needs_an_encoder(gpt2_dir: Path) -> None:
