@@ -23,17 +23,6 @@ from pathlib import Path
 import torch
 
 
-def best_time(fn: Callable[[], object], repeats: int) -> float:
-    """Median wall time of ``repeats`` calls (after one warm-up call)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def interleaved_times(fns: tuple[Callable[[], object], ...], repeats: int) -> list[float]:
     """Median wall time of each function, the calls taken in turn (one of each, ``repeats`` times, after a
     warm-up), so that a change in the machine's load falls on all of them alike."""
@@ -46,6 +35,11 @@ def interleaved_times(fns: tuple[Callable[[], object], ...], repeats: int) -> li
             fn()
             spent.append(time.perf_counter() - start)
     return [statistics.median(spent) for spent in times]
+
+
+def best_time(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall time of ``repeats`` calls of ``fn`` (after one warm-up call)."""
+    return interleaved_times((fn,), repeats)[0]
 
 
 def gpt2_generation(new_tokens: int, batch: int, repeats: int) -> dict[str, float]:

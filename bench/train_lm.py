@@ -12,13 +12,13 @@ the final validation loss and the wall time. Targets: validation loss <= 1.70 an
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from settings_flag import add_set_argument, apply_settings
 
 from qkv.training import TrainConfig, train_language_model
 from qkv.training.flops import matmul_peak_flops, training_flops_per_token
@@ -36,13 +36,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--activation", default=None)
     parser.add_argument("--eval-interval", type=int, default=250)
     parser.add_argument("--eval-batches", type=int, default=200)
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="any other setting: a training field (weight_decay=0) or model.FIELD (model.bias=false)",
-    )
+    add_set_argument(parser, "weight_decay=0 or model.bias=false")
     parser.add_argument("--quick", action="store_true", help="short peak measurement, for smoke runs")
     parser.add_argument("--out-dir", default=None)
     return parser.parse_args(argv)
@@ -71,13 +65,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         settings["lr"] = args.lr
     if args.warmup_steps is not None:
         settings["warmup_steps"] = args.warmup_steps
-    for item in args.set:
-        key, _, raw = item.partition("=")
-        value = json.loads(raw) if raw not in ("", "None") else None
-        if key.startswith("model."):
-            model[key.removeprefix("model.")] = value
-        else:
-            settings[key] = value
+    apply_settings(args.set, settings, model)
     config = TrainConfig(**settings)
     wall = time.perf_counter()
     result = train_language_model(config, quiet=True)

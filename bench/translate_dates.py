@@ -16,11 +16,10 @@ import re
 import tempfile
 import time
 
-import torch
-
+from qkv.checkpoint import ModelBundle, load_model_dir
 from qkv.data.dates import held_out_pairs
 from qkv.decoding.translator import Translator
-from qkv.layers.capture import capture
+from qkv.inspect import attention_maps
 from qkv.training import TrainConfig, train_translator
 
 # "3 March 2021", "le 3 mars 2021", "Saturday 3 March 2021", ...: day, month word, four-digit year.
@@ -28,10 +27,10 @@ SPANS = re.compile(r"(?P<day>\d{1,2})(?:er|st|nd|rd|th)?\s+(?:de\s+)?(?P<month>[
 FIELDS = {"year": range(0, 4), "month": range(5, 7), "day": range(8, 10)}  # positions in "YYYY-MM-DD"
 
 
-def alignment(translator: Translator, sources: list[str], targets: list[str]) -> dict[str, float]:
+def alignment(bundle: ModelBundle, sources: list[str], targets: list[str]) -> dict[str, float]:
     """Fraction of examples whose cross-attention peak, for each field of the output, lies in that field's
-    span of the source (char-level tokenizer: one token per character)."""
-    tok = translator.source_tokenizer
+    span of the source (char-level tokenizer: one token per character). The weights are the ones
+    `qkv attention` draws: target row t is the query that predicted character t."""
     hits = {field: 0 for field in FIELDS}
     count = 0
     for source, target in zip(sources, targets, strict=True):
@@ -39,12 +38,8 @@ def alignment(translator: Translator, sources: list[str], targets: list[str]) ->
         if match is None:
             continue
         count += 1
-        src = torch.tensor([tok.encode(source)])
-        tgt = torch.tensor([[translator.target_tokenizer.bos_id, *translator.target_tokenizer.encode(target)]])
-        with torch.no_grad(), capture(translator.model) as acts:
-            translator.model(src, tgt)
-        last = translator.model.config.n_decoder_layers - 1
-        weights = acts[f"decoder.blocks.{last}.cross_attn.weights"][0].mean(0)  # (T_target + 1, S)
+        cross = attention_maps(bundle, source, target=target).groups["cross"]
+        weights = cross.weights[-1].mean(0)  # last layer, mean over heads: (T_target + 1, S)
         for field, positions in FIELDS.items():
             peak = int(weights[list(positions)].sum(0).argmax())
             hits[field] += match.start(field) <= peak < match.end(field)
@@ -61,11 +56,12 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
     result = train_translator(TrainConfig.create(**settings), quiet=True)
     minutes = (time.perf_counter() - start) / 60
-    translator = Translator.load(result.run_dir)
+    bundle = load_model_dir(result.run_dir)
+    translator = Translator.from_bundle(bundle)
     fresh = held_out_pairs(2000, seed=24_680)
     outputs = translator.translate(fresh.sources, beam=1)
     exact = sum(o == t for o, t in zip(outputs, fresh.targets, strict=True)) / len(fresh)
-    aligned = alignment(translator, fresh.sources, fresh.targets)
+    aligned = alignment(bundle, fresh.sources, fresh.targets)
     print(f"dates task: {result.step} steps in {minutes:.1f} minutes (wall, incl. data and evaluations)")
     print(f"exact match on {len(fresh)} fresh dates: {100 * exact:.2f}%   (target >= 99%)")
     print(

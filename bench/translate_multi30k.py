@@ -16,13 +16,13 @@ needs to know its length in advance).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from settings_flag import add_set_argument, apply_settings
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
@@ -36,13 +36,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--beam", type=int, default=5)
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--max-tokens", type=int, default=4096, help="tokens per batch")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="other settings: a training field (lr=1e-3) or model.FIELD (model.dropout=0.2)",
-    )
+    add_set_argument(parser, "lr=1e-3 or model.dropout=0.2")
     return parser.parse_args(argv)
 
 
@@ -80,13 +74,7 @@ def settings_for(args: argparse.Namespace, steps: int, out_dir: str) -> dict:
         label_smoothing=0.1,
         log_interval=50,
     )
-    for item in args.set:
-        key, _, raw = item.partition("=")
-        value = json.loads(raw)
-        if key.startswith("model."):
-            model[key.removeprefix("model.")] = value
-        else:
-            settings[key] = value
+    apply_settings(args.set, settings, model)
     return settings
 
 

@@ -20,7 +20,6 @@ from qkv.checkpoint import save_model_dir
 from qkv.tokenizers import Tokenizer
 from qkv.training.config import TrainConfig
 from qkv.training.distributed import broadcast_object, shutdown_distributed
-from qkv.training.metrics import read_metrics
 from qkv.training.plot import plot_losses
 from qkv.training.run import Session, check_same_data, load_run_config, new_run_dir, save_run_config, start_session
 from qkv.training.trainer import Task, Trainer, TrainResult
@@ -98,8 +97,8 @@ def run_training(
             trainer.resume()
             say(f"resuming at step {trainer.state.step} of {config.steps}")
         result = trainer.fit()
-        if is_main and any("train_loss" in row or "val_loss" in row for row in read_metrics(run_dir)):
-            plot_losses(run_dir)  # a run stopped before its first log line has no curve to draw
+        if is_main:
+            plot_losses(run_dir, required=False)  # a run stopped before its first log line has no curve
         return result
     finally:
         shutdown_distributed()

@@ -10,8 +10,20 @@ from qkv.training.metrics import read_metrics
 PLOT_FILE = "loss.png"
 
 
-def plot_losses(run_dir: str | Path, out: str | Path | None = None) -> Path:
-    """Draw ``run_dir``'s metrics log to ``loss.png`` (or ``out``) and return the path."""
+def plot_losses(run_dir: str | Path, out: str | Path | None = None, *, required: bool = True) -> Path | None:
+    """Draw ``run_dir``'s metrics log to ``loss.png`` (or ``out``) and return the path.
+
+    A run with no logged loss yet (stopped before its first log line) has no curve: a QkvError, or None
+    when not ``required``.
+    """
+    run_dir = Path(run_dir)
+    rows = read_metrics(run_dir)
+    train = [(r["step"], r["train_loss"]) for r in rows if "train_loss" in r]
+    val = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
+    if not train and not val:
+        if not required:
+            return None
+        raise QkvError(f"{run_dir} has no metrics to plot (no metrics.jsonl rows): train first with `qkv train`")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -19,12 +31,6 @@ def plot_losses(run_dir: str | Path, out: str | Path | None = None) -> Path:
 
     from qkv.io import atomic_write
 
-    run_dir = Path(run_dir)
-    rows = read_metrics(run_dir)
-    train = [(r["step"], r["train_loss"]) for r in rows if "train_loss" in r]
-    val = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]
-    if not train and not val:
-        raise QkvError(f"{run_dir} has no metrics to plot (no metrics.jsonl rows): train first with `qkv train`")
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     if train:
         ax.plot(*zip(*train, strict=True), label="training loss", color="#4c72b0", alpha=0.8, linewidth=1)
