@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qkv.cli.common import add_model_argument, load_any, model_path
+from qkv.cli.common import add_model_argument, add_quantize_argument, load_any, model_path
 from qkv.errors import QkvError
 
 HELP = "serve a model over HTTP, with a web playground"
@@ -32,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--queue-timeout", type=float, default=10.0, help="seconds a request waits for a free slot before 503 (10)"
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda or mps (default cpu)")
+    add_quantize_argument(parser)
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
 
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         raise QkvError(f"{error}: check the --max-* and --queue-timeout flags") from None
     if not 0 <= args.port <= 65535:
         raise QkvError(f"--port {args.port} is not a port number: use 1-65535, or 0 for a free one")
-    bundle = load_any(model_path(args), device=args.device)
+    bundle = load_any(model_path(args), device=args.device, quantize=args.quantize)
     app = create_app(bundle, limits)
     service = app.state.service
     shown = f"[{args.host}]" if ":" in args.host else args.host
