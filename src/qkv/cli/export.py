@@ -25,9 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if not args.onnx:
         raise QkvError("say where to write the export: qkv export RUN --onnx model.onnx")
-    from qkv.export.onnx import export_onnx, sentence_head_of
+    from pathlib import Path
+
+    from qkv.export.onnx import check_exportable, export_onnx, sentence_head_of
 
     bundle = load_any(model_path(args))
+    check_exportable(bundle.model, Path(args.onnx))
     head = sentence_head_of(bundle) if bundle.config.kind == "encoder" else {}
     print(f"qkv export: tracing the {bundle.config.kind} model (a minute for GPT-2 small)...", file=sys.stderr)
     for path in export_onnx(bundle.model, args.onnx, **head):

@@ -182,7 +182,8 @@ def _export(
     return path
 
 
-def _check(model: nn.Module, path: Path) -> None:
+def check_exportable(model: nn.Module, path: Path) -> None:
+    """QkvError unless ``model`` can be exported to ``path`` (exporter installed, .onnx name, float weights, ...)."""
     missing = [name for name in ("onnx", "onnxscript") if importlib.util.find_spec(name) is None]
     if missing:
         raise QkvError(f"ONNX export needs {' and '.join(missing)}: pip install -e '.[onnx]'")
@@ -211,7 +212,7 @@ def export_onnx(model: nn.Module, path: str | Path, *, pooling: str = "mean", no
     sentence-transformers folder). The model is moved to the CPU and traced there.
     """
     path = Path(path)
-    _check(model, path)
+    check_exportable(model, path)
     model = model.cpu().eval()
     config = model.config  # type: ignore[attr-defined]
     meta = {"qkv.config": json.dumps(config.to_dict())}
