@@ -93,14 +93,18 @@ def _dequantized_product(x: Tensor, q: Tensor, scale: Tensor, bias: Tensor | Non
     return torch.cat(pieces, dim=-1)
 
 
-def int8_linear(x: Tensor, q: Tensor, scale: Tensor, bias: Tensor | None = None) -> Tensor:
-    """y = (x Q^T) * s + b for x (..., K), int8 Q (N, K), scales s (N,): (..., K) -> (..., N)."""
+def int8_linear(x: Tensor, q: Tensor, scale: Tensor, bias: Tensor | None = None, ones: Tensor | None = None) -> Tensor:
+    """y = (x Q^T) * s + b for x (..., K), int8 Q (N, K), scales s (N,): (..., K) -> (..., N).
+
+    ``ones`` is a bfloat16 vector of N ones for the kernel's own scales: pass a stored one under torch.compile
+    (Inductor cannot lower the kernel with a tensor made inside the graph).
+    """
     if not kernel_applies(x, q):
         return _dequantized_product(x, q, scale, bias)
     n_out, n_in = q.shape
     # A fresh contiguous bfloat16 copy: the kernel's aligned vector loads need 16-byte-aligned rows.
     a = x.reshape(-1, n_in).to(torch.bfloat16, memory_format=torch.contiguous_format, copy=True)  # (M, K)
-    ones = torch.ones(n_out, dtype=torch.bfloat16)  # the scales are applied below, in the output dtype
+    ones = torch.ones(n_out, dtype=torch.bfloat16) if ones is None else ones  # scales are applied below
     y = torch.ops.aten._weight_int8pack_mm(a, q, ones).to(x.dtype)  # (M, N)
     scale = scale.to(x.dtype)
     y = y * scale if bias is None else torch.addcmul(bias.to(x.dtype), y, scale)
@@ -122,6 +126,7 @@ class Int8Linear(nn.Module):
         self.qweight = frozen(torch.zeros(out_features, in_features, dtype=torch.int8))
         self.weight_scale = frozen(torch.ones(out_features))
         self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+        self.register_buffer("ones", torch.ones(out_features, dtype=torch.bfloat16), persistent=False)
 
     @classmethod
     def from_float(cls, weight: Tensor, bias: Tensor | None = None) -> Int8Linear:
@@ -158,7 +163,8 @@ class Int8Linear(nn.Module):
         return dequantize(self.qweight, self.weight_scale)
 
     def forward(self, x: Tensor) -> Tensor:
-        return int8_linear(x, self.qweight, self.weight_scale, self.bias)  # (..., K) -> (..., N)
+        ones = self.ones if self.ones.dtype == torch.bfloat16 else None  # model.to(dtype) converts buffers
+        return int8_linear(x, self.qweight, self.weight_scale, self.bias, ones)  # (..., K) -> (..., N)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, int8"
