@@ -8,12 +8,17 @@ This is the Hugging Face layout, and every part of qkv that reads or writes a mo
       tokenizer.json          Tokenizer.save(): the vocabulary (the rows of W_E, in order)
       tokenizer_target.json   encoder-decoder models with a separate target vocabulary only
       model.safetensors       every weight, by its state_dict name ("decoder.blocks.0.self_attn.query.weight")
+      quantization.json       int8 models only (:mod:`qkv.quantization`): which layers hold int8 weights
 
 Safetensors is a flat table of named tensors plus a JSON header; loading it runs no code (unlike pickle,
 which is never used here). A tensor shared by two modules is stored once: with tied embeddings
 (W_U = W_E^T) the file holds ``embedding.token_embedding.weight`` and not ``unembedding.weight``; the
 header's ``"tied"`` entry records which names were left out and which stored name they share. Loading
 copies each stored tensor into the model's own parameters, so the model keeps its ties.
+
+A quantized model (``qkv quantize``) is the same folder: its int8 layers store ``qweight`` (int8) and
+``weight_scale`` instead of ``weight``, the header says ``"quantization": "int8"``, and ``quantization.json``
+names the int8 layers, so that loading builds them before copying the weights in (no original needed).
 
 Every write is atomic (a temporary file, then a rename), so an interrupted save never leaves a half-written
 file behind, and every problem with the files is a :class:`~qkv.errors.QkvError` naming the file and the fix.
@@ -34,12 +39,14 @@ from torch import Tensor, nn
 from qkv.errors import QkvError
 from qkv.io import atomic_write, atomic_write_text, read_json
 from qkv.models.config import EncoderConfig, GPTConfig, ModelConfig, TransformerConfig, Word2VecConfig
+from qkv.quantization import apply_quantization, is_quantized, quantization_info
 from qkv.tokenizers import Tokenizer, load_tokenizer
 
 MODEL_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
 TARGET_TOKENIZER_FILE = "tokenizer_target.json"
+QUANTIZATION_FILE = "quantization.json"
 
 
 def build_model(config: ModelConfig) -> nn.Module:
@@ -110,6 +117,8 @@ def save_weights(model: nn.Module, path: str | Path) -> None:
         tensors[group[0]] = state[group[0]]
         tied.update({alias: group[0] for alias in group[1:]})
     metadata = {"format": "qkv", "model": _model_kind(model), "tied": json.dumps(tied)}
+    if is_quantized(model):
+        metadata["quantization"] = "int8"
     save_tensors(path, tensors, metadata)
 
 
@@ -164,6 +173,17 @@ def load_weights(
         raise QkvError(
             f"{_where(path)} holds the weights of a {kind} model, not of the {_model_kind(model)} model the "
             "config describes: the files come from different runs; save the model again"
+        )
+    scheme = metadata.get("quantization")
+    if scheme and not is_quantized(model):
+        raise QkvError(
+            f"{_where(path)} holds {scheme} weights written by `qkv quantize`, but no {QUANTIZATION_FILE} says "
+            "which layers: copy that file back beside it, or use the original run"
+        )
+    if is_quantized(model) and metadata.get("format") == "qkv" and not scheme:
+        raise QkvError(
+            f"{_where(path)} holds float weights, but {QUANTIZATION_FILE} describes an int8 model: remove "
+            f"{QUANTIZATION_FILE}, or quantize the run again with `qkv quantize`"
         )
     try:
         aliases = json.loads(metadata.get("tied", "{}"))
@@ -253,7 +273,8 @@ def save_model_dir(
     *,
     weights_name: str | None = MODEL_FILE,
 ) -> Path:
-    """Write config.json, tokenizer.json (+ tokenizer_target.json) and the weights into ``directory``.
+    """Write config.json, tokenizer.json (+ tokenizer_target.json), the weights (+ quantization.json for an
+    int8 model) into ``directory``.
 
     The weights go first and config.json last, each atomically, so the folder only looks like a finished
     model once every file is in place. ``weights_name=None`` writes no weights (a run that has only begun).
@@ -272,6 +293,11 @@ def save_model_dir(
         target_tokenizer.save(directory / TARGET_TOKENIZER_FILE)
     else:
         (directory / TARGET_TOKENIZER_FILE).unlink(missing_ok=True)  # a stale one would pair with this model
+    quantization = quantization_info(model)
+    if quantization is not None:
+        atomic_write_text(directory / QUANTIZATION_FILE, json.dumps(quantization, indent=2) + "\n")
+    else:
+        (directory / QUANTIZATION_FILE).unlink(missing_ok=True)
     atomic_write_text(directory / CONFIG_FILE, json.dumps(config.to_dict(), indent=2) + "\n")
     return directory
 
@@ -307,7 +333,7 @@ def load_model_dir(
     """Load a folder written by :func:`save_model_dir`: the model in eval mode on ``device``, and its tokenizers.
 
     The weights come from ``directory / weights_name``, or from ``weights_path`` if given (for example the
-    model.safetensors of a training checkpoint).
+    model.safetensors of a training checkpoint). With a quantization.json the model gets its int8 layers first.
     """
     directory = Path(directory)
     config = load_config(directory)
@@ -320,6 +346,9 @@ def load_model_dir(
         raise QkvError(f"{directory} has a {TARGET_TOKENIZER_FILE} but holds a {config.kind} model: remove that file")
     check_vocab(config, tokenizer, target, directory)
     model = build_model(config)
+    if (directory / QUANTIZATION_FILE).is_file():
+        info = read_json(directory / QUANTIZATION_FILE, what="quantization description")
+        apply_quantization(model, info, where=f"{QUANTIZATION_FILE} in {directory}")
     load_weights(model, Path(weights_path) if weights_path is not None else directory / weights_name, device=device)
     model.eval()
     return ModelBundle(model=model, config=config, tokenizer=tokenizer, target_tokenizer=target, path=directory)

@@ -24,6 +24,8 @@ VERBS = (
     "next",
     "embeddings",
     "serve",
+    "quantize",
+    "export",
 )
 
 

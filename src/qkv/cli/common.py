@@ -9,12 +9,12 @@ from qkv.errors import QkvError
 from qkv.model_dir import ModelBundle, load_model_dir
 
 
-def load_for_use(path: str, *, expect: str, device: str = "cpu") -> ModelBundle:
+def load_for_use(path: str, *, expect: str, device: str = "cpu", quantize: str | None = None) -> ModelBundle:
     """Load a run directory or pretrained model (see :func:`load_any`) and check its kind.
 
     ``expect`` is the model kind the command works with ("gpt", "transformer" or "encoder").
     """
-    bundle = load_any(path, device=device)
+    bundle = load_any(path, device=device, quantize=quantize)
     kind = bundle.config.kind
     if kind != expect:
         uses = {"gpt": "qkv generate", "transformer": "qkv translate", "encoder": "qkv embed"}
@@ -29,10 +29,18 @@ def load_for_use(path: str, *, expect: str, device: str = "cpu") -> ModelBundle:
     return bundle
 
 
-def load_any(path: str, *, device: str = "cpu") -> ModelBundle:
+def load_any(path: str, *, device: str = "cpu", quantize: str | None = None) -> ModelBundle:
     """A qkv run directory, or a pretrained model: a Hugging Face folder (config.json with a model_type) or,
     when online, a Hub name such as ``gpt2`` or ``Helsinki-NLP/opus-mt-en-fr``. A run that has no best
-    model yet is loaded from its latest checkpoint."""
+    model yet is loaded from its latest checkpoint. ``quantize="int8"`` quantizes the loaded model's
+    weights (:func:`qkv.quantization.quantize_model`); a folder written by ``qkv quantize`` is int8 already."""
+    if quantize is not None:
+        from qkv.quantization import check_scheme, quantize_model
+
+        check_scheme(quantize)  # before the (slow) load
+        bundle = load_any(path, device=device)
+        quantize_model(bundle.model, quantize)
+        return bundle
     folder = Path(path)
     if folder.exists():
         return load_pretrained_folder(folder, device) if _is_hugging_face_folder(folder) else _load_run(folder, device)
@@ -74,6 +82,16 @@ def add_model_argument(parser, *, what: str = "a run directory written by `qkv t
     parser.add_argument("run_dir", metavar="RUN_DIR", nargs="?", help=what)
     parser.add_argument(
         "--model", help="a pretrained model instead: a Hugging Face folder (GPT-2, BERT, Marian) or a Hub name"
+    )
+
+
+def add_quantize_argument(parser) -> None:
+    """--quantize SCHEME: run the model with int8 weights (quantized as it loads)."""
+    parser.add_argument(
+        "--quantize",
+        metavar="SCHEME",
+        help="int8: quantize the weights as the model loads (weight-only int8, a scale per output channel; "
+        "about 4x less weight memory; see docs/deploy.md)",
     )
 
 

@@ -12,7 +12,7 @@ import sys
 
 import torch
 
-from qkv.cli.common import add_model_argument, load_for_use, model_path
+from qkv.cli.common import add_model_argument, add_quantize_argument, load_for_use, model_path
 from qkv.errors import QkvError
 
 HELP = "generate text with a trained GPT"
@@ -28,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=None, help="random seed, for repeatable samples")
     parser.add_argument("--num-samples", type=int, default=1, help="how many samples (default 1)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or mps (default cpu)")
+    add_quantize_argument(parser)
     parser.add_argument("--no-cache", action="store_true", help="recompute every step instead of using the KV cache")
 
 
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.num_samples < 1:
         raise QkvError("--num-samples must be at least 1")
-    bundle = load_for_use(model_path(args), expect="gpt", device=args.device)
+    bundle = load_for_use(model_path(args), expect="gpt", device=args.device, quantize=args.quantize)
     tokenizer, model = bundle.tokenizer, bundle.model
     prompt = tokenizer.encode(args.prompt) if args.prompt else []
     if not prompt:

@@ -188,6 +188,24 @@ def read_sentence_head(folder: str | Path) -> SentenceHead:
     return SentenceHead(pooling=pooling, normalize=normalize, max_tokens=max_tokens)
 
 
+def copy_sentence_head(source: str | Path, target: str | Path) -> None:
+    """Copy the sentence-transformers files (modules.json, its module folders' JSON, sentence_bert_config.json)
+    from ``source`` to ``target``, so that a converted copy of the model pools and normalises the same way."""
+    from qkv.io import atomic_write_bytes
+
+    source, target = Path(source), Path(target)
+    if not (source / "modules.json").is_file():
+        return
+    files = [Path("modules.json"), Path("sentence_bert_config.json")]
+    for module in _json(source / "modules.json"):
+        folder = str(module.get("path", ""))
+        if folder and (source / folder).is_dir():
+            files += [path.relative_to(source) for path in (source / folder).glob("*.json")]
+    for file in files:
+        if (source / file).is_file():
+            atomic_write_bytes(target / file, (source / file).read_bytes())
+
+
 def encode_for_bert(tokenizer: Tokenizer, texts: list[str], *, max_tokens: int) -> tuple[Tensor, Tensor]:
     """``[CLS] text [SEP]`` ids of each text, cut to ``max_tokens``, right-padded with [PAD]: (ids, padding_mask).
 

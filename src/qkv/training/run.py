@@ -26,6 +26,7 @@ import torch
 
 from qkv.errors import QkvError
 from qkv.io import atomic_write_json, read_json
+from qkv.model_dir import QUANTIZATION_FILE
 from qkv.training.config import TrainConfig
 from qkv.training.device import Precision, resolve_device, resolve_precision
 from qkv.training.distributed import DistInfo, init_distributed
@@ -61,6 +62,11 @@ def load_run_config(run_dir: str | Path) -> tuple[TrainConfig, dict[str, Any]]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise QkvError(f"run directory {run_dir} does not exist: give the --out-dir of an earlier `qkv train`")
+    if (run_dir / QUANTIZATION_FILE).is_file():
+        raise QkvError(
+            f"{run_dir} holds int8 weights written by `qkv quantize`, which cannot be trained: resume the run "
+            "it was quantized from, and quantize again afterwards"
+        )
     path = run_dir / RUN_CONFIG_FILE
     if not path.exists():
         raise QkvError(f"{run_dir} is not a training run (no {RUN_CONFIG_FILE}): give the folder `qkv train` wrote")

@@ -1,0 +1,38 @@
+"""Export a model to ONNX, to run it with ONNX Runtime or another ONNX engine without PyTorch.
+
+A GPT becomes one file whose inputs and outputs include the KV cache (past_key_i / past_value_i in,
+present_key_i / present_value_i out); an encoder one file with token vectors and sentence embeddings out; an
+encoder-decoder two files, NAME.encoder.onnx (run once per sentence) and NAME.decoder.onnx (run once per
+token). docs/deploy.md describes the inputs and outputs and shows the loop that generates with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from qkv.cli.common import add_model_argument, load_any, model_path
+from qkv.errors import QkvError
+
+HELP = "export a model to ONNX (GPT with its KV cache, encoder, encoder-decoder)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_argument(parser, what="the model to export: a run directory (or --model for a pretrained one)")
+    parser.add_argument("--onnx", metavar="FILE", help="write the ONNX graph(s) here (a name ending in .onnx)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.onnx:
+        raise QkvError("say where to write the export: qkv export RUN --onnx model.onnx")
+    from pathlib import Path
+
+    from qkv.export.onnx import check_exportable, export_onnx, sentence_head_of
+
+    bundle = load_any(model_path(args))
+    check_exportable(bundle.model, Path(args.onnx))
+    head = sentence_head_of(bundle) if bundle.config.kind == "encoder" else {}
+    print(f"qkv export: tracing the {bundle.config.kind} model (a minute for GPT-2 small)...", file=sys.stderr)
+    for path in export_onnx(bundle.model, args.onnx, **head):
+        print(f"qkv export: wrote {path} ({path.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)
+    return 0

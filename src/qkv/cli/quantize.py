@@ -1,0 +1,35 @@
+"""Save a copy of a model with int8 weights: every linear layer and the unembedding quantized to int8 with
+one scale per output channel (weight-only; activations stay float). The copy is an ordinary model folder
+plus quantization.json: generate, translate, embed, eval and serve load it without the original, with
+about a quarter of the weight memory. The original is left as it is."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from qkv.cli.common import add_model_argument, load_any, model_path
+
+HELP = "save an int8 copy of a model (weight-only, a scale per output channel)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_argument(parser, what="the model to quantize: a run directory (or --model for a pretrained one)")
+    parser.add_argument("--out", required=True, metavar="DIR", help="folder for the quantized copy (new or empty)")
+    parser.add_argument("--scheme", default="int8", help="quantization scheme: int8 (the default and only one)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from qkv.quantization import check_scheme, save_quantized, weight_bytes
+
+    check_scheme(args.scheme)
+    bundle = load_any(model_path(args))
+    before = weight_bytes(bundle.model)
+    out = save_quantized(bundle, args.out, args.scheme)
+    after = weight_bytes(bundle.model)
+    print(
+        f"qkv quantize: wrote {out} ({args.scheme} weights: {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB, "
+        f"{before / after:.1f}x smaller)",
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,281 @@
+"""ONNX export: a qkv model as graphs that ONNX Runtime (or any ONNX engine) runs without PyTorch.
+
+Each model becomes graphs whose inputs and outputs are plain tensors (names as below; B batch, T new
+tokens, P positions already read, S source tokens, h heads, d_k = d_model / h):
+
+- **GPT**, one file: ``input_ids`` (B, T) and, for every layer i, ``past_key_i`` / ``past_value_i``
+  (B, h, P, d_k) in; ``logits`` (B, T, vocab) and ``present_key_i`` / ``present_value_i`` (B, h, P + T, d_k)
+  out. P = 0 (empty pasts) reads a prompt; then each step feeds one token and the presents back
+  (:mod:`qkv.export.past`). The rows of a batch share one length (there is no padding mask).
+- **Encoder**, one file: ``input_ids`` and ``attention_mask`` (B, T; 1 at tokens, 0 at padding, as in
+  Hugging Face) in; ``last_hidden_state`` (B, T, d_model) and ``sentence_embedding`` (B, d_model, pooled
+  and normalised as ``qkv embed`` does) out.
+- **Encoder-decoder**, two files, ``NAME.encoder.onnx`` and ``NAME.decoder.onnx``. The encoder runs once
+  per batch of sentences and the decoder once per target token, so each graph holds only the work of its
+  step; one graph would have to rerun the encoder at every token, or branch on the step inside the graph.
+  The encoder takes ``input_ids`` and ``attention_mask`` (B, S) and returns ``cross_key_i`` /
+  ``cross_value_i`` (B, h, S, d_k), the keys and values its output gives every decoder layer's
+  cross-attention; the decoder takes ``input_ids`` (B, T), ``encoder_attention_mask`` (B, S), the pasts and
+  the cross keys and values, and returns ``logits`` and the presents.
+
+Every file records the model's config.json and its role in its metadata (``qkv.config``, ``qkv.graph``).
+The graphs come from ``torch.onnx.export`` (the torch.export-based exporter, which needs ``onnxscript``),
+traced with gradients on so that each layer takes its general path (the eager decoding shortcuts are for
+PyTorch on the CPU). :mod:`qkv.export.onnx_runtime` runs them: greedy generation, translation and
+embedding, checked against qkv in the tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import logging
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from qkv.errors import QkvError
+from qkv.export.past import PastKeyValues
+from qkv.models import GPT, Encoder, Transformer, mean_pool
+from qkv.quantization import is_quantized, weight_bytes
+
+EXAMPLE_BATCH, EXAMPLE_LENGTH, EXAMPLE_PAST = 2, 3, 2  # tracing shapes; 0 and 1 would be specialised
+MIN_CONTEXT = EXAMPLE_LENGTH + EXAMPLE_PAST
+SINGLE_FILE_LIMIT = 1_500_000_000  # bytes of weights above which they go to a .data file beside (protobuf: 2 GB)
+
+
+def _pairs(tensors: tuple[Tensor, ...]) -> list[tuple[Tensor, Tensor]]:
+    return list(zip(tensors[0::2], tensors[1::2], strict=True))
+
+
+def _padding(attention_mask: Tensor) -> Tensor:
+    return attention_mask == 0  # (B, T) True at padding, as qkv's models take it
+
+
+class GPTGraph(nn.Module):
+    """GPT with its KV cache as inputs and outputs: (input_ids, k_0, v_0, ...) -> (logits, k'_0, v'_0, ...)."""
+
+    def __init__(self, model: GPT) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, *past: Tensor) -> tuple[Tensor, ...]:
+        cache = PastKeyValues(_pairs(past))
+        logits = self.model(input_ids, cache=cache)  # type: ignore[arg-type]  # (B, T, vocab)
+        return (logits, *cache.presents())
+
+
+class EncoderGraph(nn.Module):
+    """Encoder: (input_ids, attention_mask) -> (last_hidden_state, sentence_embedding)."""
+
+    def __init__(self, model: Encoder, *, pooling: str = "mean", normalize: bool = False) -> None:
+        super().__init__()
+        self.model, self.pooling, self.normalize = model, pooling, normalize
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, Tensor]:
+        padding = _padding(attention_mask)
+        hidden = self.model(input_ids, padding_mask=padding)  # (B, T, d_model)
+        pooled = mean_pool(hidden, padding) if self.pooling == "mean" else hidden[:, 0]  # (B, d_model)
+        return hidden, F.normalize(pooled, dim=-1) if self.normalize else pooled
+
+
+class TranslatorEncoderGraph(nn.Module):
+    """Encoder half: (input_ids, attention_mask) -> each decoder layer's cross-attention keys and values."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, ...]:
+        memory = self.model.encode(input_ids, src_padding_mask=_padding(attention_mask))  # (B, S, d_model)
+        out: list[Tensor] = []
+        for block in self.model.decoder.blocks:
+            attention = block.cross_attn
+            out += [attention.split_heads(attention.key(memory)), attention.split_heads(attention.value(memory))]
+        return tuple(out)  # (B, h, S, d_k) each: what MultiHeadAttention keeps in a static cache
+
+
+class TranslatorDecoderGraph(nn.Module):
+    """Decoder half: (input_ids, encoder_attention_mask, pasts..., crosses...) -> (logits, presents...)."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+        self.n_layers = len(model.decoder.blocks)
+
+    def forward(self, input_ids: Tensor, encoder_attention_mask: Tensor, *caches: Tensor) -> tuple[Tensor, ...]:
+        past, cross = caches[: 2 * self.n_layers], caches[2 * self.n_layers :]
+        cache = PastKeyValues(_pairs(past), _pairs(cross))
+        unused = input_ids.new_empty(0)  # the static cross caches stand in for the encoder output
+        logits = self.model.decode(
+            input_ids,
+            unused,
+            memory_padding_mask=_padding(encoder_attention_mask),
+            cache=cache,  # type: ignore[arg-type]
+        )
+        return (logits, *cache.presents())
+
+
+# --------------------------------------------------------------------------------------------- export
+
+
+def _cache_names(prefix: str, n_layers: int) -> list[str]:
+    return [f"{prefix}_{kind}_{i}" for i in range(n_layers) for kind in ("key", "value")]
+
+
+def _empty_like_cache(model: nn.Module, batch: int, length: int) -> list[Tensor]:
+    config = model.config  # type: ignore[attr-defined]
+    return [torch.zeros(batch, config.n_heads, length, config.head_dim) for _ in range(2)]
+
+
+@contextlib.contextmanager
+def _tracing(model: nn.Module) -> Iterator[None]:
+    """Gradients on but no parameter requiring one (general layer paths, no autograd functions), quietly."""
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    try:
+        for p, _ in flags:
+            p.requires_grad_(False)
+        logger.setLevel(logging.ERROR)
+        with torch.enable_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+        for p, flag in flags:
+            p.requires_grad_(flag)
+
+
+def _export(
+    graph: nn.Module,
+    args: tuple[Tensor, ...],
+    names: tuple[list[str], list[str]],
+    dims: tuple[Any, ...],  # one entry per forward argument; a tuple of them for the *caches
+    path: Path,
+    metadata: dict[str, str],
+) -> Path:
+    from qkv.io import atomic_write
+
+    graph.eval()
+    with _tracing(graph):
+        try:
+            program = torch.onnx.export(
+                graph, args, dynamo=True, input_names=names[0], output_names=names[1], dynamic_shapes=dims
+            )
+        except Exception as error:  # the exporter's errors are long; the first line says what failed
+            detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise QkvError(
+                f"torch.onnx could not export this {type(graph).__name__} ({detail[:300]}): please report it "
+                "with the model's config.json"
+            ) from None
+    program.model.metadata_props.update(metadata)
+    external = weight_bytes(graph) > SINGLE_FILE_LIMIT
+    atomic_write(path, lambda tmp: program.save(tmp, external_data=external))
+    return path
+
+
+def check_exportable(model: nn.Module, path: Path) -> None:
+    """QkvError unless ``model`` can be exported to ``path`` (exporter installed, .onnx name, float weights, ...)."""
+    missing = [name for name in ("onnx", "onnxscript") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise QkvError(f"ONNX export needs {' and '.join(missing)}: pip install -e '.[onnx]'")
+    if path.suffix != ".onnx":
+        raise QkvError(f"--onnx {path} should end in .onnx (the encoder-decoder writes NAME.encoder.onnx too)")
+    if is_quantized(model):
+        raise QkvError(
+            "this model holds int8 weights (qkv quantize), which qkv does not export to ONNX: export the "
+            "float run it was quantized from (onnxruntime.quantization can quantize the ONNX file)"
+        )
+    if not isinstance(model, (GPT, Encoder, Transformer)):
+        raise QkvError(f"qkv exports GPT, encoder and encoder-decoder models to ONNX, not a {type(model).__name__}")
+    if model.config.context_length < MIN_CONTEXT:
+        raise QkvError(
+            f"a context of {model.config.context_length} positions is too short to export: the exporter traces "
+            f"{MIN_CONTEXT} positions; use a model with context_length >= {MIN_CONTEXT}"
+        )
+
+
+def export_onnx(model: nn.Module, path: str | Path, *, pooling: str = "mean", normalize: bool = False) -> list[Path]:
+    """Write ``model`` (GPT, Encoder or Transformer, float weights) as ONNX graphs; return the files written.
+
+    ``path`` ends in .onnx. A GPT or an encoder is one file, ``path``; an encoder-decoder is two, ``path``
+    with the suffix .encoder.onnx and .decoder.onnx. ``pooling`` and ``normalize`` set how an encoder's
+    ``sentence_embedding`` is made (:func:`qkv.pretrained.bert.read_sentence_head` reads them from a
+    sentence-transformers folder). The model is moved to the CPU and traced there.
+    """
+    path = Path(path)
+    check_exportable(model, path)
+    model = model.cpu().eval()
+    config = model.config  # type: ignore[attr-defined]
+    meta = {"qkv.config": json.dumps(config.to_dict())}
+    batch, length, past = EXAMPLE_BATCH, EXAMPLE_LENGTH, EXAMPLE_PAST
+    ids = torch.zeros(batch, length, dtype=torch.long)
+    seq = {0: "batch", 1: "sequence"}
+    cache_dims = {0: "batch", 2: "past_sequence"}
+    if isinstance(model, GPT):
+        n = config.n_layers
+        pasts = [t for _ in range(n) for t in _empty_like_cache(model, batch, past)]
+        return [
+            _export(
+                GPTGraph(model),
+                (ids, *pasts),
+                (["input_ids", *_cache_names("past", n)], ["logits", *_cache_names("present", n)]),
+                (seq, (cache_dims,) * 2 * n),
+                path,
+                {**meta, "qkv.graph": "gpt"},
+            )
+        ]
+    mask = torch.ones(batch, length, dtype=torch.long)
+    if isinstance(model, Encoder):
+        return [
+            _export(
+                EncoderGraph(model, pooling=pooling, normalize=normalize),
+                (ids, mask),
+                (["input_ids", "attention_mask"], ["last_hidden_state", "sentence_embedding"]),
+                (seq, seq),
+                path,
+                {**meta, "qkv.graph": "encoder", "qkv.pooling": pooling, "qkv.normalize": str(normalize).lower()},
+            )
+        ]
+    n = config.n_decoder_layers
+    encoder_path, decoder_path = path.with_suffix(".encoder.onnx"), path.with_suffix(".decoder.onnx")
+    src = {0: "batch", 1: "source_sequence"}
+    cross_dims = {0: "batch", 2: "source_sequence"}
+    _export(
+        TranslatorEncoderGraph(model),
+        (ids, mask),
+        (["input_ids", "attention_mask"], _cache_names("cross", n)),
+        (src, src),
+        encoder_path,
+        {**meta, "qkv.graph": "translator-encoder", "qkv.decoder": decoder_path.name},
+    )
+    pasts = [t for _ in range(n) for t in _empty_like_cache(model, batch, past)]
+    crosses = [t for _ in range(n) for t in _empty_like_cache(model, batch, length + 1)]
+    _export(
+        TranslatorDecoderGraph(model),
+        (ids, torch.ones(batch, length + 1, dtype=torch.long), *pasts, *crosses),
+        (
+            ["input_ids", "encoder_attention_mask", *_cache_names("past", n), *_cache_names("cross", n)],
+            ["logits", *_cache_names("present", n)],
+        ),
+        (seq, src, (cache_dims,) * 2 * n + (cross_dims,) * 2 * n),
+        decoder_path,
+        {**meta, "qkv.graph": "translator-decoder", "qkv.encoder": encoder_path.name},
+    )
+    return [encoder_path, decoder_path]
+
+
+def sentence_head_of(bundle: Any) -> dict[str, Any]:
+    """``pooling`` and ``normalize`` for :func:`export_onnx` from a loaded encoder's folder (mean, no norm if none)."""
+    from qkv.pretrained.bert import read_sentence_head
+
+    head = read_sentence_head(bundle.path)
+    return {"pooling": head.pooling, "normalize": head.normalize}

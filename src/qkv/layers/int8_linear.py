@@ -1,0 +1,170 @@
+"""Weight-only int8 linear layers: y = (x Q^T) * s + b, one int8 matrix Q and one scale per output channel.
+
+Decoding one token reads every weight matrix once to do two FLOPs per weight, so its speed is the speed at
+which the matrices stream from memory (see :mod:`qkv.layers.linear`). Stored as int8, a matrix is a quarter of
+its float32 bytes. The activations x stay in floating point: only the weights are quantized.
+
+**Quantization** (symmetric, per output channel, absmax). Row i of W holds the weights of output feature i:
+
+    s_i = max_j |W_ij| / 127,    Q_ij = round(W_ij / s_i)  in [-127, 127],    W_ij ~ s_i Q_ij,
+
+with an error of at most s_i / 2 per weight. One scale per row is exact to take out of the dot product:
+
+    y_i = sum_j x_j W_ij + b_i  ~  s_i (sum_j x_j Q_ij) + b_i,
+
+so the product runs on the int8 matrix and the scales touch only the N outputs. Rows quantized this way
+can be stacked (W_q, W_k and W_v into one matrix, :meth:`Int8Linear.cat`) without changing a number.
+
+**Kernels.** On the CPU, ``torch.ops.aten._weight_int8pack_mm(A, Q, s)`` computes ``A Q^T * s`` for a 2-D
+A (M, K) and a contiguous int8 Q (N, K) without ever widening Q in memory. In torch 2.13 its x86 kernel is
+vectorised (AVX2 / AVX-512) for bfloat16 A only; float32 A runs a scalar loop several times slower than the
+float32 product it would replace. Its vector loads also need K to be a multiple of 16 and 16-byte-aligned
+rows (it crashes otherwise). So :func:`int8_linear` rounds the few input vectors of a decoding step to
+bfloat16 in a fresh (aligned) tensor, passes scales of 1, and applies the float32 scales and the bias to
+the output; K % 16 != 0 takes the dequantizing path instead. The kernel tiles A in blocks of 4 rows and
+streams Q once per block, so for many rows (a prompt, a batch of sentences) it loses to BLAS: beyond
+:data:`KERNEL_ROWS` rows, and on every other device (CUDA included), Q is widened to the activations'
+dtype in slices of output rows and multiplied with ``F.linear``: the same arithmetic, with bounded
+temporary memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+Q_MAX = 127  # symmetric int8: -127..127 (-128 is left out so that -Q is representable)
+KERNEL_ROWS = 8  # input vectors up to which the CPU int8 kernel beats widening Q and calling BLAS
+KERNEL_K_MULTIPLE = 16  # the kernel's vector loads read 16 weights (AVX-512) at a time, aligned
+DEQUANTIZE_SLICE = 1 << 22  # weights widened at a time on the dequantizing path (16 MB of float32)
+
+
+def frozen(tensor: Tensor) -> nn.Parameter:
+    """A parameter that takes no gradient (int8 tensors cannot have one)."""
+    return nn.Parameter(tensor, requires_grad=False)
+
+
+def quantize_per_channel(weight: Tensor) -> tuple[Tensor, Tensor]:
+    """(Q int8 (N, K), s float32 (N,)) with W ~ s[:, None] * Q: symmetric absmax per output row.
+
+    A row of zeros gets the scale 1 (and Q = 0), so that no scale is 0 and nothing divides by it.
+    """
+    w = weight.detach().float()
+    scale = w.abs().amax(dim=1) / Q_MAX  # (N,)
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.round(w / scale[:, None]).clamp_(-Q_MAX, Q_MAX).to(torch.int8)  # (N, K)
+    return q.contiguous(), scale
+
+
+def dequantize(q: Tensor, scale: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    """s[:, None] * Q as a float matrix (N, K) in ``dtype`` (default: the scales' dtype)."""
+    dtype = dtype or scale.dtype
+    return q.to(dtype) * scale.to(dtype)[:, None]
+
+
+def kernel_applies(x: Tensor, q: Tensor) -> bool:
+    """Whether :func:`int8_linear` multiplies x by Q with torch's CPU int8 kernel (see the module docstring)."""
+    n_in = q.shape[1]
+    rows = x.numel() // n_in if n_in else 0
+    return (
+        x.device.type == "cpu"
+        and 0 < rows <= KERNEL_ROWS
+        and n_in % KERNEL_K_MULTIPLE == 0
+        and q.is_contiguous()
+        and x.dtype in (torch.float32, torch.bfloat16)
+    )
+
+
+def _dequantized_product(x: Tensor, q: Tensor, scale: Tensor, bias: Tensor | None) -> Tensor:
+    """x Q^T * s + b with Q widened to x's dtype a slice of output rows at a time. (..., K) -> (..., N)."""
+    n_out, n_in = q.shape
+    step = max(1, DEQUANTIZE_SLICE // max(n_in, 1))
+    scale, bias = scale.to(x.dtype), None if bias is None else bias.to(x.dtype)
+    if step >= n_out:
+        out = F.linear(x, q.to(x.dtype)) * scale
+        return out if bias is None else out + bias
+    pieces = []
+    for start in range(0, n_out, step):
+        part = F.linear(x, q[start : start + step].to(x.dtype)) * scale[start : start + step]
+        pieces.append(part if bias is None else part + bias[start : start + step])
+    return torch.cat(pieces, dim=-1)
+
+
+def int8_linear(x: Tensor, q: Tensor, scale: Tensor, bias: Tensor | None = None, ones: Tensor | None = None) -> Tensor:
+    """y = (x Q^T) * s + b for x (..., K), int8 Q (N, K), scales s (N,): (..., K) -> (..., N).
+
+    ``ones`` is a bfloat16 vector of N ones for the kernel's own scales: pass a stored one under torch.compile
+    (Inductor cannot lower the kernel with a tensor made inside the graph).
+    """
+    if not kernel_applies(x, q):
+        return _dequantized_product(x, q, scale, bias)
+    n_out, n_in = q.shape
+    # A fresh contiguous bfloat16 copy: the kernel's aligned vector loads need 16-byte-aligned rows.
+    a = x.reshape(-1, n_in).to(torch.bfloat16, memory_format=torch.contiguous_format, copy=True)  # (M, K)
+    ones = torch.ones(n_out, dtype=torch.bfloat16) if ones is None else ones  # scales are applied below
+    y = torch.ops.aten._weight_int8pack_mm(a, q, ones).to(x.dtype)  # (M, N)
+    scale = scale.to(x.dtype)
+    y = y * scale if bias is None else torch.addcmul(bias.to(x.dtype), y, scale)
+    return y.reshape(*x.shape[:-1], n_out)
+
+
+class Int8Linear(nn.Module):
+    """A linear layer holding int8 weights ``qweight`` (N, K), float scales ``weight_scale`` (N,) and a bias.
+
+    ``weight`` is the dequantized matrix s[:, None] * Q (computed on access), so code that reads a layer's
+    weights (inspection, stacking) sees the numbers the layer multiplies by. Q and s are parameters without
+    gradient: they count in ``parameters()`` like the matrix they replace, stay shared when a tied module
+    moves to another device, and are never trained.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.qweight = frozen(torch.zeros(out_features, in_features, dtype=torch.int8))
+        self.weight_scale = frozen(torch.ones(out_features))
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+        self.register_buffer("ones", torch.ones(out_features, dtype=torch.bfloat16), persistent=False)
+
+    @classmethod
+    def from_float(cls, weight: Tensor, bias: Tensor | None = None) -> Int8Linear:
+        """The int8 layer for the float layer with ``weight`` (N, K) and ``bias`` (N,)."""
+        out_features, in_features = weight.shape
+        layer = cls(in_features, out_features, bias=bias is not None)
+        q, scale = quantize_per_channel(weight)
+        layer.qweight.data = q.to(weight.device)
+        layer.weight_scale.data = scale.to(device=weight.device, dtype=weight.dtype)
+        if bias is not None:
+            layer.bias.data = bias.detach().clone()  # type: ignore[union-attr]
+        return layer
+
+    @classmethod
+    def cat(cls, layers: Sequence[Int8Linear]) -> Int8Linear:
+        """One layer computing ``[l(x) for l in layers]`` concatenated on the last axis, e.g. fused W_q, W_k, W_v.
+
+        Each output row keeps its own scale, so the stacked layer gives the same numbers as the parts.
+        """
+        first = layers[0]
+        widths, biases = {layer.in_features for layer in layers}, {layer.bias is None for layer in layers}
+        if len(widths) > 1 or len(biases) > 1:
+            raise ValueError("stacked int8 layers need one input width and all or none with a bias")
+        stacked = cls(first.in_features, sum(layer.out_features for layer in layers), bias=first.bias is not None)
+        stacked.qweight.data = torch.cat([layer.qweight for layer in layers])
+        stacked.weight_scale.data = torch.cat([layer.weight_scale for layer in layers])
+        if first.bias is not None:
+            stacked.bias.data = torch.cat([layer.bias for layer in layers])  # type: ignore[union-attr, misc]
+        return stacked
+
+    @property
+    def weight(self) -> Tensor:
+        """The dequantized weight matrix s[:, None] * Q (N, K), a new tensor on every access."""
+        return dequantize(self.qweight, self.weight_scale)
+
+    def forward(self, x: Tensor) -> Tensor:
+        ones = self.ones if self.ones.dtype == torch.bfloat16 else None  # model.to(dtype) converts buffers
+        return int8_linear(x, self.qweight, self.weight_scale, self.bias, ones)  # (..., K) -> (..., N)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, int8"

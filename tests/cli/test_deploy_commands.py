@@ -1,0 +1,138 @@
+"""`qkv quantize`, `--quantize int8` on generate, translate, embed, eval and serve, and the bad inputs of
+quantizing and exporting, as a user types them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from qkv.cli import main
+from qkv.cli.common import load_any
+from qkv.model_dir import QUANTIZATION_FILE, save_model_dir
+from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig, Transformer, TransformerConfig
+from qkv.quantization import is_quantized
+from qkv.tokenizers import CharTokenizer
+
+TEXT = "the quick brown fox jumps over the lazy dog. a man is eating food. the girl carries a baby.\n"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    tok = CharTokenizer.train(TEXT)
+    torch.manual_seed(0)
+    small = dict(d_model=32, n_heads=2, context_length=48)
+    models = {
+        "gpt": GPT(GPTConfig(vocab_size=tok.vocab_size, n_layers=2, **small)),
+        "translator": Transformer(
+            TransformerConfig(
+                src_vocab_size=tok.vocab_size,
+                tgt_vocab_size=tok.vocab_size,
+                n_encoder_layers=1,
+                n_decoder_layers=1,
+                **small,
+            )
+        ),  # fmt: skip
+        "encoder": Encoder(EncoderConfig(vocab_size=tok.vocab_size, n_layers=2, **small)),
+    }
+    root = tmp_path_factory.mktemp("deploy")
+    (root / "text.txt").write_text(TEXT * 3)
+    runs = {name: str(save_model_dir(root / name, model, tok)) for name, model in models.items()}
+    assert main(["quantize", runs["gpt"], "--out", str(root / "gpt-int8")]) == 0
+    return {**runs, "gpt-int8": str(root / "gpt-int8"), "text": str(root / "text.txt"), "root": root}
+
+
+def output(capsys, *argv: str) -> str:
+    assert main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+def fails(capsys, *argv: str) -> str:
+    """A command that must fail: exit code 2 and one line on stderr, no traceback."""
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_quantize_writes_a_folder_that_loads_as_int8(runs, capsys) -> None:
+    folder = runs["root"] / "gpt-int8"
+    assert (folder / QUANTIZATION_FILE).is_file() and (folder / "tokenizer.json").is_file()
+    assert is_quantized(load_any(str(folder)).model)
+    assert not is_quantized(load_any(runs["gpt"]).model)  # the original is untouched
+    capsys.readouterr()
+    assert main(["quantize", runs["gpt"], "--out", str(runs["root"] / "again")]) == 0
+    err = capsys.readouterr().err
+    assert "int8 weights" in err and "x smaller" in err
+
+
+def test_generate_from_the_quantized_folder_equals_generate_with_the_flag(runs, capsys) -> None:
+    common = ["--prompt", "the ", "--temperature", "0", "--max-new-tokens", "20"]
+    from_folder = output(capsys, "generate", runs["gpt-int8"], *common)
+    with_flag = output(capsys, "generate", runs["gpt"], *common, "--quantize", "int8")
+    assert from_folder == with_flag and len(from_folder) > len("the ") + 10
+
+
+def test_eval_with_int8_weights_is_close_to_float(runs, capsys) -> None:
+    exact = json.loads(output(capsys, "eval", runs["gpt"], runs["text"], "--json"))
+    int8 = json.loads(output(capsys, "eval", runs["gpt"], runs["text"], "--json", "--quantize", "int8"))
+    assert abs(int8["loss"] - exact["loss"]) / exact["loss"] < 0.01
+    assert json.loads(output(capsys, "eval", runs["gpt-int8"], runs["text"], "--json")) == int8
+
+
+def test_translate_and_embed_take_the_flag(runs, capsys) -> None:
+    for beam in ("1", "3"):
+        lines = output(capsys, "translate", runs["translator"], "the fox", "a baby", "--beam", beam, "--quantize=int8")
+        assert len(lines.splitlines()) == 2
+    sentences = ["a man eats", "the girl"]
+    exact = json.loads(output(capsys, "embed", runs["encoder"], *sentences, "--json"))
+    int8 = json.loads(output(capsys, "embed", runs["encoder"], *sentences, "--json", "--quantize", "int8"))
+    cosine = torch.nn.functional.cosine_similarity(torch.tensor(exact["embeddings"]), torch.tensor(int8["embeddings"]))
+    assert float(cosine.min()) > 0.99
+
+
+def test_the_server_serves_int8_weights(runs) -> None:
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from qkv.decoding import generate
+    from qkv.server import create_app
+
+    bundle = load_any(runs["gpt"], quantize="int8")
+    with TestClient(create_app(bundle), base_url="http://localhost") as client:  # the server answers localhost names
+        response = client.post("/v1/completions", json={"prompt": "the ", "max_tokens": 12, "temperature": 0})
+    assert response.status_code == 200, response.text
+    ids = bundle.tokenizer.encode("the ")
+    expected = generate(bundle.model, ids, max_new_tokens=12, temperature=0)[0, len(ids) :].tolist()
+    assert response.json()["choices"][0]["text"] == bundle.tokenizer.decode(expected)
+
+
+@pytest.mark.parametrize("verb", ["generate", "translate", "embed", "eval", "serve"])
+def test_unknown_schemes_are_one_line(runs, capsys, verb) -> None:
+    run = {"translate": runs["translator"], "embed": runs["encoder"]}.get(verb, runs["gpt"])
+    extra = {"translate": ["a b"], "embed": ["a b"], "eval": [runs["text"]]}.get(verb, [])
+    err = fails(capsys, verb, run, *extra, "--quantize", "int4")
+    assert "'int4' is not a quantization scheme qkv has: use int8" in err
+
+
+def test_quantized_folders_cannot_be_trained_exported_or_quantized_again(runs, capsys) -> None:
+    q = runs["gpt-int8"]
+    err = fails(capsys, "train", "--resume", q)
+    assert "holds int8 weights written by `qkv quantize`, which cannot be trained" in err
+    err = fails(capsys, "export", q, "--onnx", str(runs["root"] / "q.onnx"))
+    assert "holds int8 weights (qkv quantize), which qkv does not export to ONNX" in err
+    assert "is quantized already" in fails(capsys, "quantize", q, "--out", str(runs["root"] / "qq"))
+    assert "is the model itself" in fails(capsys, "quantize", runs["gpt"], "--out", runs["gpt"])
+    assert "is not a quantization scheme" in fails(capsys, "quantize", runs["gpt"], "--out", "x", "--scheme", "fp4")
+
+
+def test_export_bad_inputs_are_one_line(runs, capsys, tmp_path) -> None:
+    assert "--onnx model.onnx" in fails(capsys, "export", runs["gpt"])
+    assert "should end in .onnx" in fails(capsys, "export", runs["gpt"], "--onnx", str(tmp_path / "model.txt"))
+    tok = CharTokenizer.train(TEXT)
+    short = GPT(GPTConfig(vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_layers=1, context_length=4))
+    save_model_dir(tmp_path / "short", short, tok)
+    err = fails(capsys, "export", str(tmp_path / "short"), "--onnx", str(tmp_path / "short.onnx"))
+    assert "a context of 4 positions is too short to export" in err
+    assert not list(tmp_path.glob("*.onnx"))

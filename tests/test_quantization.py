@@ -1,0 +1,186 @@
+"""Quantizing whole models: every linear layer becomes int8, ties survive, outputs stay close to float32, and
+a quantized model folder loads without the original (and refuses to be mixed up with a float one)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from qkv.errors import QkvError
+from qkv.layers.int8_embedding import Int8TokenEmbedding
+from qkv.layers.int8_linear import Int8Linear
+from qkv.model_dir import MODEL_FILE, QUANTIZATION_FILE, load_model_dir, save_model_dir
+from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig, Transformer, TransformerConfig
+from qkv.quantization import (
+    apply_quantization,
+    check_scheme,
+    is_quantized,
+    quantization_info,
+    quantize_model,
+    save_quantized,
+    weight_bytes,
+)
+from qkv.tokenizers import train_tokenizer
+
+TEXT = "the quick brown fox jumps over the lazy dog"
+SMALL = dict(d_model=64, n_heads=4, context_length=32)
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm())
+
+
+def linears(model: torch.nn.Module) -> list[str]:
+    return [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+
+
+@pytest.fixture
+def tokenizer():
+    return train_tokenizer("char", TEXT)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_gpt_every_linear_becomes_int8_and_logits_stay_close(tie) -> None:
+    model = GPT(GPTConfig(vocab_size=80, n_layers=2, tie_embeddings=tie, **SMALL)).eval()
+    names = linears(model)
+    ids = torch.randint(0, 80, (2, 12))
+    with torch.no_grad():
+        before = model(ids)
+        quantized = quantize_model(copy.deepcopy(model))
+        after = quantized(ids)
+    assert len(names) == 12 and all(isinstance(quantized.get_submodule(n), Int8Linear) for n in names)
+    assert isinstance(quantized.unembedding, Int8Linear)
+    embedding = quantized.embedding.token_embedding
+    assert isinstance(embedding, Int8TokenEmbedding) == tie  # an untied lookup stays float32
+    if tie:
+        assert embedding.qweight is quantized.unembedding.qweight
+    assert relative_error(after, before) < 0.03  # int8 weights: about 1% per layer on random weights
+    assert quantized.num_parameters() == model.num_parameters() + sum(m.out_features for m in quantized.modules()
+                                                                      if isinstance(m, Int8Linear))  # fmt: skip
+
+
+def test_decoding_with_the_cache_equals_decoding_without_it_after_quantization() -> None:
+    from qkv.decoding import generate
+
+    model = quantize_model(GPT(GPTConfig(vocab_size=80, n_layers=2, **SMALL)))
+    prompt = torch.randint(0, 80, (1, 5))
+    cached = generate(model, prompt, max_new_tokens=12, temperature=0.0)
+    uncached = generate(model, prompt, max_new_tokens=12, temperature=0.0, use_cache=False)
+    assert torch.equal(cached, uncached)
+
+
+def test_encoder_and_translator_quantize_too() -> None:
+    encoder = Encoder(EncoderConfig(vocab_size=60, n_layers=2, **SMALL)).eval()
+    ids = torch.randint(0, 60, (3, 9))
+    with torch.no_grad():
+        before = encoder.embed(ids)
+        after = quantize_model(copy.deepcopy(encoder)).embed(ids)
+    assert torch.nn.functional.cosine_similarity(before, after).min() > 0.99
+
+    config = TransformerConfig(src_vocab_size=50, tgt_vocab_size=50, n_encoder_layers=2, n_decoder_layers=2,
+                               share_embeddings=True, final_logits_bias=True, **SMALL)  # fmt: skip
+    translator = Transformer(config).eval()
+    src, tgt = torch.randint(0, 50, (2, 8)), torch.randint(0, 50, (2, 6))
+    with torch.no_grad():
+        before = translator(src, tgt)
+        quantized = quantize_model(copy.deepcopy(translator))
+        after = quantized(src, tgt)
+    shared = quantized.src_embedding.token_embedding
+    assert shared is quantized.tgt_embedding.token_embedding and isinstance(shared, Int8TokenEmbedding)
+    assert shared.qweight is quantized.unembedding.qweight  # one int8 matrix for W_E (both sides) and W_U
+    assert quantized.unembedding.bias is not None  # Marian's logits bias is kept
+    assert relative_error(after, before) < 0.03
+
+
+def test_weights_take_a_quarter_of_the_memory() -> None:
+    model = GPT(GPTConfig(vocab_size=512, n_layers=2, d_model=128, n_heads=4, context_length=16))
+    before = weight_bytes(model)
+    after = weight_bytes(quantize_model(model))
+    assert 3.5 < before / after < 4.0  # int8 matrices, float32 positions, norms, biases and scales
+
+
+def test_quantizing_twice_changes_nothing() -> None:
+    model = quantize_model(GPT(GPTConfig(vocab_size=40, n_layers=1, **SMALL)))
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    quantize_model(model)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
+
+
+def test_unknown_schemes_are_refused() -> None:
+    assert check_scheme("int8") == "int8"
+    with pytest.raises(QkvError, match="'int4' is not a quantization scheme qkv has: use int8"):
+        quantize_model(GPT(GPTConfig(vocab_size=40, n_layers=1, **SMALL)), "int4")
+
+
+def test_a_quantized_folder_loads_without_the_original(tmp_path, tokenizer) -> None:
+    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, n_layers=2, **SMALL)).eval()
+    save_model_dir(tmp_path / "float", model, tokenizer)
+    bundle = load_model_dir(tmp_path / "float")
+    save_quantized(bundle, tmp_path / "int8")
+    info = json.loads((tmp_path / "int8" / QUANTIZATION_FILE).read_text())
+    assert info["scheme"] == "int8" and info == quantization_info(bundle.model)
+    with safe_open(str(tmp_path / "int8" / MODEL_FILE), framework="pt") as f:
+        assert f.metadata()["quantization"] == "int8"
+        assert f.get_tensor("decoder.blocks.0.feed_forward.linear1.qweight").dtype == torch.int8
+        assert "unembedding.qweight" not in f.keys()  # tied to the embedding: stored once
+    size = lambda name: (tmp_path / name / MODEL_FILE).stat().st_size  # noqa: E731
+    assert size("float") / size("int8") > 3
+
+    (tmp_path / "float" / MODEL_FILE).unlink()  # the original is gone
+    again = load_model_dir(tmp_path / "int8")
+    assert is_quantized(again.model)
+    ids = torch.randint(0, tokenizer.vocab_size, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(again.model(ids), bundle.model(ids))
+
+
+def test_mixed_up_files_are_named(tmp_path, tokenizer) -> None:
+    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, n_layers=1, **SMALL))
+    save_model_dir(tmp_path / "float", model, tokenizer)
+    save_quantized(load_model_dir(tmp_path / "float"), tmp_path / "int8")
+    description = (tmp_path / "int8" / QUANTIZATION_FILE).read_text()
+
+    (tmp_path / "int8" / QUANTIZATION_FILE).unlink()
+    with pytest.raises(QkvError, match="holds int8 weights written by `qkv quantize`, but no quantization.json"):
+        load_model_dir(tmp_path / "int8")
+    (tmp_path / "float" / QUANTIZATION_FILE).write_text(description)
+    with pytest.raises(QkvError, match="holds float weights, but quantization.json describes an int8 model"):
+        load_model_dir(tmp_path / "float")
+    save_model_dir(tmp_path / "float", model, tokenizer)  # saving a float model removes the stale description
+    assert not (tmp_path / "float" / QUANTIZATION_FILE).exists()
+
+
+def test_bad_descriptions_are_named(tokenizer) -> None:
+    model = GPT(GPTConfig(vocab_size=40, n_layers=1, **SMALL))
+    good = quantization_info(quantize_model(copy.deepcopy(model)))
+    with pytest.raises(QkvError, match="is not a qkv quantization description"):
+        apply_quantization(copy.deepcopy(model), {"modules": "all"})
+    with pytest.raises(QkvError, match="which this qkv cannot read: upgrade qkv"):
+        apply_quantization(copy.deepcopy(model), {**good, "scheme": "int4"})
+    with pytest.raises(QkvError, match="names a layer decoder.blocks.7.self_attn.query that the model"):
+        apply_quantization(copy.deepcopy(model), {**good, "modules": ["decoder.blocks.7.self_attn.query"]})
+    with pytest.raises(QkvError, match="is a LayerNorm, not a linear layer"):
+        apply_quantization(copy.deepcopy(model), {**good, "modules": ["decoder.final_norm"]})
+
+
+def test_the_output_folder_is_checked_before_anything_is_written(tmp_path, tokenizer) -> None:
+    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, n_layers=1, **SMALL))
+    save_model_dir(tmp_path / "run", model, tokenizer)
+    bundle = load_model_dir(tmp_path / "run")
+    with pytest.raises(QkvError, match="is the model itself"):
+        save_quantized(bundle, tmp_path / "run")
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(QkvError, match="already holds other files"):
+        save_quantized(bundle, tmp_path / "busy")
+    (tmp_path / "training" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(QkvError, match="holds a training run"):
+        save_quantized(bundle, tmp_path / "training")
+    assert not is_quantized(bundle.model)  # nothing happened
+    save_quantized(bundle, tmp_path / "int8")
+    with pytest.raises(QkvError, match="is quantized already"):
+        save_quantized(load_model_dir(tmp_path / "int8"), tmp_path / "again")
