@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
+import numpy as np
+
 from qkv.errors import QkvError
 from qkv.tokenizers.base import SPECIAL_TOKENS, ListVocabTokenizer, empty_corpus_error, iter_texts
 
@@ -51,8 +53,23 @@ class CharTokenizer(ListVocabTokenizer):
         return cls([*SPECIAL_TOKENS, *chars])
 
     def _encode_ids(self, text: str) -> list[int]:
-        unk = self.stoi["<unk>"]
-        return [self.stoi.get(c, unk) for c in text]
+        return self.encode_array(text).tolist()
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """The ids of ``text`` as an int64 array: one table lookup per code point (no Python loop)."""
+        codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+        table = self._id_table()
+        return table[np.minimum(codes, len(table) - 1)]
+
+    def _id_table(self) -> np.ndarray:
+        """``table[code point]`` = its id; the last entry, and every code point past it, is <unk>."""
+        table = getattr(self, "_table", None)
+        if table is None:
+            chars = {ord(token): i for i, token in enumerate(self.vocab) if len(token) == 1}
+            table = np.full(max(chars, default=0) + 2, self.stoi["<unk>"], dtype=np.int64)
+            table[list(chars)] = list(chars.values())
+            self._table = table
+        return table
 
     def _decode_ids(self, ids: list[int]) -> str:
         return "".join(self.vocab[i] for i in ids)

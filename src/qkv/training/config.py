@@ -33,6 +33,8 @@ class TrainConfig:
     vocab_size: int | None = None  # for word/bpe tokenizers
     shared_vocab: bool = True  # translation: one tokenizer for source and target
     val_data: str | None = None  # translation: validation pairs (TSV or SRC,TGT); default: split off the data
+    text_field: str = "text"  # the text field of JSON lines, Parquet and Hugging Face datasets
+    tokenizer_sample: float = 100.0  # MB of text the tokenizer trains on, spread over a larger corpus
     # batches and schedule
     steps: int = 1300  # the main job (`qkv train`, no flags): about two minutes on 2 CPU cores
     batch_size: int = 12
@@ -68,9 +70,15 @@ class TrainConfig:
 
     @classmethod
     def create(cls, **settings: Any) -> TrainConfig:
-        """Defaults, then the task's own defaults (:data:`TASK_DEFAULTS`), then ``settings``."""
+        """Defaults, then the task's own defaults (:data:`TASK_DEFAULTS`), then the tokenizer of a prepared
+        folder given as ``data`` (so ``qkv train --data DIR`` needs no --tokenizer), then ``settings``."""
         task = settings.get("task", cls.task)
-        return cls.from_dict({**TASK_DEFAULTS.get(task, {}), **settings})
+        defaults = dict(TASK_DEFAULTS.get(task, {}))
+        if task == "lm" and "tokenizer" not in settings:
+            from qkv.data.shards import prepared_tokenizer_settings
+
+            defaults.update(prepared_tokenizer_settings(settings.get("data")))
+        return cls.from_dict({**defaults, **settings})
 
     def __post_init__(self) -> None:
         if self.min_lr is None:
@@ -112,6 +120,10 @@ class TrainConfig:
             raise QkvError("--val-data and --max-tokens are for --task translate: drop them for a language model")
         if self.bleu_sentences < 0 or self.eval_beam < 1:
             raise QkvError("--bleu-sentences must be >= 0 and --eval-beam >= 1")
+        if not isinstance(self.text_field, str) or not self.text_field:
+            raise QkvError("--text-field must name a field, e.g. text")
+        if not self.tokenizer_sample > 0:
+            raise QkvError(f"--tokenizer-sample must be above 0 MB, got {self.tokenizer_sample}: use e.g. 100")
         if self.vocab_size is not None and self.tokenizer == "char":
             raise QkvError("--vocab-size applies to word and bpe tokenizers: drop it or add --tokenizer bpe")
 
