@@ -75,7 +75,6 @@ def test_shards_equal_the_one_shot_encoding_for_every_format(tmp_path: Path, kin
 
 @pytest.mark.parametrize("kind", ["char", "word"])
 def test_the_process_pool_gives_the_same_ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
-    monkeypatch.setattr(prepare_module, "POOL_MIN_BYTES", 0)
     monkeypatch.setattr(pieces_module, "PIECE_CHARS", 2_000)  # many pieces, several in flight
     pools = []
 

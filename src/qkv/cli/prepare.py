@@ -40,7 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"MB of text the tokenizer trains on, spread evenly over a larger corpus (default {SAMPLE_MB:g})",
     )
     parser.add_argument("--val-fraction", type=float, default=0.1, help="the split the manifest records (default 0.1)")
-    parser.add_argument("--workers", type=int, help="processes encoding with char/word tokenizers (default: all cores)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        help="encoding processes for char/word (default: one per core for word, 1 for char)",
+    )
     parser.add_argument(
         "--shard-tokens", type=int, default=SHARD_TOKENS, help=f"tokens per shard file (default {SHARD_TOKENS:,})"
     )

@@ -7,8 +7,9 @@ Memory does not grow with the corpus: the text streams through in pieces of abou
 (cut where no token can span the cut, so the shards equal one ``encode`` of the whole text: see
 :mod:`qkv.data.pieces`), a few pieces are in flight at a time, and the ids go straight to disk. The
 tokenizer learns from at most ``sample_mb`` MB of text, taken evenly from the whole input (all of it when
-the corpus is smaller). Python tokenizers (char, word) encode in a pool of processes, one per core; the
-BPE library encodes a batch of pieces on all cores itself.
+the corpus is smaller). The word tokenizer (Python code) encodes in a pool of processes, one per core; the
+char tokenizer encodes with a vectorised table lookup in this process; the BPE library encodes a batch of
+pieces on all cores itself.
 
 Nothing is left half-written: everything goes into a hidden folder beside ``out``, which is renamed to
 ``out`` only once complete; on any error (bad input, a full disk, Ctrl-C) it is deleted.
@@ -51,7 +52,7 @@ from qkv.data.shards import (
 from qkv.data.sources import DataArg, TextSource, open_source
 from qkv.errors import QkvError
 from qkv.io import atomic_write_json
-from qkv.tokenizers import HFTokenizer, Tokenizer, load_tokenizer, train_tokenizer
+from qkv.tokenizers import CharTokenizer, HFTokenizer, Tokenizer, load_tokenizer, train_tokenizer
 
 SAMPLE_MB = 100.0
 """Default size of the tokenizer's training sample, in MB of text."""
@@ -94,7 +95,8 @@ def prepare(
 
     ``tokenizer`` is a kind to train ("char", "word" or "bpe", with ``vocab_size`` for word/bpe) or a
     tokenizer to use as it is. ``val_fraction`` is recorded as the manifest's split (training can choose
-    another). ``workers`` processes encode (default: one per core). If ``out`` already holds this very
+    another). ``workers`` processes encode with char and word tokenizers (default: one per core for word,
+    this process for char; BPE encodes on the library's own threads). If ``out`` already holds this very
     preparation (same files, sizes and times, same tokenizer settings) it is reused, not redone; if it
     holds anything else, that is a QkvError.
     """
@@ -119,7 +121,6 @@ def prepare(
             trained, sample_bytes = _train_on_sample(source, tokenizer, vocab_size, sample_mb, quiet=quiet)
         trained.save(work / TOKENIZER_FILE)
         sampled = time.perf_counter()
-        workers = workers or os.cpu_count() or 1
         stats = _encode(source, trained, work, workers=workers, shard_tokens=shard_tokens, quiet=quiet)
         n_train = int(stats["tokens"] * (1.0 - val_fraction))
         manifest = {
@@ -179,6 +180,9 @@ def _train_on_sample(
                 counts["kept"] += size
                 yield piece
             progress.update(position, counts["seen"])
+        progress.close()
+        if kind == "bpe":
+            progress.note("tokenizer: learning the BPE merges from the sample...")
 
     try:
         tokenizer = train_tokenizer(kind, sample(), vocab_size)
@@ -192,16 +196,23 @@ def _train_on_sample(
 
 
 def _encode(
-    source: TextSource, tokenizer: Tokenizer, folder: Path, *, workers: int, shard_tokens: int, quiet: bool
+    source: TextSource, tokenizer: Tokenizer, folder: Path, *, workers: int | None, shard_tokens: int, quiet: bool
 ) -> dict[str, Any]:
-    """Encode the whole source into shards in ``folder``; return the counts and checksums for the manifest."""
+    """Encode the whole source into shards in ``folder``; return the counts and checksums for the manifest.
+
+    ``workers=None`` chooses: one process per core for the word tokenizer (Python code), this process alone
+    for char (a vectorised table lookup outruns what a pool spends passing text around) and for inputs
+    under :data:`POOL_MIN_BYTES`. A number given is used as it is.
+    """
+    if workers is None:
+        small = source.total_bytes is not None and source.total_bytes < POOL_MIN_BYTES
+        workers = 1 if small or isinstance(tokenizer, CharTokenizer) else os.cpu_count() or 1
     writer = ShardWriter(folder, token_dtype(tokenizer.vocab_size), shard_tokens)
     progress = DataProgress("encode", source.total_bytes, enabled=not quiet)
     digest = hashlib.sha256()  # of the text itself: the run's data fingerprint
     text_bytes = characters = 0
     forced: list[int] = []
-    small = source.total_bytes is not None and source.total_bytes < POOL_MIN_BYTES
-    encoded = _encoded(source.pieces(forced=forced), tokenizer, 1 if small else workers)
+    encoded = _encoded(source.pieces(forced=forced), tokenizer, workers)
     try:
         for piece, position, ids in encoded:
             data = piece.encode("utf-8", "surrogatepass")

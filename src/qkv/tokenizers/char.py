@@ -15,7 +15,6 @@ for small models trained on CPU; the price is long sequences.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable
 
 import numpy as np
@@ -36,19 +35,25 @@ class CharTokenizer(ListVocabTokenizer):
         With ``vocab_size`` (special tokens included), only the most frequent characters are kept; the
         rest will encode as ``<unk>``.
         """
-        counts: Counter[str] = Counter()
+        counts = np.zeros(0, dtype=np.int64)  # counts[code point]: one bincount per text, no Python loop
         for text in iter_texts(texts):
-            counts.update(text)
-        if not counts:
+            codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+            if codes.size:
+                found = np.bincount(codes)
+                if len(found) > len(counts):
+                    counts = np.pad(counts, (0, len(found) - len(counts)))
+                counts[: len(found)] += found
+        present = np.flatnonzero(counts)
+        if not present.size:
             raise empty_corpus_error()
-        chars = sorted(counts)
+        chars = [chr(c) for c in present.tolist()]  # sorted by code point
         if vocab_size is not None:
             if vocab_size <= len(SPECIAL_TOKENS):
                 raise QkvError(
                     f"vocab_size {vocab_size} leaves no room for characters next to the "
                     f"{len(SPECIAL_TOKENS)} special tokens: use at least {len(SPECIAL_TOKENS) + 1}"
                 )
-            by_frequency = sorted(chars, key=lambda c: (-counts[c], c))
+            by_frequency = sorted(chars, key=lambda c: (-counts[ord(c)], c))
             chars = sorted(by_frequency[: vocab_size - len(SPECIAL_TOKENS)])
         return cls([*SPECIAL_TOKENS, *chars])
 
