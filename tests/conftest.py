@@ -1,4 +1,4 @@
-"""Shared test fixtures: deterministic seeds and the location of the real corpora in ../shared/data."""
+"""Shared test fixtures: deterministic seeds, a private data cache, and the real corpora in ../shared/data."""
 
 from __future__ import annotations
 
@@ -13,6 +13,17 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def _session_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("qkv-cache")
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(_session_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Downloads and prepared corpora go to a folder of this test session, never to ~/.cache."""
+    monkeypatch.setenv("QKV_CACHE", str(_session_cache))
 
 
 def shared_corpus(name: str) -> Path:

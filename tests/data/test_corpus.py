@@ -47,10 +47,14 @@ def test_folder_without_txt_files(tmp_path: Path) -> None:
         load_corpus(tmp_path)
 
 
-def test_folder_with_an_empty_txt_file_names_it(tmp_path: Path) -> None:
+def test_folder_leaves_out_empty_files_but_not_a_folder_of_only_empty_ones(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("A", encoding="utf-8")
-    (tmp_path / "b.txt").write_text("", encoding="utf-8")
-    with pytest.raises(QkvError, match=re.escape(f"corpus file {tmp_path / 'b.txt'} is empty")):
+    (tmp_path / "b.txt").write_text(" \n", encoding="utf-8")
+    (tmp_path / "c.txt").write_text("C", encoding="utf-8")
+    assert load_corpus(tmp_path).text == "A\n\nC"  # no blank document between A and C
+    (tmp_path / "a.txt").write_text("", encoding="utf-8")
+    (tmp_path / "c.txt").write_text("\n\n", encoding="utf-8")
+    with pytest.raises(QkvError, match=re.escape(f"{tmp_path} holds no text (its 3 files are empty)")):
         load_corpus(tmp_path)
 
 
@@ -59,8 +63,8 @@ def test_missing_path_lists_the_choices(tmp_path: Path) -> None:
     with pytest.raises(QkvError) as caught:
         load_corpus(missing)
     assert str(caught.value) == (
-        f"{missing} does not exist: give a text file, a folder of .txt files, "
-        "or one of: pydoc (built in), tinyshakespeare"
+        f"{missing} does not exist: give a text file, a folder of .txt files, a glob, a .jsonl or .parquet "
+        "file, hf:DATASET, or one of: pydoc (built in), tinyshakespeare"
     )
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qkv.errors import QkvError
@@ -71,3 +73,20 @@ def test_save_and_load_round_trip(tmp_path) -> None:
     assert isinstance(loaded, CharTokenizer)
     assert loaded.vocab == TOK.vocab
     assert loaded.encode(TEXT) == TOK.encode(TEXT)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(max_size=30), min_size=1, max_size=4), st.one_of(st.none(), st.integers(5, 12)))
+def test_vectorised_training_and_encoding_match_plain_python(texts: list[str], vocab_size: int | None) -> None:
+    """The numpy paths (a bincount of code points, a lookup table) agree with counting and dict lookups."""
+    counts = Counter("".join(texts))
+    if not counts:
+        return
+    chars = sorted(counts)
+    if vocab_size is not None:
+        chars = sorted(sorted(chars, key=lambda c: (-counts[c], c))[: vocab_size - 4])
+    tok = CharTokenizer.train(texts, vocab_size)
+    assert tok.vocab == [*SPECIAL_TOKENS, *chars]
+    probe = "".join(texts) + "\ud800\U0001f600z"  # a lone surrogate, an emoji, maybe unseen letters
+    assert tok.encode(probe) == [tok.stoi.get(c, 3) for c in probe]
+    assert tok.encode_array(probe).tolist() == tok.encode(probe)

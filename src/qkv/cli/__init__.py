@@ -14,6 +14,7 @@ from qkv.errors import QkvError
 
 VERBS = (
     "train",
+    "prepare",
     "generate",
     "translate",
     "embed",

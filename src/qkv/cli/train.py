@@ -20,11 +20,14 @@ HELP = "train a GPT language model (or, with --task translate, a translator; --t
 
 TRAIN_HELP = {
     "task": "lm (a GPT language model), translate (an encoder-decoder) or word2vec (word vectors)",
-    "data": "a text file, a folder of .txt files, or a corpus name (pydoc: built in; tinyshakespeare: downloaded)",
+    "data": "a text, .jsonl, .parquet or compressed file, a folder, a glob, hf:DATASET, a folder written by "
+    "`qkv prepare`, or a corpus name (pydoc: built in; tinyshakespeare: downloaded)",
     "out_dir": "run directory (default runs/<task>-<date>-<time>)",
     "preset": f"model size: {', '.join(name for name in PRESETS if name.startswith('gpt'))}",
     "tokenizer": "char, word or bpe (trained on the data)",
     "vocab_size": "vocabulary size for word/bpe tokenizers",
+    "text_field": "the text field of JSON lines, Parquet files and Hugging Face datasets",
+    "tokenizer_sample": "MB of text the tokenizer trains on (spread evenly over a larger corpus)",
     "steps": "optimizer steps",
     "batch_size": "sequences per micro-batch (per process)",
     "grad_accum": "micro-batches per optimizer step (gradient accumulation)",

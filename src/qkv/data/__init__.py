@@ -1,9 +1,14 @@
 """Data: the text a model learns from, and the batches of token ids it is trained on.
 
-    --data ─▶ load_corpus ─▶ Corpus.text ─▶ tokenizer ─▶ token ids ─▶ TokenBatches ─▶ (x, y) batches
+    --data ─▶ open_source ─▶ pieces ─▶ prepare (tokenizer, every core) ─▶ token shards on disk
+          ─▶ TokenShards (read-only memory maps) ─▶ TokenBatches ─▶ (x, y) batches
 
-- :func:`load_corpus`: the built-in corpus (Python's own documentation, no download), a text file, a
-  folder of ``.txt`` files, or a known public corpus by name (``"tinyshakespeare"``, fetched and cached).
+- :func:`open_source`: every input kind (text, JSON lines, Parquet, compressed, folders, globs,
+  ``hf:DATASET``, the built-in corpus) as one stream of text, never held whole.
+- :func:`qkv.data.prepare.prepare`: tokenize a corpus once into shards with a manifest (``qkv prepare``);
+  :func:`prepared_for_training` does it through a cache for ``qkv train --data FILE``.
+- :class:`TokenShards`: the shards as one read-only sequence of ids, gathered window by window.
+- :func:`load_corpus`: a small corpus whole in memory, from anything :func:`open_source` takes.
 - :func:`fetch` / :data:`KNOWN_CORPORA`: checksum-verified downloads into ``$QKV_CACHE`` or
   ``~/.cache/qkv/data``.
 - :class:`TokenBatches`: random windows ``x`` and targets ``y`` (``x`` shifted by one token) from the first
@@ -20,20 +25,29 @@
 """
 
 from qkv.data.builtin import BUILTIN_NAME, builtin_corpus
+from qkv.data.cache import prepared_for_training
 from qkv.data.corpus import Corpus, load_corpus
 from qkv.data.download import KNOWN_CORPORA, Source, default_cache_dir, fetch
 from qkv.data.lm import EVAL_SEED, TokenBatches, encode_corpus
+from qkv.data.prepare import PreparedData
+from qkv.data.shards import TokenShards
+from qkv.data.sources import TextSource, open_source
 
 __all__ = [
     "BUILTIN_NAME",
     "EVAL_SEED",
     "KNOWN_CORPORA",
     "Corpus",
+    "PreparedData",
     "Source",
+    "TextSource",
     "TokenBatches",
+    "TokenShards",
     "builtin_corpus",
     "default_cache_dir",
     "encode_corpus",
     "fetch",
     "load_corpus",
+    "open_source",
+    "prepared_for_training",
 ]

@@ -1,10 +1,13 @@
-"""Text corpora: the raw text a language model learns from, before the tokenizer turns it into tokens.
+"""Text corpora in memory: the raw text a language model learns from, before the tokenizer turns it into
+tokens. For corpora of any size, prepare them instead (:mod:`qkv.data.prepare`): nothing is held whole.
 
-:func:`load_corpus` accepts what a user types after ``--data``:
+:func:`load_corpus` accepts what a user types after ``--data`` (see :func:`~qkv.data.sources.open_source`):
 
 - nothing, ``"pydoc"`` or ``"builtin"``: the built-in corpus (Python's own documentation, no download);
 - a text file: read as UTF-8 (a missing, empty, binary or non-UTF-8 file is a QkvError naming the problem);
-- a folder: every ``*.txt`` file under it, recursively, in path order, joined with a blank line;
+- a folder: every ``*.txt`` file under it (and ``.jsonl``, ``.parquet``, compressed ones), recursively, in
+  path order, joined with a blank line; empty files are left out;
+- a glob, JSON lines, Parquet, compressed files, ``hf:DATASET``;
 - a name from :data:`~qkv.data.download.KNOWN_CORPORA` (``"tinyshakespeare"``): downloaded once, cached.
 
 Names are checked before paths, so a local file called ``pydoc`` is given as ``./pydoc``. A
@@ -16,13 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from qkv.data.builtin import BUILTIN_NAME, BUILTIN_SOURCE, builtin_corpus
-from qkv.data.download import KNOWN_CORPORA, fetch
-from qkv.errors import QkvError
-from qkv.io import read_text
+from qkv.data.sources import BUILTIN_ALIASES, open_source
 
-BUILTIN_ALIASES = (BUILTIN_NAME, "builtin")
-"""The names that select the built-in corpus."""
+__all__ = ["BUILTIN_ALIASES", "Corpus", "load_corpus"]
 
 
 @dataclass
@@ -39,30 +38,7 @@ class Corpus:
         return f"Corpus(name={self.name!r}, source={self.source!r}, chars={len(self.text)})"
 
 
-def load_corpus(data: str | Path | None) -> Corpus:
-    """Load the corpus that ``data`` names: None or a built-in name, a file, a folder of .txt files, or
-    the name of a known downloadable corpus. Anything else is a QkvError listing the choices."""
-    if data is None or (isinstance(data, str) and data in BUILTIN_ALIASES):
-        return Corpus(text=builtin_corpus(), name=BUILTIN_NAME, source=BUILTIN_SOURCE)
-    if isinstance(data, str) and data in KNOWN_CORPORA:
-        path = fetch(data)
-        source = f"{KNOWN_CORPORA[data].url} (cached at {path})"
-        return Corpus(text=read_text(path, what="corpus file"), name=data, source=source)
-    path = Path(data).expanduser()
-    if path.is_dir():
-        return _load_folder(path)
-    if path.exists():
-        return Corpus(text=read_text(path, what="corpus file"), name=path.stem, source=str(path))
-    choices = ", ".join([f"{BUILTIN_NAME} (built in)", *KNOWN_CORPORA])
-    raise QkvError(f"{data} does not exist: give a text file, a folder of .txt files, or one of: {choices}")
-
-
-def _load_folder(folder: Path) -> Corpus:
-    """Every ``*.txt`` file under ``folder`` (recursively, sorted by path), joined with a blank line."""
-    files = sorted(p for p in folder.rglob("*.txt") if p.is_file())
-    if not files:
-        raise QkvError(
-            f"folder {folder} has no .txt files in it: put the corpus there as .txt files, or give one text file"
-        )
-    text = "\n\n".join(read_text(p, what="corpus file") for p in files)
-    return Corpus(text=text, name=folder.resolve().name, source=str(folder))
+def load_corpus(data: str | Path | None, *, text_field: str = "text") -> Corpus:
+    """Load the corpus that ``data`` names into memory (see the module docstring)."""
+    source = open_source(data, text_field=text_field)
+    return Corpus(text=source.read_text(), name=source.name, source=source.description)

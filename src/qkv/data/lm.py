@@ -17,12 +17,13 @@ the validation text is text the model never trained on. Window starts are drawn 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from typing import Literal
 
 import torch
 
+from qkv.data.pieces import cut_text
+from qkv.data.shards import TokenShards
 from qkv.errors import QkvError
 from qkv.tokenizers import BPETokenizer, CharTokenizer, Tokenizer, WordTokenizer
 
@@ -33,8 +34,7 @@ every run whatever its training seed, sees the same windows, so losses are compa
 CHUNK_CHARS = 1 << 18
 """Texts are encoded in pieces of about this many characters (see :func:`encode_corpus`)."""
 
-_CHUNK_SAFE = (CharTokenizer, WordTokenizer, BPETokenizer)  # none of their tokens spans such a cut
-_CHUNK_BOUNDARY = re.compile(r"(?<=[!-~])\n(?=[A-Za-z0-9])")  # a visible ASCII char, "\n", a letter or digit
+_CHUNK_SAFE = (CharTokenizer, WordTokenizer, BPETokenizer)  # no token of theirs spans a qkv.data.pieces cut
 
 Split = Literal["train", "val"]
 
@@ -43,51 +43,48 @@ def encode_corpus(text: str, tokenizer: Tokenizer, *, chunk_chars: int = CHUNK_C
     """``torch.tensor(tokenizer.encode(text))`` as a 1-D long tensor, computed faster for long texts.
 
     For qkv's char, word and BPE tokenizers the text is cut into pieces of about ``chunk_chars`` characters
-    just after a newline that has a visible ASCII character before it and a letter or digit after it, and
-    the pieces go through ``encode_batch`` (in parallel for BPE). Such a newline is a token of its own for
-    all three (GPT-2's byte-level split included), so the result equals one ``encode`` of the whole text.
-    Other tokenizers (pretrained ``tokenizer.json`` files, whose pre-tokenizers may treat the start of a
-    text specially) get one ``encode`` call.
+    where no token can span the cut (before whitespace that follows a non-space character: see
+    :mod:`qkv.data.pieces`), and the pieces go through ``encode_batch`` (in parallel for BPE), so the result
+    equals one ``encode`` of the whole text. Other tokenizers (pretrained ``tokenizer.json`` files, whose
+    pre-tokenizers may treat the start of a text specially) get one ``encode`` call.
     """
     if type(tokenizer) not in _CHUNK_SAFE or len(text) <= chunk_chars:
-        return torch.tensor(tokenizer.encode(text), dtype=torch.long)
-    pieces, start = [], 0
-    while start < len(text):
-        cut = _CHUNK_BOUNDARY.search(text, start + chunk_chars)
-        end = cut.end() if cut else len(text)
-        pieces.append(text[start:end])
-        start = end
-    encoded = tokenizer.encode_batch(pieces)
+        return torch.from_numpy(tokenizer.encode_array(text))
+    encoded = tokenizer.encode_batch(cut_text(text, chunk_chars))
     return torch.cat([torch.tensor(ids, dtype=torch.long) for ids in encoded])
 
 
 class TokenBatches:
     """Random training windows and fixed validation windows over one corpus of token ids.
 
-    ``ids`` is the whole corpus as a 1-D integer tensor (or a list of ints). The first
-    ``int(len(ids) * (1 - val_fraction))`` ids form the training split, the rest the validation split;
-    each split must hold at least one window of ``context_length + 1`` ids. ``val_fraction=0`` turns
-    validation off: :attr:`has_validation` is then False and asking for validation batches is a QkvError.
+    ``ids`` is the whole corpus: a 1-D integer tensor (or a list of ints), or the memory-mapped shards of a
+    prepared folder (:class:`~qkv.data.shards.TokenShards`), whose windows are read from the map batch by
+    batch. The first ``int(len(ids) * (1 - val_fraction))`` ids form the training split, the rest the
+    validation split; each split must hold at least one window of ``context_length + 1`` ids.
+    ``val_fraction=0`` turns validation off: :attr:`has_validation` is then False and asking for
+    validation batches is a QkvError.
 
-    Attributes: ``ids``, ``train_ids``, ``val_ids`` (views of one tensor), ``context_length``,
-    ``val_fraction``, ``seed``, and ``generator``, the :class:`torch.Generator` (seeded with ``seed``)
-    that draws training windows. Batches are CPU tensors: move them with ``.to(device)``.
+    Attributes: ``ids`` (the tensor or the shards), ``context_length``, ``val_fraction``, ``seed``, and
+    ``generator``, the :class:`torch.Generator` (seeded with ``seed``) that draws training windows.
+    Batches are CPU int64 tensors: move them with ``.to(device)``.
     """
 
     def __init__(
         self,
-        ids: torch.Tensor | Sequence[int],
+        ids: torch.Tensor | Sequence[int] | TokenShards,
         context_length: int,
         *,
         val_fraction: float = 0.1,
         seed: int = 0,
     ) -> None:
-        ids = torch.as_tensor(ids)
-        if ids.ndim != 1 or ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-            raise QkvError(
-                f"token ids must be a 1-D integer tensor, got {ids.dtype} of shape {tuple(ids.shape)}: "
-                "pass tokenizer.encode(text) or use TokenBatches.from_text"
-            )
+        if not isinstance(ids, TokenShards):
+            ids = torch.as_tensor(ids)
+            if ids.ndim != 1 or ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+                raise QkvError(
+                    f"token ids must be a 1-D integer tensor, got {ids.dtype} of shape {tuple(ids.shape)}: "
+                    "pass tokenizer.encode(text) or use TokenBatches.from_text"
+                )
+            ids = ids.to(torch.long).cpu()
         if isinstance(context_length, bool) or not isinstance(context_length, int) or context_length < 1:
             raise QkvError(f"context_length must be a positive integer, got {context_length!r}: use e.g. 256")
         if not 0.0 <= val_fraction < 1.0:
@@ -95,18 +92,17 @@ class TokenBatches:
                 f"val_fraction must be at least 0 and below 1, got {val_fraction!r}: use e.g. 0.1 "
                 "(or 0 for no validation)"
             )
-        self.ids = ids.to(torch.long).cpu()
+        self.ids = ids
         self.context_length = context_length
         self.val_fraction = float(val_fraction)
         self.seed = seed
         n = len(self.ids)
-        n_train = int(n * (1.0 - self.val_fraction))  # nanoGPT: train = data[:int(n * 0.9)]
-        self.train_ids = self.ids[:n_train]
-        self.val_ids = self.ids[n_train:]
+        self._n_train = int(n * (1.0 - self.val_fraction))  # nanoGPT: train = data[:int(n * 0.9)]
+        self._n_val = n - self._n_train
         window = context_length + 1
-        too_short = [("training", n_train, "a smaller --val-fraction")]
+        too_short = [("training", self._n_train, "a smaller --val-fraction")]
         if self.val_fraction > 0:
-            too_short.append(("validation", n - n_train, "a larger --val-fraction (0 turns validation off)"))
+            too_short.append(("validation", self._n_val, "a larger --val-fraction (0 turns validation off)"))
         for split, size, fix in too_short:
             if size < window:
                 raise QkvError(
@@ -134,11 +130,21 @@ class TokenBatches:
 
     @property
     def n_train_tokens(self) -> int:
-        return len(self.train_ids)
+        return self._n_train
 
     @property
     def n_val_tokens(self) -> int:
-        return len(self.val_ids)
+        return self._n_val
+
+    @property
+    def train_ids(self) -> torch.Tensor:
+        """The training split as a tensor (a view of an in-memory corpus; a copy when read from shards)."""
+        return self.ids[: self._n_train]
+
+    @property
+    def val_ids(self) -> torch.Tensor:
+        """The validation split as a tensor (a view of an in-memory corpus; a copy when read from shards)."""
+        return self.ids[self._n_train :]
 
     @property
     def has_validation(self) -> bool:
@@ -160,7 +166,7 @@ class TokenBatches:
         starts = torch.randint(
             self.n_train_tokens - self.context_length, (batch_size * world_size,), generator=self.generator
         )
-        return self._windows(self.train_ids, starts[rows])
+        return self._windows(0, starts[rows])
 
     def eval_batches(
         self, split: Split, n_batches: int, batch_size: int, *, rank: int = 0, world_size: int = 1
@@ -181,8 +187,8 @@ class TokenBatches:
         if isinstance(n_batches, bool) or not isinstance(n_batches, int) or n_batches < 0:
             raise QkvError(f"n_batches must be a whole number of batches, got {n_batches!r}: use e.g. 20")
         rows = _rows(batch_size, rank, world_size)
-        data = self.train_ids if split == "train" else self.val_ids
-        return self._eval_iter(data, n_batches, batch_size * world_size, rows)
+        first, size = (0, self._n_train) if split == "train" else (self._n_train, self._n_val)
+        return self._eval_iter(first, size, n_batches, batch_size * world_size, rows)
 
     def val_batches(
         self, n_batches: int, batch_size: int, *, rank: int = 0, world_size: int = 1
@@ -197,16 +203,20 @@ class TokenBatches:
         return self.eval_batches("train", n_batches, batch_size, rank=rank, world_size=world_size)
 
     def _eval_iter(
-        self, data: torch.Tensor, n_batches: int, total: int, rows: slice
+        self, first: int, size: int, n_batches: int, total: int, rows: slice
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         generator = torch.Generator().manual_seed(EVAL_SEED)
         for _ in range(n_batches):
-            starts = torch.randint(len(data) - self.context_length, (total,), generator=generator)
-            yield self._windows(data, starts[rows])
+            starts = torch.randint(size - self.context_length, (total,), generator=generator)
+            yield self._windows(first, starts[rows])
 
-    def _windows(self, data: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gather the windows ``data[s : s + T + 1]`` for every start ``s`` in one indexing operation."""
-        windows = data[starts[:, None] + self._offsets]  # (B, T+1)
+    def _windows(self, first: int, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The windows ``ids[first + s : first + s + T + 1]`` for every start ``s``: one indexing operation
+        on a tensor, or one read per window from the memory-mapped shards."""
+        if isinstance(self.ids, TokenShards):
+            windows = self.ids.windows(starts + first, len(self._offsets))  # (B, T+1)
+        else:
+            windows = self.ids[(starts + first)[:, None] + self._offsets]  # (B, T+1)
         return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()  # x, y: (B, T) each
 
     # ------------------------------------------------------------------------------------ save / load

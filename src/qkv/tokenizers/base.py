@@ -24,6 +24,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
+
 from qkv.errors import QkvError
 from qkv.io import atomic_write_json, read_json
 
@@ -111,6 +113,10 @@ class Tokenizer(ABC):
         if add_eos:
             ids.append(self._required_id("eos"))
         return ids
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """``encode(text)`` as a 1-D int64 numpy array, for corpora; a subclass may compute it faster."""
+        return np.asarray(self._encode_ids(text), dtype=np.int64)
 
     def encode_batch(self, texts: list[str], **kw: bool) -> list[list[int]]:
         """``encode`` of each text; takes the same keyword arguments."""

@@ -43,6 +43,8 @@ class TrainConfig:
     min_count: int = 5  # word2vec: words seen fewer times are dropped from the vocabulary and the text
     sample: float = 1e-3  # word2vec: frequent-word subsampling threshold (0: keep every word)
     epochs: int | None = None  # word2vec: passes over the corpus; when given, sets --steps
+    text_field: str = "text"  # the text field of JSON lines, Parquet and Hugging Face datasets
+    tokenizer_sample: float = 100.0  # MB of text the tokenizer trains on, spread over a larger corpus
     # batches and schedule
     steps: int = 1300  # the main job (`qkv train`, no flags): about two minutes on 2 CPU cores
     batch_size: int = 12  # sequences per micro-batch (word2vec: words per step)
@@ -78,11 +80,16 @@ class TrainConfig:
 
     @classmethod
     def create(cls, **settings: Any) -> TrainConfig:
-        """Defaults, then the task's own defaults (:data:`TASK_DEFAULTS`), then ``settings``."""
+        """Defaults, then the task's own defaults (:data:`TASK_DEFAULTS`), then the tokenizer of a prepared
+        folder given as ``data`` (so ``qkv train --data DIR`` needs no --tokenizer), then ``settings``."""
         task = settings.get("task", cls.task)
         defaults = dict(TASK_DEFAULTS.get(task, {}))
         if "steps" in settings:  # an explicit --steps wins over the task's default number of epochs
             defaults.pop("epochs", None)
+        if task == "lm" and "tokenizer" not in settings:
+            from qkv.data.shards import prepared_tokenizer_settings
+
+            defaults.update(prepared_tokenizer_settings(settings.get("data")))
         return cls.from_dict({**defaults, **settings})
 
     def __post_init__(self) -> None:
@@ -125,6 +132,10 @@ class TrainConfig:
             raise QkvError("--val-data and --max-tokens are for --task translate: drop them for a language model")
         if self.bleu_sentences < 0 or self.eval_beam < 1:
             raise QkvError("--bleu-sentences must be >= 0 and --eval-beam >= 1")
+        if not isinstance(self.text_field, str) or not self.text_field:
+            raise QkvError("--text-field must name a field, e.g. text")
+        if not self.tokenizer_sample > 0:
+            raise QkvError(f"--tokenizer-sample must be above 0 MB, got {self.tokenizer_sample}: use e.g. 100")
         if self.vocab_size is not None and self.tokenizer == "char":
             raise QkvError("--vocab-size applies to word and bpe tokenizers: drop it or add --tokenizer bpe")
         if self.arch is not None and self.arch not in TASK_ARCHS.get(self.task, ()):

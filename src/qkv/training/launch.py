@@ -37,7 +37,7 @@ class Prepared:
     summary: list[str] = field(default_factory=list)  # lines to print before training
 
 
-# prepare(config, resume_dir or None, session, say) -> Prepared
+# prepare(config, resume_dir or None, session, say) -> Prepared; say.enabled is False when say prints nothing
 Prepare = Callable[[TrainConfig, Path | None, Session, Callable[[str], None]], Prepared]
 
 
@@ -56,6 +56,8 @@ def run_training(
     def say(text: str) -> None:
         if is_main and not quiet:
             print(text, file=sys.stderr, flush=True)
+
+    say.enabled = is_main and not quiet  # type: ignore[attr-defined]  # tasks show their own progress bars too
 
     try:
         resume_dir = Path(resume) if resume is not None else None

@@ -4,7 +4,7 @@ The loss is the cross-entropy between the model's next-token distribution at eve
 token that actually follows: -log P(x_{t+1} | x_{<=t}), averaged over all positions of the batch (the
 causal mask lets one sequence of T tokens train T predictions at once, seed 000).
 
-    corpus -> tokenizer -> token batches -> GPT -> trainer -> run directory
+    corpus -> prepared token shards (tokenized once, memory-mapped) -> token batches -> GPT -> trainer -> run
 
     from qkv.training import TrainConfig, train_language_model
     result = train_language_model(TrainConfig(data="input.txt", steps=500))
@@ -20,16 +20,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from qkv.data.corpus import load_corpus
+from qkv.data.cache import prepared_for_training
 from qkv.data.lm import TokenBatches
+from qkv.data.prepare import PreparedData
 from qkv.errors import QkvError
 from qkv.model_dir import CONFIG_FILE, TOKENIZER_FILE
 from qkv.models import GPT, GPTConfig, make_config
 from qkv.models.config import BaseConfig
-from qkv.tokenizers import load_tokenizer, train_tokenizer
+from qkv.tokenizers import Tokenizer, load_tokenizer
 from qkv.training.config import TrainConfig
 from qkv.training.launch import Prepared, run_training
-from qkv.training.run import Session, fingerprint
+from qkv.training.run import Session
 
 
 def next_token_loss(logits: Tensor, targets: Tensor, *, label_smoothing: float = 0.0) -> Tensor:
@@ -78,42 +79,82 @@ class LanguageModelTask:
 def prepare_language_model(
     config: TrainConfig, resume_dir: Path | None, session: Session, say: Callable[[str], None]
 ) -> Prepared:
-    """Read the corpus, train (or reload) the tokenizer, build the GPT and its batches."""
-    corpus = load_corpus(config.data)
+    """Map the prepared corpus (preparing it first if needed), build the GPT and its batches.
+
+    ``--data`` may be a folder written by ``qkv prepare``; anything else is prepared once into the cache
+    (:mod:`qkv.data.cache`) and mapped from there by every run, resume and process. A resumed run keeps its
+    own tokenizer, which must be the one the data was encoded with.
+    """
+    run_tokenizer = load_tokenizer(resume_dir / TOKENIZER_FILE) if resume_dir is not None else None
+    data = prepared_for_training(
+        config.data,
+        kind=config.tokenizer,
+        vocab_size=config.vocab_size,
+        text_field=config.text_field,
+        sample_mb=config.tokenizer_sample,
+        tokenizer=run_tokenizer,
+        local_rank=session.dist.local_rank,
+        quiet=not getattr(say, "enabled", True),
+    )
+    tokenizer = data.tokenizer()
+    _check_tokenizer(data, config, run_tokenizer, resume_dir)
     if resume_dir is not None:
-        tokenizer = load_tokenizer(resume_dir / TOKENIZER_FILE)
         model_config = BaseConfig.load(resume_dir / CONFIG_FILE)
     else:
-        say(f"tokenizer: training a {config.tokenizer} tokenizer on {corpus.name} ({len(corpus.text):,} characters)")
-        tokenizer = train_tokenizer(config.tokenizer, corpus.text, config.vocab_size)
         model_config = make_config(config.preset, vocab_size=tokenizer.vocab_size, **config.model)
     if not isinstance(model_config, GPTConfig):
         raise QkvError(
             f"preset {config.preset!r} is a {model_config.kind} model, not a language model: "
             "choose a gpt-* preset (see `qkv train --help`)"
         )
-    batches = TokenBatches.from_text(
-        corpus.text,
-        tokenizer,
-        context_length=model_config.context_length,
-        val_fraction=config.val_fraction,
-        seed=config.seed,
+    batches = TokenBatches(
+        data.shards(), context_length=model_config.context_length, val_fraction=config.val_fraction, seed=config.seed
     )
     model = GPT(model_config).to(session.device)
     task = LanguageModelTask(
         batches, batch_size=config.batch_size, eval_batches=config.eval_batches, device=session.device
     )
+    source = data.manifest["source"]
     return Prepared(
         model,
         task,
         tokenizer,
-        data_info={"name": corpus.name, "source": corpus.source, "sha256": fingerprint(corpus.text)},
+        data_info={
+            "name": source["name"],
+            "source": source["description"],
+            "sha256": source["text_sha256"],
+            "prepared": str(data.folder),
+        },
         summary=[
             f"model: GPT, {model.num_parameters():,} parameters ({model_config.n_layers} layers, d_model "
             f"{model_config.d_model}, {model_config.n_heads} heads, context {model_config.context_length})",
-            f"data: {corpus.name}, {batches.n_train_tokens:,} training / {batches.n_val_tokens:,} validation tokens",
+            f"data: {source['name']}, {batches.n_train_tokens:,} training / {batches.n_val_tokens:,} validation "
+            f"tokens, mapped from {data.folder}",
         ],
     )
+
+
+def _check_tokenizer(
+    data: PreparedData, config: TrainConfig, run_tokenizer: Tokenizer | None, run: Path | None
+) -> None:
+    """The run and the prepared data must agree on the tokenizer (a QkvError with the fix otherwise)."""
+    held = data.manifest["tokenizer"]
+    if run_tokenizer is not None:
+        if data.tokenizer() != run_tokenizer:
+            raise QkvError(
+                f"the prepared data {data.folder} was encoded with another tokenizer than the run {run} "
+                f"(its tokenizer.json): resume on the data the run started with, or prepare this data with the "
+                f"run's tokenizer: qkv prepare DATA --tokenizer {run}/tokenizer.json --out NEW_FOLDER"
+            )
+        return
+    requested = held.get("requested_vocab_size")
+    if held["kind"] != config.tokenizer or (config.vocab_size is not None and config.vocab_size != requested):
+        given = config.tokenizer + (f" --vocab-size {config.vocab_size}" if config.vocab_size else "")
+        made = held["kind"] + (f" --vocab-size {requested}" if requested else "")
+        raise QkvError(
+            f"{data.folder} was prepared with --tokenizer {made}, but this run asks for --tokenizer {given}: "
+            "drop --tokenizer and --vocab-size to use the prepared tokenizer, or prepare the data again"
+        )
 
 
 def train_language_model(

@@ -1,0 +1,245 @@
+"""Token shards: a prepared corpus on disk as files of token ids, read through read-only memory maps.
+
+    DIR/
+      manifest.json        what the folder holds: the source, the tokenizer, the dtype, the token count, the
+                           train/validation split, and every shard's token count and sha256
+      tokenizer.json       the tokenizer that made the ids
+      shard-000000.bin     token ids, one after another, little-endian uint16 when the vocabulary has at most
+      shard-000001.bin     65,536 entries (2 bytes a token), else uint32; each shard continues the one before
+
+The shards are one sequence of ``tokens`` ids, exactly ``tokenizer.encode(text)`` of the source's whole
+text. Training maps them (``mmap``, read only) and gathers each batch's windows straight from the map, so a
+corpus of any size costs the memory of a batch: the ids are never loaded, nor copied to int64 as a whole.
+Pages of the map that batches touched are handed back to the operating system every
+:data:`RELEASE_WINDOWS` windows; they stay in its file cache, so the next read of them is still fast.
+
+Opening checks that each shard's size matches the manifest (cheap); :meth:`TokenShards.verify` also
+checks the sha256 checksums (reads everything).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import torch
+
+from qkv.errors import QkvError
+from qkv.io import read_json
+from qkv.tokenizers import Tokenizer, load_tokenizer
+
+MANIFEST_FILE = "manifest.json"
+TOKENIZER_FILE = "tokenizer.json"
+FORMAT = "qkv-token-shards"
+FORMAT_VERSION = 1
+
+SHARD_TOKENS = 100_000_000
+"""Tokens per shard file (the last one holds the rest): 200 MB of uint16."""
+
+RELEASE_WINDOWS = 4096
+"""After reading this many windows, the pages they touched are released from the process (not the cache)."""
+
+_HASH_BLOCK = 1 << 22
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 when every id fits in 16 bits, else uint32."""
+    return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
+
+
+def shard_name(index: int) -> str:
+    return f"shard-{index:06d}.bin"
+
+
+def write_bytes(file: BinaryIO, data: memoryview) -> None:
+    """The one place shard bytes reach the disk (a test makes it raise ENOSPC to simulate a full disk)."""
+    file.write(data)
+
+
+class ShardWriter:
+    """Appends token ids to numbered shard files in ``folder``, starting a new file every ``shard_tokens``
+    ids, and hashes them on the way. :meth:`close` returns the manifest's list of shards."""
+
+    def __init__(self, folder: Path, dtype: np.dtype, shard_tokens: int = SHARD_TOKENS) -> None:
+        if shard_tokens < 1:
+            raise QkvError(f"shard_tokens must be at least 1, got {shard_tokens}: use e.g. {SHARD_TOKENS:,}")
+        self.folder, self.dtype, self.shard_tokens = Path(folder), np.dtype(dtype), shard_tokens
+        self.shards: list[dict[str, Any]] = []
+        self.file: BinaryIO | None = None
+        self.count = 0  # ids in the open shard
+        self.tokens = 0  # ids written in all
+        self.digest = hashlib.sha256()
+
+    def write(self, ids: np.ndarray) -> None:
+        ids = np.ascontiguousarray(ids, dtype=self.dtype)
+        while len(ids):
+            if self.file is None:
+                self.file = open(self.folder / shard_name(len(self.shards)), "wb")  # noqa: SIM115
+            take = ids[: self.shard_tokens - self.count]
+            data = memoryview(take).cast("B")
+            write_bytes(self.file, data)
+            self.digest.update(data)
+            self.count += len(take)
+            self.tokens += len(take)
+            ids = ids[len(take) :]
+            if self.count == self.shard_tokens:
+                self._finish_shard()
+
+    def _finish_shard(self) -> None:
+        assert self.file is not None
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        self.shards.append(
+            {"file": shard_name(len(self.shards)), "tokens": self.count, "sha256": self.digest.hexdigest()}
+        )
+        self.file, self.count, self.digest = None, 0, hashlib.sha256()
+
+    def close(self) -> list[dict[str, Any]]:
+        if self.file is not None:
+            self._finish_shard()
+        return self.shards
+
+    def abort(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+# -------------------------------------------------------------------------------------------- reading
+
+
+def is_prepared(path: str | Path | None) -> bool:
+    """True when ``path`` is a folder written by ``qkv prepare`` (it has a manifest.json)."""
+    return path is not None and not isinstance(path, (list, tuple)) and (Path(path) / MANIFEST_FILE).is_file()
+
+
+def read_manifest(folder: str | Path) -> dict[str, Any]:
+    """The folder's manifest, checked for the fields a reader needs."""
+    path = Path(folder) / MANIFEST_FILE
+    manifest = read_json(path, what="prepared-data manifest")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise QkvError(f"{path} is not a qkv prepared-data manifest: give a folder written by `qkv prepare`")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise QkvError(
+            f"{path} has format_version {manifest.get('format_version')!r}, this qkv reads {FORMAT_VERSION}: "
+            "prepare the data again with this qkv"
+        )
+    try:
+        shards = manifest["shards"]
+        counted = sum(int(s["tokens"]) for s in shards)
+        ok = (
+            counted == manifest["tokens"]
+            and manifest["dtype"] in ("uint16", "uint32")
+            and all(isinstance(s["file"], str) and "/" not in s["file"] for s in shards)
+        )
+    except (KeyError, TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise QkvError(f"{path} is damaged (its shard list does not add up): prepare the data again")
+    return manifest
+
+
+def prepared_tokenizer_settings(path: str | Path | None) -> dict[str, Any]:
+    """``{"tokenizer": kind, "vocab_size": requested size}`` of a prepared folder; {} for anything else."""
+    if not is_prepared(path):
+        return {}
+    tokenizer = read_manifest(path)["tokenizer"]  # type: ignore[arg-type]
+    return {"tokenizer": tokenizer["kind"], "vocab_size": tokenizer.get("requested_vocab_size")}
+
+
+class TokenShards:
+    """A prepared folder's token ids as one read-only sequence, backed by memory maps of its shards."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.manifest = read_manifest(self.folder)
+        self.dtype = np.dtype("<u2" if self.manifest["dtype"] == "uint16" else "<u4")
+        self.arrays: list[np.ndarray] = []
+        self._maps: list[mmap.mmap] = []
+        for shard in self.manifest["shards"]:
+            path = self.folder / shard["file"]
+            expected = int(shard["tokens"]) * self.dtype.itemsize
+            size = path.stat().st_size if path.is_file() else None
+            if size != expected:
+                found = "is missing" if size is None else f"has {size:,} bytes"
+                raise QkvError(
+                    f"shard {path} {found} but the manifest says {expected:,} bytes ({shard['tokens']:,} "
+                    f"{self.manifest['dtype']} tokens): the folder is damaged or incomplete; prepare the data again"
+                )
+            with open(path, "rb") as f:
+                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            if hasattr(mapped, "madvise") and hasattr(mmap, "MADV_RANDOM"):
+                mapped.madvise(mmap.MADV_RANDOM)  # windows are read at random: no read-ahead
+            self._maps.append(mapped)
+            self.arrays.append(np.frombuffer(mapped, dtype=self.dtype))  # read only, like the map
+        self.ends = np.cumsum([len(a) for a in self.arrays], dtype=np.int64)  # where each shard stops
+        self._windows_read = 0
+
+    @property
+    def tokenizer_path(self) -> Path:
+        return self.folder / TOKENIZER_FILE
+
+    def tokenizer(self) -> Tokenizer:
+        return load_tokenizer(self.tokenizer_path)
+
+    def __len__(self) -> int:
+        return int(self.ends[-1]) if len(self.ends) else 0
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Ids ``start`` up to ``stop`` as an array in the shards' dtype (a view when inside one shard)."""
+        if not 0 <= start <= stop <= len(self):
+            raise IndexError(f"range {start}:{stop} is outside 0:{len(self)}")
+        shard = int(np.searchsorted(self.ends, start, side="right"))
+        parts = []
+        while start < stop:
+            begin = int(self.ends[shard - 1]) if shard else 0
+            end = min(stop, int(self.ends[shard]))
+            parts.append(self.arrays[shard][start - begin : end - begin])
+            start, shard = end, shard + 1
+        return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, self.dtype)
+
+    def __getitem__(self, index: slice) -> torch.Tensor:
+        """``shards[a:b]``: those ids as an int64 tensor (a copy: for small ranges)."""
+        if not isinstance(index, slice) or index.step not in (None, 1):
+            raise TypeError("TokenShards takes a slice with step 1, e.g. shards[100:200]")
+        start, stop, _ = index.indices(len(self))
+        return torch.from_numpy(self.read(start, max(start, stop)).astype(np.int64))
+
+    def windows(self, starts: torch.Tensor, length: int) -> torch.Tensor:
+        """The windows ``ids[s : s + length]`` for every start ``s``, as one int64 tensor (B, length)."""
+        out = np.empty((len(starts), length), dtype=np.int64)
+        for row, start in enumerate(starts.tolist()):
+            out[row] = self.read(start, start + length)
+        self._windows_read += len(starts)
+        if self._windows_read >= RELEASE_WINDOWS:
+            self.release()
+        return torch.from_numpy(out)
+
+    def release(self) -> None:
+        """Drop the pages read so far from this process's memory (the OS keeps them in its file cache)."""
+        self._windows_read = 0
+        if hasattr(mmap, "MADV_DONTNEED"):
+            for mapped in self._maps:
+                mapped.madvise(mmap.MADV_DONTNEED)
+
+    def verify(self) -> None:
+        """Check every shard's sha256 against the manifest; a mismatch is a QkvError naming the shard."""
+        for shard in self.manifest["shards"]:
+            path = self.folder / shard["file"]
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:
+                while block := f.read(_HASH_BLOCK):
+                    digest.update(block)
+            if digest.hexdigest() != shard["sha256"]:
+                raise QkvError(
+                    f"shard {path} does not match its sha256 in the manifest: the file changed or is damaged; "
+                    "prepare the data again"
+                )
+
+    def __repr__(self) -> str:
+        return f"TokenShards({str(self.folder)!r}, tokens={len(self):,}, shards={len(self.arrays)}, {self.dtype.name})"
