@@ -18,6 +18,8 @@ from qkv.errors import QkvError
 TASKS = ("lm", "translate")
 SCHEDULES = ("cosine", "noam", "constant")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+COMPILE = ("auto", "on", "off")
+STRATEGIES = ("ddp", "fsdp")
 
 
 @dataclass
@@ -65,6 +67,8 @@ class TrainConfig:
     device: str = "auto"
     precision: str = "auto"
     threads: int | None = None  # CPU threads for torch; default: all cores
+    compile: str = "auto"  # torch.compile the model: auto (on for CUDA, off elsewhere), on or off
+    strategy: str = "ddp"  # under torchrun: ddp (a whole copy per process) or fsdp (each process holds a shard)
 
     @classmethod
     def create(cls, **settings: Any) -> TrainConfig:
@@ -77,6 +81,8 @@ class TrainConfig:
             self.min_lr = self.lr / 10
         if self.checkpoint_interval is None:
             self.checkpoint_interval = self.eval_interval
+        if isinstance(self.compile, bool):  # TOML's `compile = true`
+            self.compile = "on" if self.compile else "off"
         self.validate()
 
     def validate(self) -> None:
@@ -89,6 +95,10 @@ class TrainConfig:
             raise QkvError(f"--optimizer {self.optimizer!r} is unknown: choose muon or adamw")
         if self.precision not in PRECISIONS:
             raise QkvError(f"--precision {self.precision!r} is unknown: choose one of {', '.join(PRECISIONS)}")
+        if self.compile not in COMPILE:
+            raise QkvError(f"--compile {self.compile!r} is unknown: choose one of {', '.join(COMPILE)}")
+        if self.strategy not in STRATEGIES:
+            raise QkvError(f"--strategy {self.strategy!r} is unknown: choose one of {', '.join(STRATEGIES)}")
         if self.tokenizer not in ("char", "word", "bpe"):
             raise QkvError(f"--tokenizer {self.tokenizer!r} is unknown: choose char, word or bpe")
         positive = ("steps", "batch_size", "grad_accum", "eval_interval", "eval_batches", "log_interval")
