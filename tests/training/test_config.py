@@ -19,6 +19,8 @@ from qkv.training.config import TrainConfig, read_toml
         (dict(val_fraction=1.0), "--val-fraction"),
         (dict(vocab_size=500), "--tokenizer bpe"),
         (dict(task="classify"), "--task 'classify'"),
+        (dict(compile="yes"), "--compile 'yes'"),
+        (dict(strategy="zero3"), "--strategy 'zero3'"),
     ],
 )
 def test_bad_settings_name_the_flag(kwargs, fragment) -> None:
@@ -43,3 +45,26 @@ def test_toml_file(tmp_path) -> None:
 def test_unknown_settings_are_named() -> None:
     with pytest.raises(QkvError, match="unknown training settings \\['stepz'\\]"):
         TrainConfig.from_dict({"stepz": 3})
+
+
+def test_compile_and_strategy_from_flags_and_toml(tmp_path) -> None:
+    import argparse
+
+    from qkv.cli.train import add_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+
+    def settings(*argv: str) -> TrainConfig:
+        return config_from_args(parser.parse_args(list(argv)))
+
+    assert settings().compile == "auto" and settings().strategy == "ddp"
+    assert settings("--compile").compile == "on"  # the bare flag
+    assert settings("--compile", "off").compile == "off"
+    assert settings("--strategy", "fsdp").strategy == "fsdp"
+    assert settings("--shared-vocab", "false").shared_vocab is False  # bool flags read "false" as False
+    path = tmp_path / "run.toml"
+    path.write_text("compile = true\nstrategy = 'fsdp'\n")
+    config = settings("--config", str(path))
+    assert config.compile == "on" and config.strategy == "fsdp"
+    assert TrainConfig(compile=False).compile == "off"
