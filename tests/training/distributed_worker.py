@@ -1,5 +1,6 @@
 """Run by tests/training/test_strategy.py under ``torchrun --nproc_per_node=2`` (gloo, CPU): the same small
-GPT trained with DDP and with FSDP, an FSDP run stopped and resumed, and Muon's shared Newton-Schulz.
+GPT trained with DDP and with FSDP (also compiled), an FSDP run stopped and resumed, and Muon's shared
+Newton-Schulz.
 
     python -m torch.distributed.run --nproc_per_node=2 tests/training/distributed_worker.py OUT_DIR
 
@@ -9,6 +10,7 @@ process to compare with single-process runs.
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -49,6 +51,17 @@ def shared_newton_schulz(out: Path) -> None:
         save_file({"shared": shared.contiguous(), "alone": alone.contiguous()}, str(out / "newton_schulz.safetensors"))
 
 
+def compiled_fsdp(out: Path) -> None:
+    """FSDP and torch.compile together, with the aot_eager backend (Dynamo and AOTAutograd as the default
+    backend runs them, without generating kernels: that takes minutes on a small CPU)."""
+    original = torch.compile
+    torch.compile = functools.partial(original, backend="aot_eager")
+    try:
+        train_language_model(settings(out, "fsdp-compiled", strategy="fsdp", compile="on"), quiet=True)
+    finally:
+        torch.compile = original
+
+
 def main(out: Path) -> None:
     dist.init_process_group("gloo")  # one group for every run below (the trainer leaves a group it did not make)
     train_language_model(settings(out, "ddp", strategy="ddp"), quiet=True)
@@ -57,6 +70,7 @@ def main(out: Path) -> None:
     split = settings(out, "fsdp-split", strategy="fsdp", steps=3)
     train_language_model(split, quiet=True)
     train_language_model(split.replace(steps=6), resume=split.out_dir, quiet=True)
+    compiled_fsdp(out)
     shared_newton_schulz(out)
     dist.destroy_process_group()
 

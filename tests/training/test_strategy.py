@@ -85,6 +85,11 @@ def test_an_fsdp_run_resumes_exactly(runs) -> None:
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_compiled_fsdp_run_trains_like_the_eager_one(runs) -> None:
+    torch.testing.assert_close(train_losses(runs / "fsdp-compiled"), train_losses(runs / "fsdp"), atol=0, rtol=1e-5)
+    assert_same_weights(weights(runs / "fsdp-compiled"), weights(runs / "fsdp"))
+
+
 def test_an_fsdp_checkpoint_is_a_one_process_checkpoint(runs, one_process, tmp_path) -> None:
     """Same tensors (names, shapes, dtypes) and settings as one process's, and one process resumes it."""
     single = one_process("muon")

@@ -11,16 +11,14 @@ stops before anything bad is saved, Ctrl-C that saves a checkpoint and exits cle
 under torchrun, and torch.compile (:mod:`qkv.training.strategy`). What is task-specific (batches, loss,
 evaluation) comes from a :class:`Task`.
 
-The loop does not wait for the device between steps: each step's loss stays a tensor on the device, and
-the losses are read (one host sync) only every ``log_interval`` steps and before an evaluation, a
-checkpoint or a stop. That reading is also where the NaN/inf guard looks, so a non-finite loss is found
-before anything is saved, and named by its step.
+The loop does not wait for the device between steps: the losses stay on the device and are read (one host
+sync) only every ``log_interval`` steps and before an evaluation, a checkpoint or a stop
+(:mod:`qkv.training.loss_window`); the NaN/inf guard looks there, so nothing bad is ever saved.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import signal
 import threading
 import time
@@ -38,6 +36,7 @@ from qkv.training.checkpoint import latest_checkpoint, load_training_checkpoint,
 from qkv.training.config import TrainConfig
 from qkv.training.device import Precision
 from qkv.training.distributed import DistInfo, any_rank, mean_over_ranks
+from qkv.training.loss_window import LossWindow
 from qkv.training.metrics import MetricsLog
 from qkv.training.optim import make_optimizer
 from qkv.training.progress import TrainingProgress
@@ -103,20 +102,6 @@ class TrainResult:
     compile_seconds: float = 0.0  # with torch.compile: the first step of this session (mostly compiling)
 
 
-@dataclass
-class _Window:
-    """Steps since the losses were last read: their losses (device tensors, not yet read) and learning rates,
-    and since the last metrics row: tokens, summed loss, step count and start time."""
-
-    first_step: int  # the step the first pending loss belongs to
-    pending: list[Tensor] = field(default_factory=list)
-    lrs: list[float] = field(default_factory=list)
-    tokens: int = 0
-    loss_sum: float = 0.0
-    steps: int = 0
-    start: float = field(default_factory=time.perf_counter)
-
-
 class Trainer:
     """Trains ``model`` on ``task`` according to ``config``, writing everything to ``run_dir``.
 
@@ -154,7 +139,6 @@ class Trainer:
             device=device,
             compile=use_compile(config.compile, device),
         )
-        self.train_model: nn.Module = self.training_model.step_model
         self.optimizer = make_optimizer(
             model,
             lr=config.lr,
@@ -258,7 +242,7 @@ class Trainer:
             batch = self.task.train_batch(self.dist.rank, self.dist.world_size)
             with self.training_model.gradient_sync(micro == accum - 1):
                 with self.precision.autocast():
-                    loss, n_tokens = self.task.loss(self.train_model, batch)
+                    loss, n_tokens = self.task.loss(self.training_model.step_model, batch)
                 scaled = loss / accum
                 (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
             total_loss += loss.detach().float()
@@ -285,24 +269,14 @@ class Trainer:
             f"training stopped and {where}: lower --lr or keep --grad-clip on, then resume or restart"
         )
 
-    def _read_losses(self, window: _Window) -> float | None:
-        """Read the pending losses (the host waits for the device here); raise if one is not finite.
-
-        Returns the last step's loss (None if nothing was pending). Every process calls this at the same
-        steps, so that all stop together when any one diverged.
-        """
-        values = torch.stack(window.pending).tolist() if window.pending else []
-        bad = next((i for i, v in enumerate(values) if not math.isfinite(v)), None)
+    def _read_losses(self, window: LossWindow) -> float | None:
+        """Read the pending losses (one host sync); stop if one is not finite, on any process (all read at
+        the same steps, so all stop together). Returns the last step's loss, or None."""
+        last, bad = window.read()
         if any_rank(bad is not None, self.dist, self.device):
-            i = bad if bad is not None else len(values) - 1
-            value = values[i] if values else float("nan")
-            raise self._diverged(value, window.lrs[i] if window.lrs else 0.0, window.first_step + i)
-        window.loss_sum += sum(values)
-        window.steps += len(values)
-        window.first_step += len(values)
-        window.pending.clear()
-        window.lrs.clear()
-        return values[-1] if values else None
+            step, value, lr = bad or (self.state.step, float("nan"), 0.0)  # another process diverged
+            raise self._diverged(value, lr, step)
+        return last
 
     def evaluate(self) -> dict[str, float]:
         with eval_mode(self.model), self.precision.autocast():
@@ -316,6 +290,7 @@ class Trainer:
         better = self.state.best is None or (
             value > self.state.best if self.task.higher_is_better else value < self.state.best
         )
+        better = any_rank(better, self.dist, self.device)  # all processes must join the gathering below
         summary = "  ".join(f"{k} {v:.4f}" for k, v in results.items())
         if better:
             self.state.best, self.state.evals_since_best = value, 0
@@ -336,7 +311,7 @@ class Trainer:
         )
         self.model.train()
         stopped = "finished"
-        window = _Window(first_step=self.state.step + 1)
+        window = LossWindow(first_step=self.state.step + 1)
         first_step, shown_loss, speed = self.state.step + 1, float("nan"), 0.0
         try:
             with self._interrupts_stop_cleanly():
@@ -349,9 +324,7 @@ class Trainer:
                     step = self.state.step
                     n_tokens *= self.dist.world_size
                     self.state.tokens += n_tokens
-                    window.pending.append(loss)
-                    window.lrs.append(lr)
-                    window.tokens += n_tokens
+                    window.add(loss, lr, n_tokens)
                     log = step % cfg.log_interval == 0 or step == cfg.steps
                     evaluate = step % cfg.eval_interval == 0 or step == cfg.steps
                     save = step % cfg.checkpoint_interval == 0 or step == cfg.steps
@@ -359,16 +332,16 @@ class Trainer:
                     if log or evaluate or save or compiled_first:
                         last = self._read_losses(window)
                         shown_loss = shown_loss if last is None else last
-                        speed = window.tokens / max(time.perf_counter() - window.start, 1e-9)
+                        speed = window.tokens_per_s
                     self.state.elapsed += time.perf_counter() - step_start
                     if compiled_first:
                         self.compile_seconds = time.perf_counter() - step_start
                         progress.note(f"torch.compile: the first step took {self.compile_seconds:.1f} s (compiling)")
                     progress.update(step, loss=shown_loss, lr=lr, tokens_per_s=speed)
                     if log:
-                        mean_loss = mean_over_ranks(window.loss_sum / max(window.steps, 1), self.dist, self.device)
+                        mean_loss = mean_over_ranks(window.mean_loss, self.dist, self.device)
                         self.metrics.write({"step": step, "train_loss": mean_loss, "lr": lr, "tokens_per_s": speed})
-                        window = _Window(first_step=step + 1)
+                        window = LossWindow(first_step=step + 1)
                     if self.on_step is not None:
                         self.on_step(self, step, loss)
                     stop_early = False
