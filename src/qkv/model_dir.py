@@ -30,11 +30,11 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
-from torch.distributed.tensor import DTensor, distribute_tensor
 
 from qkv.errors import QkvError
 from qkv.io import atomic_write, atomic_write_text, read_json
 from qkv.models.config import BaseConfig, EncoderConfig, GPTConfig, TransformerConfig
+from qkv.sharded import local_part, placed_like
 from qkv.tokenizers import Tokenizer, load_tokenizer
 
 MODEL_FILE = "model.safetensors"
@@ -76,8 +76,7 @@ def shared_groups(state: dict[str, Tensor]) -> list[list[str]]:
     """State-dict names grouped by the tensor they are (tied weights give groups of 2 or more), in order."""
     groups: dict[tuple, list[str]] = {}
     for name, tensor in state.items():
-        if isinstance(tensor, DTensor):  # a shard (FSDP): tied names share its local tensor
-            tensor = tensor.to_local()
+        tensor = local_part(tensor)  # a shard (FSDP): tied names share its local tensor
         if tensor.device.type == "meta":
             key: tuple = ("meta", name)
         else:
@@ -207,15 +206,9 @@ def load_weights(
             "the weights belong to a different model or config; check config.json"
         )
     with torch.no_grad():
-        model.load_state_dict({name: _placed_like(loaded[name], state[name]) for name in loaded}, strict=True)
+        # A sharded (FSDP) model takes this process's rows of each whole tensor.
+        model.load_state_dict({name: placed_like(loaded[name], state[name]) for name in loaded}, strict=True)
     return model
-
-
-def _placed_like(stored: Tensor, current: Tensor) -> Tensor:
-    """``stored`` as ``current`` holds it: for a shard of a sharded (FSDP) model, this process's rows."""
-    if isinstance(current, DTensor):
-        return distribute_tensor(stored.to(current.device), current.device_mesh, current.placements, src_data_rank=None)
-    return stored
 
 
 @dataclass

@@ -20,7 +20,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch.distributed.tensor import DTensor, distribute_tensor
+
+from qkv.sharded import placed_like, whole
 
 
 def orthogonalize(matrix: Tensor, steps: int = 5, *, dtype: torch.dtype | None = None) -> Tensor:
@@ -94,12 +95,10 @@ def muon_update(optimizer: torch.optim.Optimizer, group: dict, *, share: bool = 
         torch._foreach_mul_(buffers, momentum)
         torch._foreach_add_(buffers, grads)  # M = mu M + G
         directions = torch._foreach_add(grads, buffers, alpha=momentum)  # Nesterov: G + mu M
-        stack = torch.stack([d.full_tensor() if isinstance(d, DTensor) else d for d in directions])  # (n, r, c)
+        stack = torch.stack([whole(d) for d in directions])  # (n, rows, cols): FSDP's shards gathered per matrix
         dtype = newton_schulz_dtype(stack.device)
         updates = list((orthogonalize_shared if share else orthogonalize)(stack, group.get("ns_steps", 5), dtype=dtype))
-        for i, p in enumerate(params):
-            if isinstance(p, DTensor):  # this process's rows of the whole update, no communication
-                updates[i] = distribute_tensor(updates[i], p.device_mesh, p.placements, src_data_rank=None)
+        updates = [placed_like(u, p) for u, p in zip(updates, params, strict=True)]  # FSDP: this process's rows
         if group["weight_decay"]:
             torch._foreach_mul_(params, 1 - lr * group["weight_decay"])
         scale = max(1.0, shape[0] / shape[1]) ** 0.5  # tall matrices: keep the update's RMS

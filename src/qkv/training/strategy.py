@@ -31,8 +31,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from torch.distributed.tensor import DTensor, distribute_tensor
 
+from qkv.sharded import is_sharded, placed_like, whole
 from qkv.training.distributed import DistInfo
 
 
@@ -93,13 +93,14 @@ class TrainingModel:
         return contextlib.nullcontext()
 
 
-def is_sharded(model: nn.Module) -> bool:
-    return any(isinstance(p, DTensor) for p in model.parameters())
+def has_shards(model: nn.Module) -> bool:
+    """True for a model sharded by FSDP (its parameters are DTensors)."""
+    return any(is_sharded(p) for p in model.parameters())
 
 
 def _whole(tensor: Tensor, keep: bool) -> Tensor | None:
     """A DTensor gathered whole (collective: every process must call this), on the CPU where kept."""
-    full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+    full = whole(tensor)  # every process takes part in the gathering, rank 0 keeps the result
     return full.detach().cpu() if keep else None
 
 
@@ -115,7 +116,7 @@ def full_model_state(model: nn.Module) -> dict[str, Tensor] | None:
     Returns None for a model that is not sharded (its own ``state_dict()`` is already whole). Tensors are
     gathered one at a time, so a process never holds more than one whole tensor on its device.
     """
-    if not is_sharded(model):
+    if not has_shards(model):
         return None
     keep = _is_main()
     gathered: dict[int, Tensor | None] = {}
@@ -146,7 +147,7 @@ def full_optimizer_state(optimizer: torch.optim.Optimizer) -> dict[str, Any] | N
     of an unsharded optimizer's state dict (states keyed by parameter index), so a checkpoint is the same
     whatever the strategy.
     """
-    sharded = any(isinstance(p, DTensor) for group in optimizer.param_groups for p in group["params"])
+    sharded = any(is_sharded(p) for group in optimizer.param_groups for p in group["params"])
     if not sharded:
         return None
     keep = _is_main()
@@ -160,10 +161,8 @@ def shard_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
     rows of every per-parameter state (AdamW's moments, Muon's momentum) as a DTensor placed like its
     parameter. Scalars (AdamW's step) stay as they are; nothing is communicated."""
     for parameter, state in optimizer.state.items():
-        if not isinstance(parameter, DTensor):
+        if not is_sharded(parameter):
             continue
         for key, value in state.items():
-            if isinstance(value, Tensor) and not isinstance(value, DTensor) and value.shape == parameter.shape:
-                state[key] = distribute_tensor(
-                    value.to(parameter.device), parameter.device_mesh, parameter.placements, src_data_rank=None
-                )
+            if isinstance(value, Tensor) and not is_sharded(value) and value.shape == parameter.shape:
+                state[key] = placed_like(value, parameter)
