@@ -26,6 +26,7 @@ gradient buckets and communication still overlaps the backward) and after FSDP's
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -84,8 +85,6 @@ class TrainingModel:
 
     def gradient_sync(self, enabled: bool):
         """A context in which backward does (or, for all but the last micro-batch, does not) sync gradients."""
-        import contextlib
-
         if self.ddp is not None and not enabled:
             return self.ddp.no_sync()
         if self.strategy == "fsdp":
