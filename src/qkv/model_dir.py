@@ -40,6 +40,7 @@ from qkv.errors import QkvError
 from qkv.io import atomic_write, atomic_write_text, read_json
 from qkv.models.config import EncoderConfig, GPTConfig, ModelConfig, TransformerConfig, Word2VecConfig
 from qkv.quantization import apply_quantization, is_quantized, quantization_info
+from qkv.sharded import local_part, placed_like
 from qkv.tokenizers import Tokenizer, load_tokenizer
 
 MODEL_FILE = "model.safetensors"
@@ -86,6 +87,7 @@ def shared_groups(state: dict[str, Tensor]) -> list[list[str]]:
     """State-dict names grouped by the tensor they are (tied weights give groups of 2 or more), in order."""
     groups: dict[tuple, list[str]] = {}
     for name, tensor in state.items():
+        tensor = local_part(tensor)  # a shard (FSDP): tied names share its local tensor
         if tensor.device.type == "meta":
             key: tuple = ("meta", name)
         else:
@@ -107,10 +109,13 @@ def save_tensors(path: str | Path, tensors: dict[str, Tensor], metadata: dict[st
     atomic_write(path, lambda tmp: save_file(ready, tmp, metadata=metadata))
 
 
-def save_weights(model: nn.Module, path: str | Path) -> None:
-    """Write the model's state_dict to ``path`` (safetensors), each shared tensor once, atomically."""
+def save_weights(model: nn.Module, path: str | Path, *, state: dict[str, Tensor] | None = None) -> None:
+    """Write the model's state_dict to ``path`` (safetensors), each shared tensor once, atomically.
+
+    ``state`` replaces ``model.state_dict()``, e.g. the whole tensors gathered from a sharded (FSDP) model.
+    """
     model = unwrap_model(model)
-    state = model.state_dict()
+    state = model.state_dict() if state is None else state
     tensors: dict[str, Tensor] = {}
     tied: dict[str, str] = {}
     for group in shared_groups(state):
@@ -225,7 +230,8 @@ def load_weights(
             "the weights belong to a different model or config; check config.json"
         )
     with torch.no_grad():
-        model.load_state_dict(loaded, strict=True)
+        # A sharded (FSDP) model takes this process's rows of each whole tensor.
+        model.load_state_dict({name: placed_like(loaded[name], state[name]) for name in loaded}, strict=True)
     return model
 
 
@@ -272,12 +278,14 @@ def save_model_dir(
     target_tokenizer: Tokenizer | None = None,
     *,
     weights_name: str | None = MODEL_FILE,
+    state: dict[str, Tensor] | None = None,
 ) -> Path:
     """Write config.json, tokenizer.json (+ tokenizer_target.json), the weights (+ quantization.json for an
     int8 model) into ``directory``.
 
     The weights go first and config.json last, each atomically, so the folder only looks like a finished
     model once every file is in place. ``weights_name=None`` writes no weights (a run that has only begun).
+    ``state`` replaces ``model.state_dict()`` (see :func:`save_weights`).
     """
     directory = Path(directory)
     model = unwrap_model(model)
@@ -287,7 +295,7 @@ def save_model_dir(
     check_vocab(config, tokenizer, target_tokenizer, directory)
     directory.mkdir(parents=True, exist_ok=True)
     if weights_name is not None:
-        save_weights(model, directory / weights_name)
+        save_weights(model, directory / weights_name, state=state)
     tokenizer.save(directory / TOKENIZER_FILE)
     if target_tokenizer is not None:
         target_tokenizer.save(directory / TARGET_TOKENIZER_FILE)

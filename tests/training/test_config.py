@@ -21,6 +21,8 @@ from qkv.training.config import TrainConfig, read_toml
         (dict(task="classify"), "--task 'classify'"),
         (dict(arch="cbow"), "--arch 'cbow' is not an architecture of --task lm: drop --arch"),
         (dict(window=3), "--window are for --task word2vec"),
+        (dict(compile="yes"), "--compile 'yes'"),
+        (dict(strategy="zero3"), "--strategy 'zero3'"),
     ],
 )
 def test_bad_settings_name_the_flag(kwargs, fragment) -> None:
@@ -57,6 +59,8 @@ def test_unknown_settings_are_named() -> None:
         (dict(arch="rnnsearch"), "choose one of skipgram, cbow"),
         (dict(optimizer="adamw"), "--optimizer sgd"),
         (dict(tokenizer="bpe"), "--tokenizer word"),
+        (dict(compile="on"), "drop --compile"),
+        (dict(strategy="fsdp"), "drop --compile and --strategy fsdp"),
     ],
 )
 def test_word2vec_settings_are_checked(changes, fragment) -> None:
@@ -75,3 +79,26 @@ def test_word2vec_defaults_are_word2vecs() -> None:
     )
     assert (config.window, config.negative, config.min_count, config.sample, config.epochs) == (5, 5, 5, 1e-3, 5)
     assert TrainConfig.create(task="word2vec", steps=9).epochs is None
+
+
+def test_compile_and_strategy_from_flags_and_toml(tmp_path) -> None:
+    import argparse
+
+    from qkv.cli.train import add_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+
+    def settings(*argv: str) -> TrainConfig:
+        return config_from_args(parser.parse_args(list(argv)))
+
+    assert settings().compile == "auto" and settings().strategy == "ddp"
+    assert settings("--compile").compile == "on"  # the bare flag
+    assert settings("--compile", "off").compile == "off"
+    assert settings("--strategy", "fsdp").strategy == "fsdp"
+    assert settings("--shared-vocab", "false").shared_vocab is False  # bool flags read "false" as False
+    path = tmp_path / "run.toml"
+    path.write_text("compile = true\nstrategy = 'fsdp'\n")
+    config = settings("--config", str(path))
+    assert config.compile == "on" and config.strategy == "fsdp"
+    assert TrainConfig(compile=False).compile == "off"

@@ -60,7 +60,14 @@ TRAIN_HELP = {
     "min_count": "word2vec: drop words seen fewer times",
     "sample": "word2vec: subsampling threshold for frequent words (0: off)",
     "epochs": "word2vec: passes over the corpus (sets --steps; word2vec default 5)",
+    "compile": "torch.compile the model: --compile alone means on; auto turns it on for CUDA only (on the CPU "
+    "it made training slower, see docs/training.md)",
+    "strategy": "under torchrun: ddp (every process a whole copy) or fsdp (every process a shard of the weights, "
+    "gradients and optimizer state, for models that do not fit one device)",
 }
+
+# Flags that may be given bare: `--compile` means `--compile on`.
+FLAG_CONSTS = {"compile": "on"}
 
 # Settings whose default is None, so their type cannot be read off the default.
 FLAG_TYPES = {
@@ -109,11 +116,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if f.name == "model":
             continue
         kind = FLAG_TYPES.get(f.name) or type(f.default)
+        bare = {"nargs": "?", "const": FLAG_CONSTS[f.name]} if f.name in FLAG_CONSTS else {}
         train.add_argument(
             f"--{f.name.replace('_', '-')}",
             dest=f.name,
-            type=kind,
+            type=_bool if kind is bool else kind,
             default=argparse.SUPPRESS,
+            **bare,
             help=TRAIN_HELP.get(f.name, "") + (f" (default {f.default})" if f.default is not None else ""),
         )
     model = parser.add_argument_group("model (override the preset)")

@@ -213,13 +213,16 @@ def save_training_checkpoint(
     generators: dict[str, torch.Generator] | None = None,
     scaler: Any = None,
     keep: int | None = 2,
+    model_state: dict[str, Tensor] | None = None,
+    optimizer_state: dict[str, Any] | None = None,
 ) -> Path:
     """Save everything needed to resume at ``step`` under RUN_DIR/checkpoints; return the step folder.
 
     ``trainer_state`` is the trainer's own dict of JSON data and tensors (tensors go to the safetensors
     file); ``generators`` are named torch.Generators (e.g.
     the batch sampler's); ``scaler`` is a torch.amp.GradScaler or None. The newest ``keep`` step folders
-    are kept (None keeps all).
+    are kept (None keeps all). ``model_state`` and ``optimizer_state`` replace the model's and the
+    optimizer's own state dicts (the whole tensors gathered from a sharded model: the file is the same).
     """
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise QkvError(f"step={step!r} must be a whole number >= 0")
@@ -236,7 +239,7 @@ def save_training_checkpoint(
         "rng": _encode(_capture_rng(generators or {}), "rng", tensors),
     }
     if optimizer is not None:
-        encoded = _encode(optimizer.state_dict(), "optimizer", tensors)
+        encoded = _encode(optimizer.state_dict() if optimizer_state is None else optimizer_state, "optimizer", tensors)
         document["optimizer"] = {"class": type(optimizer).__name__, **encoded}
     try:
         text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
@@ -250,7 +253,7 @@ def save_training_checkpoint(
     temporary = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=root))
     os.chmod(temporary, 0o755)
     try:
-        save_weights(model, temporary / MODEL_FILE)
+        save_weights(model, temporary / MODEL_FILE, state=model_state)
         save_tensors(temporary / OPTIMIZER_FILE, tensors, {"format": FORMAT})
         atomic_write_text(temporary / STATE_FILE, text)  # last: its presence marks a complete folder
         if final.exists():  # saving the same step again: move the old folder aside, then swap

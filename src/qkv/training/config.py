@@ -21,6 +21,8 @@ OPTIMIZERS = ("muon", "adamw", "sgd")
 TASK_ARCHS: dict[str, tuple[str, ...]] = {"word2vec": ("skipgram", "cbow")}
 """The values --arch takes for each task (the first is the default)."""
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+COMPILE = ("auto", "on", "off")
+STRATEGIES = ("ddp", "fsdp")
 
 
 @dataclass
@@ -77,6 +79,8 @@ class TrainConfig:
     device: str = "auto"
     precision: str = "auto"
     threads: int | None = None  # CPU threads for torch; default: all cores
+    compile: str = "auto"  # torch.compile the model: auto (on for CUDA, off elsewhere), on or off
+    strategy: str = "ddp"  # under torchrun: ddp (a whole copy per process) or fsdp (each process holds a shard)
 
     @classmethod
     def create(cls, **settings: Any) -> TrainConfig:
@@ -97,6 +101,8 @@ class TrainConfig:
             self.min_lr = self.lr / 10
         if self.checkpoint_interval is None:
             self.checkpoint_interval = self.eval_interval
+        if isinstance(self.compile, bool):  # TOML's `compile = true`
+            self.compile = "on" if self.compile else "off"
         self.validate()
 
     def validate(self) -> None:
@@ -109,6 +115,10 @@ class TrainConfig:
             raise QkvError(f"--optimizer {self.optimizer!r} is unknown: choose one of {', '.join(OPTIMIZERS)}")
         if self.precision not in PRECISIONS:
             raise QkvError(f"--precision {self.precision!r} is unknown: choose one of {', '.join(PRECISIONS)}")
+        if self.compile not in COMPILE:
+            raise QkvError(f"--compile {self.compile!r} is unknown: choose one of {', '.join(COMPILE)}")
+        if self.strategy not in STRATEGIES:
+            raise QkvError(f"--strategy {self.strategy!r} is unknown: choose one of {', '.join(STRATEGIES)}")
         if self.tokenizer not in ("char", "word", "bpe"):
             raise QkvError(f"--tokenizer {self.tokenizer!r} is unknown: choose char, word or bpe")
         positive = ("steps", "batch_size", "grad_accum", "eval_interval", "eval_batches", "log_interval")
@@ -160,6 +170,10 @@ class TrainConfig:
             raise QkvError(f"--sample must be in [0, 1) (word2vec uses 1e-3 to 1e-5), got {self.sample}")
         if self.tokenizer != "word":
             raise QkvError("Word2Vec learns one vector per word: use --tokenizer word (the default for word2vec)")
+        if self.compile == "on" or self.strategy == "fsdp":
+            raise QkvError(
+                "Word2Vec's sparse embedding gradients run eagerly and under DDP: drop --compile and --strategy fsdp"
+            )
         if self.optimizer != "sgd" or self.grad_clip > 0 or self.grad_accum != 1:
             raise QkvError(
                 "Word2Vec trains with plain SGD on sparse rows, one batch per step: use --optimizer sgd, "
@@ -214,6 +228,7 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
         warmup_steps=0,
         optimizer="sgd",
         grad_clip=0.0,
+        compile="off",  # sparse embedding gradients: torch.compile and FSDP do not take them
         epochs=5,
         eval_batches=10,
         precision="fp32",

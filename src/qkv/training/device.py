@@ -57,6 +57,15 @@ class Precision:
         return torch.amp.GradScaler(self.device_type) if self.needs_scaler else None
 
 
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` on ``device``. A CPU tensor bound for a GPU is copied from pinned (page-locked) memory
+    without blocking: a copy from ordinary memory would first wait for all the work queued on the GPU,
+    leaving it idle while the host prepares the next step."""
+    if device.type == "cuda" and tensor.device.type == "cpu":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
 def resolve_precision(name: str, device: torch.device) -> Precision:
     """``auto``: bf16 on CUDA GPUs that support it, fp16 on other GPUs, fp32 on CPU/MPS."""
     if name == "auto":

@@ -25,15 +25,26 @@ def training_flops_per_token(model: GPT) -> float:
     return 6 * n + 12 * config.n_layers * config.d_model * config.context_length
 
 
-def matmul_peak_flops(*, size: int = 2048, seconds: float = 1.0, dtype: torch.dtype = torch.float32) -> float:
-    """The best FLOP/s of repeated ``size`` x ``size`` matmuls on the CPU over about ``seconds``."""
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+def matmul_peak_flops(
+    *, size: int = 2048, seconds: float = 1.0, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+) -> float:
+    """The best FLOP/s of repeated ``size`` x ``size`` matmuls on ``device`` over about ``seconds``.
+
+    The device's own peak, measured in the run that uses it (for MFU), not a figure from a data sheet. On
+    CUDA each timing waits for the GPU (``torch.cuda.synchronize``); use a large ``size`` (8192) there.
+    """
+    device = torch.device(device)
+    wait = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    a = torch.randn(size, size, dtype=dtype, device=device)
+    b = torch.randn(size, size, dtype=dtype, device=device)
     for _ in range(3):
         a @ b
+    wait()
     best, deadline = 0.0, time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         start = time.perf_counter()
         for _ in range(5):
             a @ b
+        wait()
         best = max(best, 5 * 2 * size**3 / (time.perf_counter() - start))
     return best

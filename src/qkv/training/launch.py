@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
 from qkv.model_dir import save_model_dir
 from qkv.tokenizers import Tokenizer
@@ -49,7 +50,11 @@ def run_training(
     quiet: bool = False,
     on_step: Callable | None = None,
 ) -> TrainResult:
-    """Train (or, with ``resume``, continue) the model that ``prepare`` builds; return the result."""
+    """Train (or, with ``resume``, continue) the model that ``prepare`` builds; return the result.
+
+    Under torchrun the process group is joined here and left at the end, unless the caller had joined it.
+    """
+    caller_group = torch.distributed.is_available() and torch.distributed.is_initialized()
     session = start_session(config)
     is_main = session.dist.is_main
 
@@ -80,8 +85,8 @@ def run_training(
         say(f"device: {session.device}" + (f" x {session.dist.world_size} processes" if session.dist.enabled else ""))
         say(f"run directory: {run_dir}")
 
-        def save_best(model: nn.Module) -> None:
-            save_model_dir(run_dir, model, prepared.tokenizer, prepared.target_tokenizer)
+        def save_best(model: nn.Module, weights: dict[str, Tensor] | None = None) -> None:
+            save_model_dir(run_dir, model, prepared.tokenizer, prepared.target_tokenizer, state=weights)
 
         trainer = Trainer(
             prepared.model,
@@ -103,4 +108,5 @@ def run_training(
             plot_losses(run_dir, required=False)  # a run stopped before its first log line has no curve
         return result
     finally:
-        shutdown_distributed()
+        if not caller_group:
+            shutdown_distributed()

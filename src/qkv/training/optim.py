@@ -52,15 +52,18 @@ class MuonWithAdamW(torch.optim.Optimizer):
     rate is larger than AdamW's).
     """
 
-    def __init__(self, groups: list[dict], *, betas: tuple[float, float], eps: float = 1e-8) -> None:
+    def __init__(
+        self, groups: list[dict], *, betas: tuple[float, float], eps: float = 1e-8, share: bool = False
+    ) -> None:
         defaults = dict(lr=1e-3, betas=betas, eps=eps, weight_decay=0.0, muon=False, lr_scale=1.0, momentum=0.95)
         super().__init__(groups, defaults)
+        self.share = share  # split Newton-Schulz between processes; not in param_groups, so not in checkpoints
 
     @torch.no_grad()
     def step(self, closure=None):  # noqa: ANN001
         for group in self.param_groups:
             if group["muon"]:
-                muon_update(self, group)
+                muon_update(self, group, share=self.share)
             else:
                 self._adamw_group(group)
         return None
@@ -108,9 +111,14 @@ def make_optimizer(
     muon_lr: float = 0.02,
     muon_momentum: float = 0.95,
     muon_ns_steps: int = 5,
+    distributed: bool = False,
 ) -> torch.optim.Optimizer:
     """AdamW over :func:`parameter_groups` (fused on CPU and CUDA), Muon + AdamW (``kind="muon"``), or plain
-    SGD, w <- w - lr * grad, which also takes sparse gradients (Word2Vec's embedding rows)."""
+    SGD, w <- w - lr * grad, which also takes sparse gradients (Word2Vec's embedding rows).
+
+    ``distributed``: the processes of the default process group share Muon's Newton-Schulz work (every
+    process must call ``step`` with the same gradients, as under DDP or FSDP).
+    """
     if kind == "sgd":
         return torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr)
     if kind == "adamw":
@@ -131,4 +139,4 @@ def make_optimizer(
         {"params": [p for p in rest if p.dim() >= 2], "weight_decay": weight_decay},
         {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0},
     ]
-    return MuonWithAdamW([g for g in groups if g["params"]], betas=betas)
+    return MuonWithAdamW([g for g in groups if g["params"]], betas=betas, share=distributed)

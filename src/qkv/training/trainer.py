@@ -7,14 +7,18 @@ One optimizer step:
 
 Around it: evaluation every ``eval_interval`` steps (the best model by the task's metric is saved as the
 run's ``model.safetensors``), resumable checkpoints, a metrics log, a progress bar, a NaN/inf guard that
-stops before anything bad is saved, Ctrl-C that saves a checkpoint and exits cleanly, and DDP when run
-under torchrun. What is task-specific (batches, loss, evaluation) comes from a :class:`Task`.
+stops before anything bad is saved, Ctrl-C that saves a checkpoint and exits cleanly, DDP or FSDP when run
+under torchrun, and torch.compile (:mod:`qkv.training.strategy`). What is task-specific (batches, loss,
+evaluation) comes from a :class:`Task`.
+
+The loop does not wait for the device between steps: the losses stay on the device and are read (one host
+sync) only every ``log_interval`` steps and before an evaluation, a checkpoint or a stop
+(:mod:`qkv.training.loss_window`); the NaN/inf guard looks there, so nothing bad is ever saved.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import signal
 import threading
 import time
@@ -32,10 +36,18 @@ from qkv.training.checkpoint import latest_checkpoint, load_training_checkpoint,
 from qkv.training.config import TrainConfig
 from qkv.training.device import Precision
 from qkv.training.distributed import DistInfo, any_rank, mean_over_ranks
+from qkv.training.loss_window import LossWindow
 from qkv.training.metrics import MetricsLog
 from qkv.training.optim import make_optimizer
 from qkv.training.progress import TrainingProgress
 from qkv.training.schedule import learning_rate
+from qkv.training.strategy import (
+    TrainingModel,
+    full_model_state,
+    full_optimizer_state,
+    shard_optimizer_state,
+    use_compile,
+)
 
 
 class Task(Protocol):
@@ -87,13 +99,17 @@ class TrainResult:
     run_dir: Path
     tokens: int = 0  # training tokens processed over the whole run (all processes)
     train_seconds: float = 0.0  # time in training steps, without evaluations and checkpoints
+    compile_seconds: float = 0.0  # with torch.compile: the first step of this session (mostly compiling)
 
 
 class Trainer:
     """Trains ``model`` on ``task`` according to ``config``, writing everything to ``run_dir``.
 
-    ``save_best(model)`` is called (on the main process) whenever the evaluation metric improves; it writes
-    the run's model directory (weights, config, tokenizer).
+    ``save_best(model, weights)`` is called (on the main process) whenever the evaluation metric improves;
+    it writes the run's model directory (weights, config, tokenizer). ``weights`` is None, or the whole
+    tensors gathered from a sharded model, to save in place of ``model.state_dict()``. ``on_step(trainer,
+    step, loss)`` is called after every step with the step's mean loss as a 0-dim tensor on the device
+    (reading it with ``.item()`` waits for the device).
     """
 
     def __init__(
@@ -105,16 +121,24 @@ class Trainer:
         *,
         device: torch.device,
         precision: Precision,
-        save_best: Callable[[nn.Module], None],
+        save_best: Callable[[nn.Module, dict[str, Tensor] | None], None],
         dist: DistInfo | None = None,
         quiet: bool = False,
-        on_step: Callable[[Trainer, int, float], None] | None = None,
+        on_step: Callable[[Trainer, int, Tensor], None] | None = None,
     ) -> None:
         self.model, self.task, self.config = model, task, config
         self.run_dir = Path(run_dir)
         self.device, self.precision, self.save_best = device, precision, save_best
         self.dist = dist or DistInfo()
         self.quiet, self.on_step = quiet, on_step
+        # Shard (FSDP) before the optimizer is made: it must hold the sharded parameters.
+        self.training_model = TrainingModel(
+            model,
+            strategy=config.strategy,
+            dist_info=self.dist,
+            device=device,
+            compile=use_compile(config.compile, device),
+        )
         self.optimizer = make_optimizer(
             model,
             lr=config.lr,
@@ -124,12 +148,10 @@ class Trainer:
             kind=config.optimizer,
             muon_lr=config.muon_lr,
             muon_ns_steps=config.muon_ns_steps,
+            distributed=self.dist.enabled,
         )
         self.scaler = precision.scaler()
-        self.train_model: nn.Module = model
-        if self.dist.enabled:
-            device_ids = [device.index] if device.type == "cuda" else None
-            self.train_model = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+        self.compile_seconds = 0.0
         self.metrics = MetricsLog(self.run_dir, enabled=self.dist.is_main)
         self.state = TrainState()
         self._stop_requested = False
@@ -169,17 +191,20 @@ class Trainer:
             scaler=self.scaler,
             map_location=self.device,
         )
+        shard_optimizer_state(self.optimizer)  # under FSDP: each process keeps its rows of the whole tensors
         self.task.load_state_dict(state.pop("data"))
         self.state = TrainState(**state)
         self.metrics.truncate_after(self.state.step)
 
     def save_checkpoint(self) -> Path | None:
-        """Save a resumable checkpoint of the current step (once per step, main process only)."""
+        """Save a resumable checkpoint of the current step (once per step; every process gathers, rank 0 writes)."""
+        if self._saved_step == self.state.step:
+            return latest_checkpoint(self.run_dir) if self.dist.is_main else None
+        self._saved_step = self.state.step
+        model_state = full_model_state(self.model)  # whole tensors of a sharded model (collective), else None
+        optimizer_state = full_optimizer_state(self.optimizer)
         if not self.dist.is_main:
             return None
-        if self._saved_step == self.state.step:
-            return latest_checkpoint(self.run_dir)
-        self._saved_step = self.state.step
         return save_training_checkpoint(
             self.run_dir,
             step=self.state.step,
@@ -188,6 +213,8 @@ class Trainer:
             trainer_state={**self.state.to_dict(), "data": self.task.state_dict()},
             scaler=self.scaler,
             keep=self.config.keep_checkpoints,
+            model_state=model_state,
+            optimizer_state=optimizer_state,
         )
 
     # --- the loop ---------------------------------------------------------------------------------------------
@@ -213,11 +240,9 @@ class Trainer:
         total_loss, total_tokens = torch.zeros((), device=self.device), 0
         for micro in range(accum):
             batch = self.task.train_batch(self.dist.rank, self.dist.world_size)
-            last = micro == accum - 1
-            no_sync = self.train_model.no_sync() if self.dist.enabled and not last else contextlib.nullcontext()
-            with no_sync:
+            with self.training_model.gradient_sync(micro == accum - 1):
                 with self.precision.autocast():
-                    loss, n_tokens = self.task.loss(self.train_model, batch)
+                    loss, n_tokens = self.task.loss(self.training_model.step_model, batch)
                 scaled = loss / accum
                 (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
             total_loss += loss.detach().float()
@@ -236,13 +261,22 @@ class Trainer:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
-    def _diverged(self, value: float, lr: float) -> TrainingDiverged:
+    def _diverged(self, value: float, lr: float, step: int) -> TrainingDiverged:
         kept = latest_checkpoint(self.run_dir)
         where = f"the last good checkpoint {kept} is kept" if kept else "no checkpoint had been saved yet"
         return TrainingDiverged(
-            f"the training loss became {value} at step {self.state.step + 1} (learning rate {lr:.3g}); "
+            f"the training loss became {value} at step {step} (learning rate {lr:.3g}); "
             f"training stopped and {where}: lower --lr or keep --grad-clip on, then resume or restart"
         )
+
+    def _read_losses(self, window: LossWindow) -> float | None:
+        """Read the pending losses (one host sync); stop if one is not finite, on any process (all read at
+        the same steps, so all stop together). Returns the last step's loss, or None."""
+        last, bad = window.read()
+        if any_rank(bad is not None, self.dist, self.device):
+            step, value, lr = bad or (self.state.step, float("nan"), 0.0)  # another process diverged
+            raise self._diverged(value, lr, step)
+        return last
 
     def evaluate(self) -> dict[str, float]:
         with eval_mode(self.model), self.precision.autocast():
@@ -256,11 +290,13 @@ class Trainer:
         better = self.state.best is None or (
             value > self.state.best if self.task.higher_is_better else value < self.state.best
         )
+        better = any_rank(better, self.dist, self.device)  # all processes must join the gathering below
         summary = "  ".join(f"{k} {v:.4f}" for k, v in results.items())
         if better:
             self.state.best, self.state.evals_since_best = value, 0
+            weights = full_model_state(self.model)  # collective under FSDP
             if self.dist.is_main:
-                self.save_best(self.model)
+                self.save_best(self.model, weights)
             progress.note(f"step {self.state.step}: {summary}  (best so far, saved)")
         else:
             self.state.evals_since_best += 1
@@ -275,46 +311,54 @@ class Trainer:
         )
         self.model.train()
         stopped = "finished"
-        window_tokens, window_start, window_loss, window_steps = 0, time.perf_counter(), 0.0, 0
+        window = LossWindow(first_step=self.state.step + 1)
+        first_step, shown_loss, speed = self.state.step + 1, float("nan"), 0.0
         try:
             with self._interrupts_stop_cleanly():
                 while self.state.step < cfg.steps:
                     step_start = time.perf_counter()
                     lr = self._set_lr()
                     loss, n_tokens = self._train_step()
-                    value = loss.item()
-                    bad = not math.isfinite(value)
-                    if any_rank(bad, self.dist, self.device):
-                        raise self._diverged(value, lr)
                     self._optimizer_step()
                     self.state.step += 1
+                    step = self.state.step
                     n_tokens *= self.dist.world_size
                     self.state.tokens += n_tokens
+                    window.add(loss, lr, n_tokens)
+                    log = step % cfg.log_interval == 0 or step == cfg.steps
+                    evaluate = step % cfg.eval_interval == 0 or step == cfg.steps
+                    save = step % cfg.checkpoint_interval == 0 or step == cfg.steps
+                    compiled_first = self.training_model.compiled and step == first_step
+                    if log or evaluate or save or compiled_first:
+                        last = self._read_losses(window)
+                        shown_loss = shown_loss if last is None else last
+                        speed = window.tokens_per_s
                     self.state.elapsed += time.perf_counter() - step_start
-                    window_tokens += n_tokens
-                    window_loss += value
-                    window_steps += 1
-                    speed = window_tokens / max(time.perf_counter() - window_start, 1e-9)
-                    progress.update(self.state.step, loss=value, lr=lr, tokens_per_s=speed)
-                    if self.state.step % cfg.log_interval == 0 or self.state.step == cfg.steps:
-                        mean_loss = mean_over_ranks(window_loss / window_steps, self.dist, self.device)
-                        self.metrics.write(
-                            {"step": self.state.step, "train_loss": mean_loss, "lr": lr, "tokens_per_s": speed}
-                        )
-                        window_tokens, window_start, window_loss, window_steps = 0, time.perf_counter(), 0.0, 0
+                    if compiled_first:
+                        self.compile_seconds = time.perf_counter() - step_start
+                        progress.note(f"torch.compile: the first step took {self.compile_seconds:.1f} s (compiling)")
+                    progress.update(step, loss=shown_loss, lr=lr, tokens_per_s=speed)
+                    if log:
+                        mean_loss = mean_over_ranks(window.mean_loss, self.dist, self.device)
+                        self.metrics.write({"step": step, "train_loss": mean_loss, "lr": lr, "tokens_per_s": speed})
+                        window = LossWindow(first_step=step + 1)
                     if self.on_step is not None:
-                        self.on_step(self, self.state.step, value)
+                        self.on_step(self, step, loss)
                     stop_early = False
-                    if self.state.step % cfg.eval_interval == 0 or self.state.step == cfg.steps:
+                    if evaluate:
                         stop_early = self._after_eval(self.evaluate(), progress)
-                    if self.state.step % cfg.checkpoint_interval == 0 or self.state.step == cfg.steps:
+                    if save:
                         self.save_checkpoint()
                     if stop_early:
                         stopped = "early stop"
                         progress.note(f"no improvement in {cfg.early_stop} evaluations: stopping early")
                         self.save_checkpoint()
                         break
+                    # Under torchrun the processes agree on stopping at logging steps (a collective).
+                    if self.dist.enabled and not log:
+                        continue
                     if any_rank(self._stop_requested, self.dist, self.device):
+                        self._read_losses(window)  # nothing not finite goes into the checkpoint
                         stopped = "interrupted"
                         path = self.save_checkpoint()
                         progress.note(f"interrupted at step {self.state.step}: checkpoint saved to {path}")
@@ -331,6 +375,7 @@ class Trainer:
             self.run_dir,
             tokens=self.state.tokens,
             train_seconds=self.state.elapsed,
+            compile_seconds=self.compile_seconds,
         )
 
 
