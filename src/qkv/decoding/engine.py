@@ -44,6 +44,7 @@ from qkv.models.transformer import Transformer
 
 ENGINES = ("auto", "model", "static", "compiled", "graph", "compiled-graph")
 GRAPH_ENGINES = ("graph", "compiled-graph")
+COMPILE_BACKEND = "inductor"  # torch.compile's backend for the compiled engines (tests use a quicker one)
 
 
 def resolve_engine(model: nn.Module, engine: str = "auto") -> str:
@@ -245,9 +246,9 @@ class StaticSession(Session):
         batch: int,
         max_len: int,
         cross: CrossAttention | None = None,
-        backend: str = "inductor",
     ) -> None:
         self.engine, self.mode, self.length = engine, mode, 0
+        backend = COMPILE_BACKEND
         self.group = 1 if cross is None else cross.group
         self._key: tuple | None = None
         if mode in GRAPH_ENGINES:
@@ -295,8 +296,9 @@ class StaticSession(Session):
             b.tokens.copy_(token_ids)
             b.graph.replay()
             logits = b.logits
-        elif self._fn is not None:
-            logits = self._fn(token_ids, b.position, b.cache.buffer, b.cross_args(), self.group)
+        elif self._fn is not None:  # the ids go through a fixed buffer too: one layout, no recompile for a view
+            b.tokens.copy_(token_ids)
+            logits = self._fn(b.tokens, b.position, b.cache.buffer, b.cross_args(), self.group)
         else:  # eager: attend over the filled positions only, no mask
             kv = b.layers
             cross = b.cross
@@ -328,16 +330,14 @@ class StaticSession(Session):
 
 
 @contextmanager
-def lm_session(
-    model: nn.Module, engine: str, batch: int, max_len: int, *, backend: str = "inductor"
-) -> Iterator[Session]:
+def lm_session(model: nn.Module, engine: str, batch: int, max_len: int) -> Iterator[Session]:
     """A session for generating with a GPT: ``batch`` rows, at most ``max_len`` positions fed."""
     mode = resolve_engine(model, engine)
     if mode == "model":
         session: Session = ModelSession(model, max_len)
     else:
         length = max_len if mode == "static" else min(_bucket(max_len, 16), max(max_len, model.config.context_length))
-        session = StaticSession(engine_for(model), mode, batch, length, backend=backend)  # type: ignore[arg-type]
+        session = StaticSession(engine_for(model), mode, batch, length)  # type: ignore[arg-type]
     try:
         yield session
     finally:
@@ -353,7 +353,6 @@ def translation_session(
     max_len: int,
     *,
     group: int = 1,
-    backend: str = "inductor",
 ) -> Iterator[Session]:
     """A session for decoding targets of ``memory`` (B, S, d_model) with ``group`` rows (beams) per source
     sentence, row b * group + j being beam j of sentence b; at most ``max_len`` target positions fed."""
@@ -371,7 +370,7 @@ def translation_session(
             fixed=fixed,
         )
         length = _bucket(max_len, 16) if fixed else max_len
-        session = StaticSession(engine_for(model), mode, memory.shape[0] * group, length, cross, backend=backend)  # type: ignore[arg-type]
+        session = StaticSession(engine_for(model), mode, memory.shape[0] * group, length, cross)  # type: ignore[arg-type]
     try:
         yield session
     finally:
