@@ -75,16 +75,16 @@ class Translator:
         self.cropped = 0  # sources cropped to the model's maximum length so far
 
     @classmethod
-    def from_bundle(cls, bundle: ModelBundle) -> Translator:
+    def from_bundle(cls, bundle: ModelBundle, *, engine: str = "auto") -> Translator:
         if not isinstance(bundle.model, Transformer):
             raise QkvError(f"{bundle.path} holds a {bundle.config.kind} model, not a translator")
-        return cls(bundle.model, bundle.tokenizer, bundle.target_tokenizer)
+        return cls(bundle.model, bundle.tokenizer, bundle.target_tokenizer, engine=engine)
 
     @classmethod
-    def load(cls, path: str | Path, *, device: str = "cpu") -> Translator:
+    def load(cls, path: str | Path, *, device: str = "cpu", engine: str = "auto") -> Translator:
         from qkv.model_dir import load_model_dir
 
-        return cls.from_bundle(load_model_dir(path, device=device))
+        return cls.from_bundle(load_model_dir(path, device=device), engine=engine)
 
     @property
     def device(self) -> torch.device:
