@@ -142,7 +142,7 @@ def cross_attention_step(
     return attn.out_proj(out.transpose(1, 2).reshape(rows, attn.d_model))  # (B_src * group, d_model)
 
 
-def _residual(sublayer: ResidualSublayer, x: Tensor, fn: Callable[..., Tensor], *args: object) -> Tensor:
+def residual(sublayer: ResidualSublayer, x: Tensor, fn: Callable[..., Tensor], *args: object) -> Tensor:
     """x + fn(LayerNorm(x)) (pre-LN) or LayerNorm(x + fn(x)) (post-LN), as ResidualSublayer (no dropout)."""
     if sublayer.norm_first:
         return x + fn(sublayer.norm(x), *args)
@@ -164,7 +164,7 @@ def decoder_stack_step(
     if n_keys is None:  # attend over the whole buffer: only positions up to p exist yet
         mask = torch.arange(kv[0].shape[3], device=x.device)[None] <= position[:, None]  # (1, L)
     for i, block in enumerate(stack.blocks):
-        x = _residual(
+        x = residual(
             block.self_attn_sublayer,
             x,
             self_attention_step,
@@ -178,7 +178,7 @@ def decoder_stack_step(
         )
         if block.cross_attn is not None:
             assert cross is not None, "a decoder with cross-attention needs the encoder's keys and values"
-            x = _residual(
+            x = residual(
                 block.cross_attn_sublayer,
                 x,
                 cross_attention_step,
@@ -187,7 +187,7 @@ def decoder_stack_step(
                 cross.values[i],
                 cross,
             )
-        x = _residual(block.ffn_sublayer, x, block.feed_forward)
+        x = residual(block.ffn_sublayer, x, block.feed_forward)
     return stack.final_norm(x)
 
 

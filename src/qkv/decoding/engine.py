@@ -36,9 +36,11 @@ import torch
 from torch import Tensor, nn
 
 from qkv.decoding.decode_step import CrossAttention, cross_attention_keys, gpt_step, transformer_step
+from qkv.decoding.encoder_pass import encoder_hidden
 from qkv.errors import QkvError
 from qkv.layers.capture import is_capturing
 from qkv.layers.fused import fuse_linears
+from qkv.models.encoder import Encoder
 from qkv.models.gpt import GPT
 from qkv.models.transformer import Transformer
 
@@ -57,8 +59,10 @@ def resolve_engine(model: nn.Module, engine: str = "auto") -> str:
             f"engine={engine!r} replays CUDA graphs, but the model is on {device.type}: "
             "use 'static' or 'compiled' (or 'auto'), or move the model to a CUDA device"
         )
-    if not isinstance(model, (GPT, Transformer)) or is_capturing():
+    if not isinstance(model, (GPT, Transformer, Encoder)) or is_capturing():
         return "model"  # the fast step knows qkv's models; taps need the model's own forward
+    if isinstance(model, Encoder):  # one pass over whole sequences: no cache, no steps to compile or replay
+        return "model" if engine == "model" else "static"
     if engine == "auto":
         return "graph" if device.type == "cuda" else "static"
     return engine
@@ -78,12 +82,11 @@ def _signature(model: nn.Module) -> tuple[tuple[int, int, torch.dtype], ...]:
 class DecodeEngine:
     """What the fast steps keep per model: the stacked projections, the compiled steps, the CUDA graphs."""
 
-    def __init__(self, model: GPT | Transformer) -> None:
+    def __init__(self, model: GPT | Transformer | Encoder) -> None:
         self.model = model
         self.signature = _signature(model)
-        self.projections = [
-            fuse_linears(b.self_attn.query, b.self_attn.key, b.self_attn.value) for b in model.decoder.blocks
-        ]
+        stack = model.encoder if isinstance(model, Encoder) else model.decoder
+        self.projections = [fuse_linears(b.self_attn.query, b.self_attn.key, b.self_attn.value) for b in stack.blocks]
         self._compiled: dict[str, Callable[..., Tensor]] = {}
         self._graphs: dict[tuple, list[StepBuffers]] = {}  # idle captured graphs by shape
         self._lock = threading.Lock()
@@ -123,7 +126,7 @@ class DecodeEngine:
             self._graphs.setdefault(key, []).append(buffers)
 
 
-def engine_for(model: GPT | Transformer) -> DecodeEngine:
+def engine_for(model: GPT | Transformer | Encoder) -> DecodeEngine:
     """The model's engine, made on first use and again whenever its parameters have changed."""
     engine = model.__dict__.get("_decode_engine")
     if engine is None or engine.signature != _signature(model):
@@ -329,6 +332,14 @@ class StaticSession(Session):
             self._key = None
 
 
+def encode(model: nn.Module, token_ids: Tensor, padding_mask: Tensor | None = None, *, engine: str = "auto") -> Tensor:
+    """An encoder's contextual vectors (B, T, d_model): the model's forward for engine "model", else the
+    inference pass of :mod:`qkv.decoding.encoder_pass` (the same numbers, W_q/W_k/W_v in one product)."""
+    if resolve_engine(model, engine) == "model":
+        return model(token_ids, padding_mask=padding_mask)
+    return encoder_hidden(model, engine_for(model).projections, token_ids, padding_mask)  # type: ignore[arg-type]
+
+
 @contextmanager
 def lm_session(model: nn.Module, engine: str, batch: int, max_len: int) -> Iterator[Session]:
     """A session for generating with a GPT: ``batch`` rows, at most ``max_len`` positions fed."""
@@ -383,6 +394,7 @@ __all__ = [
     "ModelSession",
     "Session",
     "StaticSession",
+    "encode",
     "engine_for",
     "lm_session",
     "resolve_engine",
