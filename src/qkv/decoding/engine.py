@@ -169,7 +169,7 @@ class StepBuffers:
                 fn(*args)
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):  # other requests' threads go on
             self.logits = fn(*args)
 
 
