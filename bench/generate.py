@@ -59,14 +59,16 @@ def build_model(preset: str = "gpt-small-cpu", vocab_size: int = 256, seed: int 
     return GPT(config).eval()
 
 
-def measure(model: GPT, prompt_length: int, new_tokens: int, *, seed: int = 0) -> Measurement:
-    """Time greedy generation of ``new_tokens`` after a random prompt, cached then uncached."""
+def measure(model: GPT, prompt_length: int, new_tokens: int, *, seed: int = 0, engine: str = "auto") -> Measurement:
+    """Time greedy generation of ``new_tokens`` after a random prompt, cached (with ``engine``) then uncached."""
     prompt = torch.randint(model.config.vocab_size, (1, prompt_length), generator=torch.Generator().manual_seed(seed))
-    generate(model, prompt[:, :4], max_new_tokens=4, temperature=0)  # warm-up: first-call costs out of the timing
+    generate(model, prompt[:, :4], max_new_tokens=4, temperature=0, engine=engine)  # warm-up: first-call costs
     outputs, seconds = [], []
     for use_cache in (True, False):
         start = time.perf_counter()
-        outputs.append(generate(model, prompt, max_new_tokens=new_tokens, temperature=0, use_cache=use_cache))
+        outputs.append(
+            generate(model, prompt, max_new_tokens=new_tokens, temperature=0, use_cache=use_cache, engine=engine)
+        )
         seconds.append(time.perf_counter() - start)
     return Measurement(prompt_length, new_tokens, seconds[0], seconds[1], torch.equal(outputs[0], outputs[1]))
 
@@ -85,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--vocab-size", type=int, default=256, help="vocabulary size (default: 256)")
     parser.add_argument("--quick", action="store_true", help=f"lengths {QUICK_LENGTHS} for a smoke run")
     parser.add_argument("--lengths", nargs="+", type=_parse_length, metavar="PROMPT+NEW", help="lengths to time")
+    parser.add_argument("--engine", default="auto", help="decoding engine of the cached path (default: auto)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads (default: all cores)")
     args = parser.parse_args(argv)
 
@@ -100,13 +103,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"{args.preset}: {c.n_layers} layers, d_model={c.d_model}, {c.n_heads} heads, context {context}, "
         f"vocab {c.vocab_size}, {model.num_parameters() / 1e6:.1f}M parameters; torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads; greedy decoding"
+        f"{torch.get_num_threads()} threads; greedy decoding; engine {args.engine}"
     )
     header = f"{'prompt+new':>11} | {'cached tok/s':>12} | {'uncached tok/s':>14} | {'speed-up':>8} | same tokens"
     print(header)
     print("-" * len(header))
     for prompt_length, new_tokens in lengths:
-        m = measure(model, prompt_length, new_tokens)
+        m = measure(model, prompt_length, new_tokens, engine=args.engine)
         print(
             f"{f'{prompt_length}+{new_tokens}':>11} | {m.cached_tokens_per_second:12.1f} | "
             f"{m.uncached_tokens_per_second:14.1f} | {m.speedup:7.1f}x | {'yes' if m.same_tokens else 'NO'}",

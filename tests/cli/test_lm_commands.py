@@ -69,6 +69,19 @@ def test_generate_is_repeatable_with_a_seed_and_greedy_at_temperature_zero(train
     assert capsys.readouterr().out.count("--- sample") == 2
 
 
+def test_every_engine_generates_the_same_greedy_text(trained, capsys) -> None:
+    run, _ = trained
+    outputs = []
+    for engine in ("auto", "model", "static"):
+        args = ["generate", str(run), "--prompt", "Line 3", "--max-new-tokens", "30", "--temperature", "0"]
+        assert main([*args, "--engine", engine]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] == outputs[2]
+    assert main(["generate", str(run), "--prompt", "Line", "--engine", "graph"]) == 2  # no CUDA graphs on a CPU
+    err = capsys.readouterr().err.strip()
+    assert "replays CUDA graphs, but the model is on cpu" in err and len(err.splitlines()) == 1
+
+
 def test_long_prompts_are_cropped_with_a_notice(trained, capsys) -> None:
     run, _ = trained
     assert main(["generate", str(run), "--prompt", TEXT[:200], "--max-new-tokens", "5", "--temperature", "0"]) == 0

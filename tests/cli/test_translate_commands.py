@@ -80,6 +80,31 @@ def test_n_best_lists(translator, capsys) -> None:
         assert scores == sorted(scores, reverse=True)
 
 
+def test_the_engines_translate_alike(translator, capsys) -> None:
+    run, _ = translator
+    outputs = []
+    for engine in ("model", "static"):
+        assert (
+            main(
+                [
+                    "translate",
+                    str(run),
+                    "one two",
+                    "three four five",
+                    "--beam",
+                    "3",
+                    "--n-best",
+                    "2",
+                    "--engine",
+                    engine,
+                ]
+            )
+            == 0
+        )
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1]
+
+
 def test_eval_reports_sacrebleu_scores(translator, capsys) -> None:
     run, tmp = translator
     sources, references = ["one two three", "four five six seven"], ["THREE TWO ONE", "SEVEN SIX FIVE FOUR"]

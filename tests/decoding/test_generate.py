@@ -112,7 +112,16 @@ def test_cache_agrees_in_float32_past_the_context(positional: str) -> None:
         assert torch.equal(cached, uncached)
 
 
-def test_the_cached_path_feeds_one_token_per_step_and_refills_when_the_window_slides() -> None:
+@pytest.mark.parametrize(
+    ("engine", "forward_calls"),
+    [
+        # prefill 14 tokens, then one token at a time up to 16; after that the window slides every step
+        ("model", [CONTEXT - 2, 1, 1, CONTEXT, CONTEXT, CONTEXT]),
+        # the same, but the one-token steps run the engine's decode step instead of the model's forward
+        ("static", [CONTEXT - 2, CONTEXT, CONTEXT, CONTEXT]),
+    ],
+)
+def test_the_cached_path_feeds_one_token_per_step_and_refills_when_the_window_slides(engine, forward_calls) -> None:
     model = tiny_gpt("rope")
     fed: list[tuple[int, bool, bool]] = []
     hook = model.register_forward_pre_hook(
@@ -120,11 +129,10 @@ def test_the_cached_path_feeds_one_token_per_step_and_refills_when_the_window_sl
         with_kwargs=True,
     )
     try:
-        generate(model, list(range(1, CONTEXT - 1)), max_new_tokens=6, temperature=0)
+        generate(model, list(range(1, CONTEXT - 1)), max_new_tokens=6, temperature=0, engine=engine)
     finally:
         hook.remove()
-    # prefill 14 tokens, then one token at a time up to 16; after that the window slides every step
-    assert [n for n, _, _ in fed] == [CONTEXT - 2, 1, 1, CONTEXT, CONTEXT, CONTEXT]
+    assert [n for n, _, _ in fed] == forward_calls
     assert all(cache and last_only for _, cache, last_only in fed)
 
 

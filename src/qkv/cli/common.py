@@ -102,3 +102,17 @@ def model_path(args) -> str:
     if not (args.run_dir or args.model):
         raise QkvError("which model? give a run directory (RUN_DIR) or --model PATH_OR_NAME")
     return args.run_dir or args.model
+
+
+def add_engine_argument(parser) -> None:
+    """--engine: how decoding runs its steps (qkv.decoding.engine)."""
+    from qkv.decoding.engine import ENGINES
+
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="auto",
+        help="how each decoding step runs: auto (default: a CUDA graph on a GPU, the static-cache step elsewhere), "
+        "model (the model's own forward, the reference), static, compiled (torch.compile; slow to start), "
+        "graph or compiled-graph (CUDA only)",
+    )

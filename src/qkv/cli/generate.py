@@ -12,7 +12,7 @@ import sys
 
 import torch
 
-from qkv.cli.common import add_model_argument, add_quantize_argument, load_for_use, model_path
+from qkv.cli.common import add_engine_argument, add_model_argument, add_quantize_argument, load_for_use, model_path
 from qkv.errors import QkvError
 
 HELP = "generate text with a trained GPT"
@@ -30,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or mps (default cpu)")
     add_quantize_argument(parser)
     parser.add_argument("--no-cache", action="store_true", help="recompute every step instead of using the KV cache")
+    add_engine_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
             top_p=args.top_p,
             eos_id=tokenizer.eos_id,
             use_cache=not args.no_cache,
+            engine=args.engine,
             generator=generator,
             on_crop=on_crop,
         ):

@@ -39,11 +39,13 @@ deal longer than its source.
 from __future__ import annotations
 
 import math
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from qkv.decoding.engine import resolve_engine, translation_session
 from qkv.errors import QkvError
 from qkv.models.eval_mode import eval_mode
 from qkv.models.transformer import Transformer
@@ -133,27 +135,31 @@ def greedy_decode(
     max_len: int | None = None,
     max_len_a: float = 1.5,
     max_len_b: float = 10,
+    engine: str = "auto",
 ) -> list[list[int]]:
     """The most likely next token at every step; returns each sentence's target ids (no ``<bos>``/``<eos>``).
 
     ``src_ids`` (B, S) with ``src_padding_mask`` (B, S) True at padding. Lengths as in the module docstring.
+    ``engine`` chooses how the decoder steps run (:mod:`qkv.decoding.engine`).
     """
     src_ids, mask, limits = _prepare(model, src_ids, src_padding_mask, bos_id, eos_id, max_len, max_len_a, max_len_b)
+    resolve_engine(model, engine)
     batch, steps = src_ids.shape[0], max(limits)
     limit = torch.tensor(limits, device=src_ids.device)  # (B,)
     with eval_mode(model):
         memory = model.encode(src_ids, src_padding_mask=mask)  # (B, S, d_model), once
-        cache = model.new_cache(steps)  # <bos> and at most steps - 1 generated tokens are fed
-        tokens = src_ids.new_full((batch, steps), eos_id)  # (B, L)
-        done = torch.zeros(batch, dtype=torch.bool, device=src_ids.device)
-        next_ids = src_ids.new_full((batch,), bos_id)
-        for step in range(steps):
-            logits = model.decode(next_ids[:, None], memory, memory_padding_mask=mask, cache=cache, last_only=True)
-            next_ids = _log_probs(logits[:, -1]).argmax(dim=-1).masked_fill(done, eos_id)  # (B,)
-            tokens[:, step] = next_ids
-            done |= (next_ids == eos_id) | (step + 1 >= limit)
-            if bool(done.all()):
-                break
+        # <bos> and at most steps - 1 generated tokens are fed
+        with translation_session(model, engine, memory, mask, steps) as session:
+            tokens = src_ids.new_full((batch, steps), eos_id)  # (B, L)
+            done = torch.zeros(batch, dtype=torch.bool, device=src_ids.device)
+            next_ids = src_ids.new_full((batch,), bos_id)
+            for step in range(steps):
+                logits = session.step(next_ids)  # (B, V)
+                next_ids = _log_probs(logits).argmax(dim=-1).masked_fill(done, eos_id)  # (B,)
+                tokens[:, step] = next_ids
+                done |= (next_ids == eos_id) | (step + 1 >= limit)
+                if bool(done.all()):
+                    break
     out = []
     for row, n in zip(tokens.tolist(), limits, strict=True):
         row = row[:n]
@@ -187,13 +193,16 @@ def beam_search(
     max_len: int | None = None,
     max_len_a: float = 1.5,
     max_len_b: float = 10,
+    engine: str = "auto",
 ) -> list[list[Hypothesis]]:
     """The ``n_best`` best hypotheses of each sentence, best first (see the module docstring).
 
     ``src_ids`` (B, S) with ``src_padding_mask`` (B, S) True at padding. A sentence gets fewer than
-    ``n_best`` hypotheses only when fewer distinct target sequences fit in its maximum length.
+    ``n_best`` hypotheses only when fewer distinct target sequences fit in its maximum length. ``engine``
+    chooses how the decoder steps run (:mod:`qkv.decoding.engine`).
     """
     _check_beam(beam_size, n_best, length_penalty)
+    resolve_engine(model, engine)
     src_ids, mask, limits = _prepare(model, src_ids, src_padding_mask, bos_id, eos_id, max_len, max_len_a, max_len_b)
     k, batch, steps = beam_size, src_ids.shape[0], max(limits)
     vocab = model.config.tgt_vocab_size
@@ -207,19 +216,17 @@ def beam_search(
         finished[b].sort(key=lambda h: -h.score)  # stable: earlier (shorter) first on ties
         del finished[b][k:]
 
-    with eval_mode(model):
+    with eval_mode(model), ExitStack() as stack:
         memory = model.encode(src_ids, src_padding_mask=mask)  # (B, S, d_model), once
-        memory = memory.repeat_interleave(k, dim=0)  # (B*k, S, d_model): beam j of sentence b is row b*k + j
-        mask = mask.repeat_interleave(k, dim=0) if mask is not None else None  # (B*k, S)
-        cache = model.new_cache(steps)
+        # B sentences x k beams as B*k rows: beam j of sentence b is row b*k + j
+        session = stack.enter_context(translation_session(model, engine, memory, mask, steps, group=k))
         first = torch.arange(batch, device=src_ids.device)[:, None] * k  # (B, 1): row of each sentence's beam 0
         scores = torch.full((batch, k), float("-inf"), device=src_ids.device)  # (B, k) summed log-probs
         scores[:, 0] = 0.0  # all beams start as <bos>: keep one, or the first step would pick k copies
         history = src_ids.new_empty(batch, k, 0)  # (B, k, t) generated tokens of each beam
         next_ids = src_ids.new_full((batch * k,), bos_id)  # (B*k,)
         for step in range(steps):
-            logits = model.decode(next_ids[:, None], memory, memory_padding_mask=mask, cache=cache, last_only=True)
-            log_probs = _log_probs(logits[:, -1]).view(batch, k, vocab)  # (B, k, V)
+            log_probs = _log_probs(session.step(next_ids)).view(batch, k, vocab)  # (B, k, V)
             candidates = (scores.to(log_probs.dtype)[:, :, None] + log_probs).view(batch, k * vocab)  # (B, k*V)
             top, index = candidates.topk(n_cand, dim=1)  # (B, n_cand), best first
             beam, token = index // vocab, index % vocab  # which beam each candidate extends, with which token
@@ -235,7 +242,7 @@ def beam_search(
             scores = top.gather(1, pick).masked_fill(is_eos.gather(1, pick), float("-inf"))  # (B, k)
             beam, token = beam.gather(1, pick), token.gather(1, pick)  # (B, k)
             history = torch.cat([history.gather(1, beam[:, :, None].expand_as(history)), token[:, :, None]], dim=2)
-            cache.reorder((first + beam).view(-1))  # each row's cache follows its beam
+            session.reorder((first + beam).view(-1))  # each row's cache follows its beam
             next_ids = token.view(-1)  # (B*k,)
 
             best_live = scores.max(dim=1).values.tolist()  # (B,)
@@ -268,6 +275,7 @@ def translate_batch(
     max_len: int | None = None,
     max_len_a: float = 1.5,
     max_len_b: float = 10,
+    engine: str = "auto",
 ) -> list[list[int]]:
     """Each sentence's best translation as target ids: greedy for ``beam_size=1``, beam search otherwise."""
     _check_beam(beam_size, 1, length_penalty)
@@ -281,6 +289,7 @@ def translate_batch(
             max_len=max_len,
             max_len_a=max_len_a,
             max_len_b=max_len_b,
+            engine=engine,
         )
     best = beam_search(
         model,
@@ -293,5 +302,6 @@ def translate_batch(
         max_len=max_len,
         max_len_a=max_len_a,
         max_len_b=max_len_b,
+        engine=engine,
     )
     return [hyps[0].tokens for hyps in best]

@@ -8,7 +8,9 @@ token with :func:`qkv.decoding.sampling.sample_next` (greedy, temperature, top-k
 not change when a token is appended. With ``use_cache=True`` (the default) the prompt is run once (prefill)
 into a preallocated :class:`~qkv.layers.kv_cache.KVCache`, and each later step feeds one token, whose
 query attends to the cached keys and values. ``use_cache=False`` recomputes the whole window every step:
-slow, but the obvious reference the cached path is tested against.
+slow, but the obvious reference the cached path is tested against. How the cached steps run is the
+``engine`` (:mod:`qkv.decoding.engine`): by default a fixed-shape step over a static cache allocated once for
+the request (replayed as a CUDA graph on a GPU); ``engine="model"`` runs the model's own forward instead.
 
 **Context window.** The model always conditions on the last ``context_length`` tokens (C), and the two paths
 do exactly the same thing at every step:
@@ -31,10 +33,12 @@ and generation stops as soon as every row is finished.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import nullcontext
 
 import torch
 from torch import Tensor
 
+from qkv.decoding.engine import lm_session, resolve_engine
 from qkv.decoding.sampling import check_sampling, sample_next
 from qkv.errors import QkvError
 from qkv.models.eval_mode import eval_mode
@@ -64,6 +68,7 @@ def _prepare(
     top_p: float | None,
     eos_id: int | None,
     bos_id: int | None,
+    engine: str,
 ) -> Tensor:
     """Validate every argument and return the prompt as a (B, T) long tensor on the model's device."""
     vocab_size = model.config.vocab_size
@@ -72,6 +77,7 @@ def _prepare(
     check_sampling(temperature, top_k, top_p)
     _check_id("eos_id", eos_id, vocab_size)
     _check_id("bos_id", bos_id, vocab_size)
+    resolve_engine(model, engine)
 
     device = next(model.parameters()).device
     if isinstance(prompt_ids, Tensor):
@@ -115,6 +121,7 @@ def _decode_steps(
     top_p: float | None,
     eos_id: int | None,
     use_cache: bool,
+    engine: str,
     generator: torch.Generator | None,
     on_crop: Callable[[int], None] | None,
     on_logits: Callable[[Tensor], None] | None = None,
@@ -130,30 +137,29 @@ def _decode_steps(
     tokens = ids.new_empty(batch, kept + max_new_tokens)  # the window's tokens and the new ones, in place
     tokens[:, :kept] = ids[:, prompt_length - kept :]
     filled = kept  # tokens written so far
-    # At most kept + max_new_tokens - 1 tokens are ever fed (the last new token is not), never more than C.
-    cache = model.new_cache(min(context, kept + max_new_tokens - 1)) if use_cache else None
     done = torch.zeros(batch, dtype=torch.bool, device=ids.device) if eos_id is not None else None
-
-    for step in range(max_new_tokens):
-        start = max(0, filled - context)  # the window: the last C tokens
-        if cache is None:
-            logits = model(tokens[:, start:filled], last_only=True)  # (B, 1, V), the whole window
-        elif step == 0 or filled > context:
-            cache.reset()  # prefill (again, once the window slides)
-            logits = model(tokens[:, start:filled], cache=cache, last_only=True)
-        else:
-            logits = model(tokens[:, filled - 1 : filled], cache=cache, last_only=True)  # one new token
-        if on_logits is not None:
-            on_logits(logits[:, -1])  # (B, V): the raw logits this step chooses from
-        next_ids = sample_next(logits[:, -1], temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
-        if done is not None:
-            next_ids = next_ids.masked_fill(done, eos_id)  # finished rows keep emitting eos
-            done |= next_ids == eos_id
-        tokens[:, filled] = next_ids
-        filled += 1
-        yield next_ids  # (B,)
-        if done is not None and bool(done.all()):
-            return
+    # At most kept + max_new_tokens - 1 tokens are ever fed (the last new token is not), never more than C.
+    cached = lm_session(model, engine, batch, min(context, kept + max_new_tokens - 1)) if use_cache else nullcontext()
+    with cached as session:
+        for step in range(max_new_tokens):
+            start = max(0, filled - context)  # the window: the last C tokens
+            if session is None:
+                logits = model(tokens[:, start:filled], last_only=True)[:, -1]  # (B, V), the whole window
+            elif step == 0 or filled > context:
+                logits = session.prefill(tokens[:, start:filled])  # prefill (again, once the window slides)
+            else:
+                logits = session.step(tokens[:, filled - 1])  # one new token per row
+            if on_logits is not None:
+                on_logits(logits)  # (B, V): the raw logits this step chooses from
+            next_ids = sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
+            if done is not None:
+                next_ids = next_ids.masked_fill(done, eos_id)  # finished rows keep emitting eos
+                done |= next_ids == eos_id
+            tokens[:, filled] = next_ids
+            filled += 1
+            yield next_ids  # (B,)
+            if done is not None and bool(done.all()):
+                return
 
 
 @torch.no_grad()
@@ -168,6 +174,7 @@ def generate(
     eos_id: int | None = None,
     bos_id: int | None = None,
     use_cache: bool = True,
+    engine: str = "auto",
     generator: torch.Generator | None = None,
     on_crop: Callable[[int], None] | None = None,
     on_logits: Callable[[Tensor], None] | None = None,
@@ -180,7 +187,9 @@ def generate(
     ``top_k``, ``top_p`` and ``generator`` choose each token as in :func:`sample_next` (temperature 0 is
     greedy). ``on_crop(n)`` is called once if the prompt is longer than the context and its first n tokens
     cannot be read. ``on_logits(logits)`` is called at every step with the (B, V) logits the next tokens are
-    chosen from (raw: before temperature and filters), e.g. to report log-probabilities. Runs in eval mode
+    chosen from (raw: before temperature and filters), e.g. to report log-probabilities. ``engine`` chooses
+    how the cached steps run (:mod:`qkv.decoding.engine`: "auto" picks the fast step for the device;
+    "model" is the model's own forward, the reference). Runs in eval mode
     without gradients and restores the model's training flag.
     """
     ids = _prepare(
@@ -192,6 +201,7 @@ def generate(
         top_p=top_p,
         eos_id=eos_id,
         bos_id=bos_id,
+        engine=engine,
     )
     with eval_mode(model):
         new = list(
@@ -204,6 +214,7 @@ def generate(
                 top_p=top_p,
                 eos_id=eos_id,
                 use_cache=use_cache,
+                engine=engine,
                 generator=generator,
                 on_crop=on_crop,
                 on_logits=on_logits,
@@ -225,6 +236,7 @@ def stream(
     eos_id: int | None = None,
     bos_id: int | None = None,
     use_cache: bool = True,
+    engine: str = "auto",
     generator: torch.Generator | None = None,
     on_crop: Callable[[int], None] | None = None,
     on_logits: Callable[[Tensor], None] | None = None,
@@ -245,6 +257,7 @@ def stream(
         top_p=top_p,
         eos_id=eos_id,
         bos_id=bos_id,
+        engine=engine,
     )
     if ids.shape[0] != 1:
         raise QkvError(f"stream takes one prompt, got a batch of {ids.shape[0]}: use generate() for a batch")
@@ -257,6 +270,7 @@ def stream(
         top_p=top_p,
         eos_id=eos_id,
         use_cache=use_cache,
+        engine=engine,
         generator=generator,
         on_crop=on_crop,
         on_logits=on_logits,

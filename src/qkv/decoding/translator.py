@@ -20,6 +20,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from qkv.decoding.beam_search import Hypothesis, beam_search, greedy_decode
+from qkv.decoding.engine import resolve_engine
 from qkv.errors import QkvError
 from qkv.model_dir import ModelBundle
 from qkv.models.transformer import Transformer
@@ -55,8 +56,17 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> Score
 class Translator:
     """A trained encoder-decoder with its source and target tokenizers."""
 
-    def __init__(self, model: Transformer, source_tokenizer: Tokenizer, target_tokenizer: Tokenizer | None = None):
+    def __init__(
+        self,
+        model: Transformer,
+        source_tokenizer: Tokenizer,
+        target_tokenizer: Tokenizer | None = None,
+        *,
+        engine: str = "auto",
+    ):
+        resolve_engine(model, engine)
         self.model = model
+        self.engine = engine  # how the decoder steps run (qkv.decoding.engine)
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer or source_tokenizer
         target = self.target_tokenizer
@@ -65,16 +75,16 @@ class Translator:
         self.cropped = 0  # sources cropped to the model's maximum length so far
 
     @classmethod
-    def from_bundle(cls, bundle: ModelBundle) -> Translator:
+    def from_bundle(cls, bundle: ModelBundle, *, engine: str = "auto") -> Translator:
         if not isinstance(bundle.model, Transformer):
             raise QkvError(f"{bundle.path} holds a {bundle.config.kind} model, not a translator")
-        return cls(bundle.model, bundle.tokenizer, bundle.target_tokenizer)
+        return cls(bundle.model, bundle.tokenizer, bundle.target_tokenizer, engine=engine)
 
     @classmethod
-    def load(cls, path: str | Path, *, device: str = "cpu") -> Translator:
+    def load(cls, path: str | Path, *, device: str = "cpu", engine: str = "auto") -> Translator:
         from qkv.model_dir import load_model_dir
 
-        return cls.from_bundle(load_model_dir(path, device=device))
+        return cls.from_bundle(load_model_dir(path, device=device), engine=engine)
 
     @property
     def device(self) -> torch.device:
@@ -118,7 +128,9 @@ class Translator:
         target = self.target_tokenizer
         for start in range(0, len(sentences), batch_size):
             src, mask = self.encode_sources(sentences[start : start + batch_size])
-            common = dict(bos_id=target.bos_id, eos_id=target.eos_id, max_len_a=max_len_a, max_len_b=max_len_b)
+            common = dict(
+                bos_id=target.bos_id, eos_id=target.eos_id, max_len_a=max_len_a, max_len_b=max_len_b, engine=self.engine
+            )
             if beam == 1 and n_best == 1:
                 outputs = [[Hypothesis(tokens, 0.0, 0.0)] for tokens in greedy_decode(self.model, src, mask, **common)]
             else:

@@ -7,23 +7,27 @@ appends its key and value and attends to the cache. For cross-attention the keys
 encoder output and are computed once per sentence (``static``).
 
 Buffers are allocated once at full length; a step writes into them in place and attention reads a view,
-so decoding does not re-allocate memory per token.
+so decoding does not re-allocate memory per token. :meth:`KVCache.allocate` makes the buffers of every
+layer up front as one tensor, (n_layers, B, 2, h, max_len, d_k) (keys at index 0 of the third axis, values
+at 1): the static cache of :mod:`qkv.decoding.engine`, whose decode step has the same shapes at every
+position, writes a token's key and value with one copy per layer, and follows beams (:meth:`reorder`)
+without moving to new memory.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 
 class LayerKVCache:
     """Keys and values of one attention layer: (B, h, max_len, d_k) buffers filled up to ``length``."""
 
-    def __init__(self, max_len: int) -> None:
+    def __init__(self, max_len: int, *, keys: Tensor | None = None, values: Tensor | None = None) -> None:
         self.max_len = max_len
         self.length = 0
         self.static = False
-        self._keys: Tensor | None = None
-        self._values: Tensor | None = None
+        self._keys, self._values = keys, values  # preallocated (B, h, max_len, d_k) views, or made at first store
 
     @property
     def keys(self) -> Tensor:
@@ -57,11 +61,20 @@ class LayerKVCache:
         return self.keys, self.values
 
     def reorder(self, index: Tensor) -> None:
-        """Keep batch rows ``index`` (beam search: follow each surviving hypothesis's history)."""
+        """Keep batch rows ``index`` (beam search: follow each surviving hypothesis's history).
+
+        With as many rows as before, the filled positions are rewritten in place (the buffers stay where
+        they are); otherwise the rows are gathered into new buffers.
+        """
         if self._keys is None:
             return
-        self._keys = self._keys.index_select(0, index)
-        self._values = self._values.index_select(0, index)  # type: ignore[union-attr]
+        if self.static or index.numel() != self._keys.shape[0]:
+            self._keys = self._keys.index_select(0, index)
+            self._values = self._values.index_select(0, index)  # type: ignore[union-attr]
+            return
+        n = self.length
+        self._keys[:, :, :n] = self._keys[:, :, :n].index_select(0, index)
+        self._values[:, :, :n] = self._values[:, :, :n].index_select(0, index)  # type: ignore[index]
 
 
 class KVCache:
@@ -71,11 +84,30 @@ class KVCache:
         self.max_len = max_len
         self.self_attention = [LayerKVCache(max_len) for _ in range(n_layers)]
         self.cross_attention = [LayerKVCache(max_len) for _ in range(n_layers)] if cross_attention else None
+        self.buffer: Tensor | None = None  # (n_layers, B, 2, h, max_len, d_k) once allocated
 
     @property
     def length(self) -> int:
         """Number of positions already processed (the absolute position of the next token)."""
         return self.self_attention[0].length
+
+    @length.setter
+    def length(self, value: int) -> None:
+        for cache in self.self_attention:
+            cache.length = value
+
+    def allocate(self, batch: int, n_heads: int, head_dim: int, *, dtype: torch.dtype, device: torch.device) -> Tensor:
+        """Make every self-attention buffer now, as one zero-filled (n_layers, B, 2, h, max_len, d_k) tensor.
+
+        Zeros, not garbage: a decode step that attends over the whole buffer masks the unfilled positions,
+        and a NaN there would survive the mask (NaN * 0 is NaN).
+        """
+        shape = (len(self.self_attention), batch, 2, n_heads, self.max_len, head_dim)
+        self.buffer = torch.zeros(shape, dtype=dtype, device=device)
+        for i, cache in enumerate(self.self_attention):
+            cache._keys, cache._values = self.buffer[i, :, 0], self.buffer[i, :, 1]  # (B, h, max_len, d_k) views
+            cache.length = 0
+        return self.buffer
 
     def reset(self) -> None:
         """Empty every self-attention cache for a fresh prefill, keeping the buffers (cross-attention keys
@@ -86,6 +118,16 @@ class KVCache:
     def layer(self, i: int) -> tuple[LayerKVCache, LayerKVCache | None]:
         return self.self_attention[i], (self.cross_attention[i] if self.cross_attention else None)
 
-    def reorder(self, index: Tensor) -> None:
-        for cache in self.self_attention + (self.cross_attention or []):
-            cache.reorder(index)
+    def reorder(self, index: Tensor, *, cross_attention: bool = True) -> None:
+        """Keep batch rows ``index`` in every layer. ``cross_attention=False`` leaves the encoder's keys and
+        values alone (beam search, where the beams of one sentence share them)."""
+        if self.buffer is not None and index.numel() == self.buffer.shape[1]:
+            n = self.length
+            self.buffer[..., :n, :] = self.buffer[..., :n, :].index_select(1, index)  # all layers at once
+        else:
+            for cache in self.self_attention:
+                cache.reorder(index)
+            self.buffer = None  # the layers now hold buffers of their own
+        if cross_attention:
+            for cache in self.cross_attention or []:
+                cache.reorder(index)

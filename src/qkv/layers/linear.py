@@ -42,20 +42,36 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     ):
         return F.linear(x, weight, bias)
     per_block = n_out // blocks
-    split = blocks * per_block  # rows of W in the blocks; the n_out % blocks left over go through F.linear
-    vectors = x.reshape(rows, n_in).T.expand(blocks, n_in, rows)  # the same x for every block, no copy
-    head = weight if split == n_out else weight[:split]
-    stacked = head.view(blocks, per_block, n_in)
-    if bias is None:
-        out = torch.bmm(stacked, vectors)  # (blocks, per_block, rows)
+    split = blocks * per_block  # rows of W in the blocks; the n_out % blocks left over go through one mm
+    x2 = x.reshape(rows, n_in)
+    vectors = x2.T.expand(blocks, n_in, rows)  # the same x for every block, no copy
+    stacked = (weight if split == n_out else weight[:split]).view(blocks, per_block, n_in)
+    block_bias = None if bias is None else (bias if split == n_out else bias[:split]).view(blocks, per_block, 1)
+    if split == n_out:
+        out = _blocks_product(stacked, vectors, block_bias)  # (blocks, per_block, rows)
+        if rows > 1:
+            out = out.permute(2, 0, 1)  # (rows, blocks, per_block): the blocks side by side for each vector
+        return out.reshape(*x.shape[:-1], n_out)
+    # Rows left over (GPT-2's 50257 outputs): each part is written into its place, no concatenation.
+    out = x.new_empty(rows, n_out)
+    if rows == 1:  # the blocks' output is already in place: (blocks, per_block, 1) is (1, split)
+        _blocks_product(stacked, vectors, block_bias, out=out[:, :split].view(blocks, per_block, 1))
     else:
-        out = torch.baddbmm((bias if split == n_out else bias[:split]).view(blocks, per_block, 1), stacked, vectors)
-    if rows > 1:
-        out = out.permute(2, 0, 1)  # (rows, blocks, per_block): the blocks side by side for each vector
-    if split < n_out:
-        rest = F.linear(x.reshape(rows, n_in), weight[split:], None if bias is None else bias[split:])
-        out = torch.cat([out.reshape(rows, split), rest], dim=-1)
-    return out.reshape(*x.shape[:-1], n_out)
+        product = _blocks_product(stacked, vectors, block_bias)  # (blocks, per_block, rows)
+        out[:, :split].view(rows, blocks, per_block).copy_(product.permute(2, 0, 1))
+    rest, tail = out[:, split:], weight[split:].T  # (rows, n_out - split), (n_in, n_out - split)
+    if bias is None:
+        torch.mm(x2, tail, out=rest)
+    else:
+        torch.addmm(bias[split:], x2, tail, out=rest)
+    return out.view(*x.shape[:-1], n_out)
+
+
+def _blocks_product(stacked: Tensor, vectors: Tensor, bias: Tensor | None, out: Tensor | None = None) -> Tensor:
+    """W_block x (+ b_block) for every row block at once: (blocks, per_block, rows)."""
+    if bias is None:
+        return torch.bmm(stacked, vectors, out=out)
+    return torch.baddbmm(bias, stacked, vectors, out=out)
 
 
 class Linear(nn.Linear):

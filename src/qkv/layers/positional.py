@@ -46,6 +46,11 @@ class SinusoidalPositionalEncoding(nn.Module):
     def forward(self, length: int, start: int = 0) -> Tensor:
         return self.table[start : start + length]  # (T, d_model)
 
+    def at(self, positions: Tensor) -> Tensor:
+        """Rows at ``positions``, a tensor (P,) -> (P, d_model): a decode step whose position is data (one
+        compiled graph for every position) rather than a Python number."""
+        return self.table[positions]
+
 
 class LearnedPositionalEncoding(nn.Module):
     """One trainable d_model-vector per absolute position (GPT-2's ``wpe``)."""
@@ -57,6 +62,10 @@ class LearnedPositionalEncoding(nn.Module):
 
     def forward(self, length: int, start: int = 0) -> Tensor:
         return self.weight[start : start + length]  # (T, d_model)
+
+    def at(self, positions: Tensor) -> Tensor:
+        """Rows at ``positions``, a tensor (P,) -> (P, d_model) (see :meth:`SinusoidalPositionalEncoding.at`)."""
+        return self.weight[positions]
 
 
 class RotaryEmbedding(nn.Module):
@@ -73,6 +82,10 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, length: int, start: int = 0) -> tuple[Tensor, Tensor]:
         return self.cos[start : start + length], self.sin[start : start + length]  # (T, d) each
+
+    def at(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """(cos, sin) at ``positions``, a tensor (P,) -> (P, d) each (see :meth:`SinusoidalPositionalEncoding.at`)."""
+        return self.cos[positions], self.sin[positions]
 
 
 def _rotate(x: Tensor, cos: Tensor, sin_signed: Tensor) -> Tensor:

@@ -1,0 +1,222 @@
+"""One decoding step with fixed shapes: the next-token logits of B rows that each feed one new token.
+
+The model's own forward (``model(ids, cache=...)``) is the reference: it takes any number of new tokens,
+records every intermediate for :mod:`qkv.inspect`, and its shapes grow with the sequence. Decoding calls
+one step per token, so this module computes the same numbers with as little as possible around the
+matrix products, and with the same shapes at every position:
+
+- the position p of the new token is a tensor (1,), not a Python number: positional rows, rotary angles
+  and the cache write are indexed by it, so ``torch.compile`` makes one graph for every position, and a
+  CUDA graph can replay it;
+- x stays (B, d_model): no time axis to add and remove;
+- W_q, W_k, W_v run as one product (:func:`qkv.layers.fused.fuse_linears`), whose output, viewed as
+  (B, 3, h, 1, d_k), holds q, k and v head by head with no reshape or transpose; k and v are written into
+  the cache (:meth:`qkv.layers.kv_cache.KVCache.allocate`, laid out (B, 2, h, L, d_k) per layer) with one
+  ``index_copy_``;
+- attention reads the cache's first ``n_keys`` positions when that number is known in Python (eager
+  decoding, no mask), or all L positions with the mask ``key position <= p`` built from the tensor (the
+  compiled step: positions past p hold zeros and get weight exactly 0);
+- one head's output (B, h, 1, d_k) is already laid out as the concatenation of the heads, (B, d_model);
+- the encoder's keys and values (cross-attention) are computed once per source sentence, and the beams of
+  a sentence attend to them as ``group`` queries of that one sentence: (B, h, group, d_k), never copied
+  per beam.
+
+Every other piece is the model's own module, called as the model calls it (LayerNorms, feed-forward,
+out_proj, embeddings, unembedding), so a module replaced by another with the same call signature (an int8
+linear) is used here too. Dropout is left out: decoding runs in eval mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from qkv.layers.attention import MultiHeadAttention
+from qkv.layers.blocks import ResidualSublayer
+from qkv.layers.embedding import InputEmbedding
+from qkv.layers.positional import apply_rotary
+from qkv.layers.stacks import DecoderStack
+from qkv.models.gpt import GPT
+from qkv.models.transformer import Transformer
+
+
+@dataclass
+class CrossAttention:
+    """The encoder's keys and values for every decoder block, computed once per batch of source sentences.
+
+    ``keys[i]`` and ``values[i]`` are (B_src, h, S, d_k); ``mask`` (B_src, 1, 1, S) is True where a source
+    position may be attended to (None: all may); ``group`` decoder rows (beams) belong to each sentence.
+    ``empty`` (B_src, 1, 1, 1) marks sentences with no position to attend to (their attention output is 0,
+    as in :func:`qkv.layers.attention.scaled_dot_product_attention`), None when there are none.
+    """
+
+    keys: Sequence[Tensor]
+    values: Sequence[Tensor]
+    mask: Tensor | None
+    group: int = 1
+    empty: Tensor | None = None
+
+
+def cross_attention_keys(
+    model: Transformer,
+    memory: Tensor,
+    memory_padding_mask: Tensor | None,
+    *,
+    group: int = 1,
+    pad_to: int | None = None,
+    fixed: bool = False,
+) -> CrossAttention:
+    """K = memory W_k and V = memory W_v of every decoder block, (B_src, h, S, d_k) each, for ``memory``
+    (B_src, S, d_model). ``pad_to`` appends masked zero positions up to that length; ``fixed`` makes the
+    mask and ``empty`` tensors even when nothing is masked (one graph for every batch)."""
+    keys, values = [], []
+    for block in model.decoder.blocks:
+        attn = block.cross_attn
+        keys.append(attn.split_heads(attn.key(memory)))  # (B, h, S, d_k)
+        values.append(attn.split_heads(attn.value(memory)))
+    batch, length = memory.shape[:2]
+    padding = None if memory_padding_mask is None else memory_padding_mask.bool()
+    if padding is None and fixed:
+        padding = torch.zeros(batch, length, dtype=torch.bool, device=memory.device)
+    if pad_to is not None and pad_to > length:
+        extra = pad_to - length
+        keys = [F.pad(k, (0, 0, 0, extra)) for k in keys]
+        values = [F.pad(v, (0, 0, 0, extra)) for v in values]
+        if padding is None:
+            padding = torch.zeros(batch, length, dtype=torch.bool, device=memory.device)
+        padding = F.pad(padding, (0, extra), value=True)
+    mask = None if padding is None else ~padding[:, None, None, :]  # (B, 1, 1, S): True = may attend
+    empty = None if mask is None else ~mask.any(dim=-1, keepdim=True)  # (B, 1, 1, 1)
+    if empty is not None and not fixed and not bool(empty.any()):
+        empty = None
+    return CrossAttention(keys, values, mask, group, empty)
+
+
+def embed_step(embedding: InputEmbedding, token_ids: Tensor, position: Tensor) -> Tensor:
+    """W_E rows of ``token_ids`` (B,) plus the positional row of ``position`` (1,): (B, d_model)."""
+    x = embedding.token_embedding(token_ids)  # (B, d_model)
+    if embedding.positional_encoding is not None:
+        x = x + embedding.positional_encoding.at(position)  # (1, d_model) broadcast over B
+    return x
+
+
+def self_attention_step(
+    h: Tensor,
+    attn: MultiHeadAttention,
+    projection: nn.Module,
+    kv: Tensor,
+    position: Tensor,
+    n_keys: int | None,
+    mask: Tensor | None,
+    rotary: tuple[Tensor, Tensor] | None,
+) -> Tensor:
+    """Causal self-attention of one new token per row. ``h`` (B, d_model); ``kv`` (B, 2, h, L, d_k) is this
+    layer's cache, written at ``position``; ``projection`` computes [q, k, v] in one product."""
+    batch = h.shape[0]
+    qkv = projection(h).view(batch, 3, attn.n_heads, 1, attn.head_dim)  # (B, 3, h, 1, d_k)
+    q = qkv[:, 0]  # (B, h, 1, d_k)
+    if rotary is None:
+        kv.index_copy_(3, position, qkv[:, 1:])  # keys and values at once: (B, 2, h, 1, d_k) into position p
+    else:
+        q = apply_rotary(q, *rotary)
+        kv[:, 0].index_copy_(2, position, apply_rotary(qkv[:, 1], *rotary))
+        kv[:, 1].index_copy_(2, position, qkv[:, 2])
+    keys, values = (kv if n_keys is None else kv[:, :, :, :n_keys]).unbind(1)  # (B, h, L or n_keys, d_k)
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, h, 1, d_k)
+    return attn.out_proj(out.reshape(batch, attn.d_model))  # heads side by side: (B, d_model)
+
+
+def cross_attention_step(
+    h: Tensor, attn: MultiHeadAttention, keys: Tensor, values: Tensor, cross: CrossAttention
+) -> Tensor:
+    """Attention from the decoder rows ``h`` (B_src * group, d_model) to their sentence's encoder output."""
+    rows = h.shape[0]
+    q = attn.query(h).view(rows // cross.group, cross.group, attn.n_heads, attn.head_dim).transpose(1, 2)
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=cross.mask)  # (B_src, h, group, d_k)
+    if cross.empty is not None:
+        out = out.masked_fill(cross.empty, 0.0)
+    return attn.out_proj(out.transpose(1, 2).reshape(rows, attn.d_model))  # (B_src * group, d_model)
+
+
+def residual(sublayer: ResidualSublayer, x: Tensor, fn: Callable[..., Tensor], *args: object) -> Tensor:
+    """x + fn(LayerNorm(x)) (pre-LN) or LayerNorm(x + fn(x)) (post-LN), as ResidualSublayer (no dropout)."""
+    if sublayer.norm_first:
+        return x + fn(sublayer.norm(x), *args)
+    return sublayer.norm(x + fn(x, *args))
+
+
+def decoder_stack_step(
+    stack: DecoderStack,
+    projections: Sequence[nn.Module],
+    x: Tensor,
+    kv: Sequence[Tensor],
+    position: Tensor,
+    n_keys: int | None,
+    rotary: tuple[Tensor, Tensor] | None,
+    cross: CrossAttention | None,
+) -> Tensor:
+    """The decoder blocks and the final norm for one token per row: (B, d_model) -> (B, d_model)."""
+    mask = None
+    if n_keys is None:  # attend over the whole buffer: only positions up to p exist yet
+        mask = torch.arange(kv[0].shape[3], device=x.device)[None] <= position[:, None]  # (1, L)
+    for i, block in enumerate(stack.blocks):
+        x = residual(
+            block.self_attn_sublayer,
+            x,
+            self_attention_step,
+            block.self_attn,
+            projections[i],
+            kv[i],
+            position,
+            n_keys,
+            mask,
+            rotary,
+        )
+        if block.cross_attn is not None:
+            assert cross is not None, "a decoder with cross-attention needs the encoder's keys and values"
+            x = residual(
+                block.cross_attn_sublayer,
+                x,
+                cross_attention_step,
+                block.cross_attn,
+                cross.keys[i],
+                cross.values[i],
+                cross,
+            )
+        x = residual(block.ffn_sublayer, x, block.feed_forward)
+    return stack.final_norm(x)
+
+
+def gpt_step(
+    model: GPT,
+    projections: Sequence[nn.Module],
+    token_ids: Tensor,
+    position: Tensor,
+    kv: Sequence[Tensor],
+    n_keys: int | None = None,
+) -> Tensor:
+    """Next-token logits (B, vocab_size) of a GPT for new tokens (B,) at ``position`` (1,)."""
+    x = embed_step(model.embedding, token_ids, position)  # (B, d_model)
+    rotary = model.rotary.at(position) if model.rotary is not None else None  # (1, d_k) each
+    x = decoder_stack_step(model.decoder, projections, x, kv, position, n_keys, rotary, None)
+    return model.unembedding(x)  # (B, vocab_size)
+
+
+def transformer_step(
+    model: Transformer,
+    projections: Sequence[nn.Module],
+    token_ids: Tensor,
+    position: Tensor,
+    kv: Sequence[Tensor],
+    cross: CrossAttention,
+    n_keys: int | None = None,
+) -> Tensor:
+    """Next-token logits (B, tgt_vocab_size) of an encoder-decoder for new target tokens (B,)."""
+    x = embed_step(model.tgt_embedding, token_ids, position)
+    rotary = model.rotary.at(position) if model.rotary is not None else None
+    x = decoder_stack_step(model.decoder, projections, x, kv, position, n_keys, rotary, cross)
+    return model.unembedding(x)
