@@ -23,6 +23,10 @@ VERBS = (
     "attention",
     "next",
     "embeddings",
+    "lens",
+    "attribute",
+    "patch",
+    "heads",
     "serve",
 )
 
