@@ -10,7 +10,11 @@ mechanism: named activations handed back when asked), never a second implementat
   :func:`~qkv.inspect.figures.draw_attention` and :mod:`~qkv.inspect.html_view` (``qkv attention``);
 - :mod:`~qkv.inspect.next_token`: the next-token distribution at several temperatures (``qkv next``);
 - :mod:`~qkv.inspect.embeddings`: nearest neighbours, analogies, a 2-D map of W_E and the positional
-  table (``qkv embeddings``).
+  table (``qkv embeddings``);
+- interpretability, on the residual stream (:mod:`~qkv.inspect.residual`): the logit lens
+  (:mod:`~qkv.inspect.lens`, ``qkv lens``), direct logit attribution (:mod:`~qkv.inspect.attribution`,
+  ``qkv attribute``), activation patching (:mod:`~qkv.inspect.patching`, ``qkv patch``) and the head detector
+  (:mod:`~qkv.inspect.heads`, ``qkv heads``), drawn by :mod:`~qkv.inspect.circuit_figures`.
 
 >>> from qkv.inspect import explain_example
 >>> explain_example("004").weights[1].round(4).tolist()   # "quick" attending to each token
@@ -18,6 +22,8 @@ mechanism: named activations handed back when asked), never a second implementat
 """
 
 from qkv.inspect.attention_maps import AttentionGroup, AttentionMaps, attention_maps, maps_from_trace
+from qkv.inspect.attribution import Attribution, attribute
+from qkv.inspect.circuit_figures import draw_attribution, draw_head_scores, draw_logit_lens, draw_patching
 from qkv.inspect.embeddings import (
     analogy,
     analogy_of,
@@ -46,26 +52,41 @@ from qkv.inspect.figures import (
     draw_positional_table,
     png_size,
 )
+from qkv.inspect.heads import HeadDetection, HeadScores, detect_heads
 from qkv.inspect.html_view import attention_html, write_attention_html
+from qkv.inspect.lens import LogitLens, logit_lens
 from qkv.inspect.next_token import NextToken, next_token
+from qkv.inspect.patching import Patching, PatchMap, patch
 from qkv.inspect.trace import Trace, trace
 
 __all__ = [
     "EXAMPLES",
     "AttentionGroup",
     "AttentionMaps",
+    "Attribution",
     "Explanation",
+    "HeadDetection",
+    "HeadScores",
+    "LogitLens",
     "NextToken",
+    "PatchMap",
+    "Patching",
     "Picture",
     "Trace",
     "analogy",
     "analogy_of",
     "attention_html",
     "attention_maps",
+    "attribute",
     "cosine_similarities",
+    "detect_heads",
+    "draw_attribution",
     "draw_attention",
     "draw_embedding_map",
+    "draw_head_scores",
+    "draw_logit_lens",
     "draw_next_token",
+    "draw_patching",
     "draw_positional_table",
     "embedding_matrix",
     "explain_attention",
@@ -74,10 +95,12 @@ __all__ = [
     "explain_model",
     "explain_projected",
     "explain_without_weights",
+    "logit_lens",
     "maps_from_trace",
     "nearest_neighbours",
     "neighbours_of",
     "next_token",
+    "patch",
     "pca_2d",
     "png_size",
     "positional_table",

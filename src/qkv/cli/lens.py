@@ -1,0 +1,106 @@
+"""The logit lens: read the residual stream after the embedding and after every block through the model's
+final norm and W_U, as if the remaining blocks were not there, and show what each layer would predict.
+
+The table shows, at one position (--position, default the last), every layer's top tokens with their
+probabilities and the probability and rank of the model's final prediction; with --layer it shows one
+block's top tokens at every position instead. The heatmap has a row per layer (embedding at the bottom) and
+a column per position, coloured by the probability of the final prediction (--color top: of the row's own
+top token), with each row's top token written in. In a post-LN model (the paper's translators, Marian) every
+block already ends in a LayerNorm, so W_U reads each block's output directly. A translator's TEXT is the
+source sentence; the lens reads its decoder on --target (default: its own greedy translation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from qkv.cli.common import add_model_argument, load_any, model_path
+from qkv.errors import QkvError
+
+HELP = "logit lens: every layer's top next tokens, read through the final norm and W_U (table + heatmap)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_argument(parser)
+    parser.add_argument("text", help="the text (a translator's source sentence)")
+    parser.add_argument("--target", help="a translator's target text (default: its own greedy translation)")
+    parser.add_argument("--position", default="-1", help="the position the table shows: index or token (default -1)")
+    parser.add_argument("--layer", type=int, help="show block LAYER's top tokens at every position instead")
+    parser.add_argument("--top", type=int, default=3, help="top tokens per layer and position (default 3)")
+    parser.add_argument("--color", choices=("final", "top"), default="final",
+                        help="colour by P(final prediction) (default) or P(the row's own top token)")  # fmt: skip
+    parser.add_argument("--out", default="lens.png", help="the heatmap to write (default lens.png)")
+    parser.add_argument("--no-plot", action="store_true", help="do not draw the heatmap")
+    parser.add_argument("--json", action="store_true", help="print every number as JSON")
+
+
+def _cell(token: str, p: float) -> str:
+    return f"{token!r} {100 * p:.1f}%"
+
+
+def lens_table(lens, position: int | None, layer: int | None):
+    """A rich table: rows = layers at one position, or positions at one layer (``layer`` = block index)."""
+    from rich.table import Table
+
+    table = Table(header_style="bold cyan", show_edge=False, pad_edge=False)
+    k = lens.top_probs.shape[-1]
+    if layer is None:
+        table.add_column("read after", no_wrap=True)
+        rows = [(lens.rows[r], r, position) for r in range(lens.n_rows)]
+    else:
+        table.add_column("position", no_wrap=True)
+        rows = [(f"{t} {lens.tokens[t]!r}", layer + 1, t) for t in range(len(lens.tokens))]
+    for rank in range(k):
+        table.add_column(("1st", "2nd", "3rd")[rank] if rank < 3 else f"{rank + 1}th", no_wrap=True,
+                         overflow="ellipsis", max_width=16)  # fmt: skip
+    table.add_column("final" if layer is not None else f"{lens.final_tokens[position]!r}", justify="right",
+                     no_wrap=True)  # fmt: skip
+    for label, r, t in rows:
+        cells = [_cell(lens.top_tokens[r][t][i], lens.top_probs[r, t, i]) for i in range(k)]
+        final = f"{100 * lens.final_probs[r, t]:.1f}% #{lens.final_ranks[r, t] + 1}"
+        table.add_row(label, *cells, final)
+    return table
+
+
+def run(args: argparse.Namespace) -> int:
+    from qkv.inspect.circuit_figures import draw_logit_lens
+    from qkv.inspect.lens import logit_lens
+    from qkv.inspect.tokens import find_position
+    from qkv.inspect.trace import check_range
+
+    bundle = load_any(model_path(args))
+    if args.target is not None and bundle.config.kind != "transformer":
+        raise QkvError("--target is for translators: a GPT reads one text")
+    lens = logit_lens(bundle, args.text, target=args.target, top=args.top)
+    check_range("decoder", lens.n_rows - 1, 1, args.layer, None)
+    position = find_position(lens.tokens, args.position, what="--position")
+    picture = None
+    if not args.no_plot:
+        where = f" ({bundle.path.name})" if bundle.path else ""
+        what = "P(final prediction)" if args.color == "final" else "P(top token)"
+        picture = draw_logit_lens(lens, args.out, color=args.color, title=f"logit lens{where}: colour = {what}")
+    if args.json:
+        print(json.dumps({**lens.to_dict(), "plot": str(picture.path) if picture else None}, ensure_ascii=False))
+        return 0
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console()
+    if lens.source_tokens is not None:
+        console.print(Text("source: " + " ".join(lens.source_tokens)))
+        made = " (its greedy translation)" if lens.generated else ""
+        console.print(Text(f"decoder input{made}: " + " ".join(lens.tokens)))
+    else:
+        console.print(Text("tokens: " + " ".join(lens.tokens)))
+    if args.layer is None:
+        head = f"at position {position} ({lens.tokens[position]!r}), every layer"
+    else:
+        head = f"after block {args.layer}, every position"
+    console.print(Text(f"logit lens {head}", style="dim"))
+    console.print(Text(f"read through: {lens.norm}, then W_U", style="dim"))
+    console.print(Text("last column: P and rank of the model's final prediction", style="dim"))
+    console.print(lens_table(lens, position, args.layer))
+    if picture is not None:
+        console.print(Text(f"wrote {picture.path} ({picture.width}x{picture.height} pixels)"))
+    return 0
