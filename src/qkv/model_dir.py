@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from qkv.errors import QkvError
 from qkv.io import atomic_write, atomic_write_text, read_json
-from qkv.models.config import BaseConfig, EncoderConfig, GPTConfig, TransformerConfig
+from qkv.models.config import EncoderConfig, GPTConfig, ModelConfig, RNNSearchConfig, TransformerConfig
 from qkv.tokenizers import Tokenizer, load_tokenizer
 
 MODEL_FILE = "model.safetensors"
@@ -42,9 +42,13 @@ TOKENIZER_FILE = "tokenizer.json"
 TARGET_TOKENIZER_FILE = "tokenizer_target.json"
 
 
-def build_model(config: BaseConfig) -> nn.Module:
+# Configs of models that translate: a source vocabulary and a target vocabulary (maybe one tokenizer each).
+TWO_VOCABULARIES = (TransformerConfig, RNNSearchConfig)
+
+
+def build_model(config: ModelConfig) -> nn.Module:
     """The model a config describes, freshly initialised: GPTConfig -> GPT, EncoderConfig -> Encoder, ..."""
-    from qkv.models import GPT, Encoder, Transformer
+    from qkv.models import GPT, Encoder, RNNSearch, Transformer
 
     if isinstance(config, GPTConfig):
         return GPT(config)
@@ -52,7 +56,11 @@ def build_model(config: BaseConfig) -> nn.Module:
         return Encoder(config)
     if isinstance(config, TransformerConfig):
         return Transformer(config)
-    raise QkvError(f"cannot build a model from a {type(config).__name__}: give a GPT, encoder or transformer config")
+    if isinstance(config, RNNSearchConfig):
+        return RNNSearch(config)
+    raise QkvError(
+        f"cannot build a model from a {type(config).__name__}: give a GPT, encoder, transformer or rnnsearch config"
+    )
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:
@@ -210,15 +218,15 @@ class ModelBundle:
     """Everything loaded from a model folder: the model (eval mode), its config, its tokenizer(s)."""
 
     model: nn.Module
-    config: BaseConfig
+    config: ModelConfig
     tokenizer: Tokenizer
     target_tokenizer: Tokenizer | None
     path: Path
 
 
-def _vocab_checks(config: BaseConfig, has_target: bool) -> list[tuple[str, str]]:
+def _vocab_checks(config: ModelConfig, has_target: bool) -> list[tuple[str, str]]:
     """(tokenizer file, config field) pairs whose sizes must agree."""
-    if isinstance(config, TransformerConfig):
+    if isinstance(config, TWO_VOCABULARIES):
         if has_target:
             return [(TOKENIZER_FILE, "src_vocab_size"), (TARGET_TOKENIZER_FILE, "tgt_vocab_size")]
         return [(TOKENIZER_FILE, "src_vocab_size"), (TOKENIZER_FILE, "tgt_vocab_size")]
@@ -226,10 +234,10 @@ def _vocab_checks(config: BaseConfig, has_target: bool) -> list[tuple[str, str]]
 
 
 def check_vocab(
-    config: BaseConfig, tokenizer: Tokenizer, target_tokenizer: Tokenizer | None, directory: str | Path
+    config: ModelConfig, tokenizer: Tokenizer, target_tokenizer: Tokenizer | None, directory: str | Path
 ) -> None:
     """Raise QkvError unless the tokenizer(s) have as many tokens as the config's embedding has rows."""
-    if target_tokenizer is not None and not isinstance(config, TransformerConfig):
+    if target_tokenizer is not None and not isinstance(config, TWO_VOCABULARIES):
         raise QkvError(f"a {config.kind} model has one vocabulary: drop the target tokenizer")
     tokenizers = {TOKENIZER_FILE: tokenizer, TARGET_TOKENIZER_FILE: target_tokenizer}
     for file, field in _vocab_checks(config, target_tokenizer is not None):
@@ -257,7 +265,7 @@ def save_model_dir(
     directory = Path(directory)
     model = unwrap_model(model)
     config = getattr(model, "config", None)
-    if not isinstance(config, BaseConfig):
+    if not isinstance(config, ModelConfig):
         raise TypeError(f"{type(model).__name__} has no qkv config (model.config); build it with build_model()")
     check_vocab(config, tokenizer, target_tokenizer, directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -272,7 +280,7 @@ def save_model_dir(
     return directory
 
 
-def load_config(directory: str | Path) -> BaseConfig:
+def load_config(directory: str | Path) -> ModelConfig:
     """The config in a run folder; a missing folder or one without config.json is a QkvError."""
     directory = Path(directory)
     if not directory.exists():
@@ -286,7 +294,7 @@ def load_config(directory: str | Path) -> BaseConfig:
     if not isinstance(data, dict):
         raise QkvError(f"{CONFIG_FILE} in {directory} is not a JSON object: restore it from the run that wrote it")
     try:
-        return BaseConfig.from_dict(data)
+        return ModelConfig.from_dict(data)
     except QkvError as error:
         raise QkvError(f"{CONFIG_FILE} in {directory}: {error}") from None
     except (TypeError, ValueError) as error:
@@ -312,7 +320,7 @@ def load_model_dir(
     tokenizer = load_tokenizer(directory / TOKENIZER_FILE)
     target_path = directory / TARGET_TOKENIZER_FILE
     target = load_tokenizer(target_path) if target_path.is_file() else None
-    if target is not None and not isinstance(config, TransformerConfig):
+    if target is not None and not isinstance(config, TWO_VOCABULARIES):
         raise QkvError(f"{directory} has a {TARGET_TOKENIZER_FILE} but holds a {config.kind} model: remove that file")
     check_vocab(config, tokenizer, target, directory)
     model = build_model(config)

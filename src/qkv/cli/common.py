@@ -7,15 +7,17 @@ from pathlib import Path
 
 from qkv.errors import QkvError
 from qkv.model_dir import ModelBundle, load_model_dir
+from qkv.models.config import TRANSLATORS
 
 
 def load_for_use(path: str, *, expect: str, device: str = "cpu") -> ModelBundle:
     """Load a run directory or pretrained model (see :func:`load_any`) and check its kind.
 
-    ``expect`` is the model kind the command works with ("gpt", "transformer" or "encoder").
+    ``expect`` is the model kind the command works with ("gpt", "transformer" or "encoder"); "transformer"
+    takes every translator (an RNNSearch too).
     """
     bundle = load_any(path, device=device)
-    kind = bundle.config.kind
+    kind = "transformer" if bundle.config.kind in TRANSLATORS else bundle.config.kind
     if kind != expect:
         use = {"gpt": "qkv generate", "transformer": "qkv translate", "encoder": "qkv embed"}[kind]
         names = {"gpt": "a GPT language model", "transformer": "an encoder-decoder translator", "encoder": "an encoder"}

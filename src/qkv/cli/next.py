@@ -14,6 +14,7 @@ import json
 
 from qkv.cli.common import add_model_argument, load_any, model_path
 from qkv.errors import QkvError
+from qkv.models.config import TRANSLATORS
 
 HELP = "show the next-token distribution at several temperatures (table + bar chart)"
 
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     if args.digits < 0:
         raise QkvError("--digits must be >= 0")
     bundle = load_any(model_path(args))
-    if args.target and bundle.config.kind != "transformer":
+    if args.target and bundle.config.kind not in TRANSLATORS:
         raise QkvError("--target is for translators: a GPT continues the prompt itself")
     result = next_token(bundle, args.text, temperatures=args.temperatures, top=args.top, target_prefix=args.target)
     picture = None

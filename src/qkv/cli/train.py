@@ -22,7 +22,10 @@ TRAIN_HELP = {
     "task": "lm (a GPT language model) or translate (an encoder-decoder)",
     "data": "a text file, a folder of .txt files, or a corpus name (pydoc: built in; tinyshakespeare: downloaded)",
     "out_dir": "run directory (default runs/<task>-<date>-<time>)",
-    "preset": f"model size: {', '.join(name for name in PRESETS if name.startswith('gpt'))}",
+    "preset": f"model size: {', '.join(name for name in PRESETS if name.startswith('gpt'))} "
+    "(translate: transformer-*, rnnsearch-*)",
+    "arch": "the kind of model: for --task translate, transformer (the default) or rnnsearch (Bahdanau et al. "
+    "2015: GRUs with additive attention; preset rnnsearch-small unless --preset is given)",
     "tokenizer": "char, word or bpe (trained on the data)",
     "vocab_size": "vocabulary size for word/bpe tokenizers",
     "steps": "optimizer steps",
@@ -57,6 +60,7 @@ TRAIN_HELP = {
 FLAG_TYPES = {
     "data": str,
     "out_dir": str,
+    "arch": str,
     "vocab_size": int,
     "min_lr": float,
     "checkpoint_interval": int,
@@ -76,6 +80,10 @@ MODEL_FLAGS: dict[str, tuple[type, str]] = {
     "norm_first": (bool, "pre-LN (true) or the paper's post-LN (false)"),
     "tie_embeddings": (bool, "share W_U with W_E"),
     "bias": (bool, "biases in linear layers and LayerNorms"),
+    "d_embedding": (int, "RNNSearch: word embedding width m"),
+    "d_hidden": (int, "RNNSearch: GRU state width n (each encoder direction, and the decoder)"),
+    "d_attention": (int, "RNNSearch: hidden width n' of the additive alignment model"),
+    "d_readout": (int, "RNNSearch: maxout units l before the output layer"),
 }
 
 

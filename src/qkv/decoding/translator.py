@@ -22,7 +22,7 @@ from torch.nn.utils.rnn import pad_sequence
 from qkv.decoding.beam_search import Hypothesis, beam_search, greedy_decode
 from qkv.errors import QkvError
 from qkv.model_dir import ModelBundle
-from qkv.models.transformer import Transformer
+from qkv.models.config import TRANSLATORS
 from qkv.tokenizers import Tokenizer
 
 
@@ -53,9 +53,9 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> Score
 
 
 class Translator:
-    """A trained encoder-decoder with its source and target tokenizers."""
+    """A trained encoder-decoder (a Transformer or RNNSearch) with its source and target tokenizers."""
 
-    def __init__(self, model: Transformer, source_tokenizer: Tokenizer, target_tokenizer: Tokenizer | None = None):
+    def __init__(self, model: torch.nn.Module, source_tokenizer: Tokenizer, target_tokenizer: Tokenizer | None = None):
         self.model = model
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer or source_tokenizer
@@ -66,7 +66,7 @@ class Translator:
 
     @classmethod
     def from_bundle(cls, bundle: ModelBundle) -> Translator:
-        if not isinstance(bundle.model, Transformer):
+        if bundle.config.kind not in TRANSLATORS:
             raise QkvError(f"{bundle.path} holds a {bundle.config.kind} model, not a translator")
         return cls(bundle.model, bundle.tokenizer, bundle.target_tokenizer)
 

@@ -24,6 +24,7 @@ from qkv.inspect.tokens import token_label, token_labels
 from qkv.inspect.trace import encode_text
 from qkv.layers.softmax import softmax
 from qkv.model_dir import ModelBundle
+from qkv.models.config import TRANSLATORS
 
 
 @dataclass
@@ -92,7 +93,7 @@ def context_logits(bundle: ModelBundle, text: str, *, target_prefix: str = "") -
         ids = encode_text(bundle.tokenizer, text, limit=config.context_length, what="prompt")
         logits = model(torch.tensor([ids], device=device), last_only=True)[0, -1]
         return token_labels(bundle.tokenizer, ids), logits
-    if config.kind == "transformer":
+    if config.kind in TRANSLATORS:
         target_tok = bundle.target_tokenizer or bundle.tokenizer
         if target_tok.bos_id is None:
             raise QkvError("the target tokenizer has no <bos> token: a translator needs one to start decoding")
@@ -132,7 +133,7 @@ def next_token(
     probabilities = torch.stack([softmax(logits, t) for t in temperatures])  # (n_T, vocab)
     top_ids = torch.argsort(logits, descending=True, stable=True)[:top].tolist()
     tokenizer = bundle.tokenizer
-    if bundle.config.kind == "transformer" and bundle.target_tokenizer is not None:
+    if bundle.config.kind in TRANSLATORS and bundle.target_tokenizer is not None:
         tokenizer = bundle.target_tokenizer
     return NextToken(
         context_tokens=context,

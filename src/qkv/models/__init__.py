@@ -1,10 +1,11 @@
-"""Whole models (GPT, encoder, encoder-decoder Transformer), their configs and presets."""
+"""Whole models (GPT, encoder, encoder-decoder Transformer, and RNNSearch before it), their configs and presets."""
 
-from qkv.models.config import BaseConfig, EncoderConfig, GPTConfig, TransformerConfig
+from qkv.models.config import BaseConfig, EncoderConfig, GPTConfig, ModelConfig, RNNSearchConfig, TransformerConfig
 from qkv.models.encoder import Encoder, mean_pool
 from qkv.models.gpt import GPT
 from qkv.models.next_token import next_token_distribution, next_token_logits
 from qkv.models.presets import PRESETS, make_config
+from qkv.models.rnnsearch import RNNSearch
 from qkv.models.transformer import Transformer
 
 __all__ = [
@@ -14,6 +15,9 @@ __all__ = [
     "Encoder",
     "EncoderConfig",
     "GPTConfig",
+    "ModelConfig",
+    "RNNSearch",
+    "RNNSearchConfig",
     "Transformer",
     "TransformerConfig",
     "make_config",

@@ -1,7 +1,8 @@
 """Model configurations: one typed dataclass per model, validated when it is made, saved as JSON.
 
-The fields use the seeds' names: d_model (width of every token vector), n_heads (h), d_ff (hidden width of
-the token-wise feed-forward network), n_layers (N). d_k = d_v = d_model / n_heads.
+The Transformers' fields use the seeds' names: d_model (width of every token vector), n_heads (h), d_ff
+(hidden width of the token-wise feed-forward network), n_layers (N). d_k = d_v = d_model / n_heads.
+RNNSearch, the recurrent translator attention was first made for, has its own fields (the paper's m, n, l).
 """
 
 from __future__ import annotations
@@ -23,8 +24,65 @@ def _divisors(n: int) -> list[int]:
 
 
 @dataclass
-class BaseConfig:
-    """Fields shared by every model: the attention blocks and the embeddings."""
+class ModelConfig:
+    """What every model config does, whatever its fields: name its kind, validate, round-trip JSON."""
+
+    kind: ClassVar[str] = "model"
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def _require_positive(self, *names: str) -> None:
+        for name in names:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise QkvError(f"{name}={value!r} must be a positive whole number")
+
+    def validate(self) -> None:
+        """Check that the hyperparameters fit together; raise QkvError saying what to change."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.kind, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        """Rebuild a config from :meth:`to_dict` output; unknown keys are an error that names them."""
+        data = dict(data)
+        if "max_len" in data and "context_length" not in data:  # configs saved before qkv 0.2 named it so
+            data["context_length"] = data.pop("max_len")
+        kind = data.pop("model", cls.kind)
+        target = CONFIG_CLASSES.get(kind) if cls in (ModelConfig, BaseConfig) else cls
+        if target is None:
+            raise QkvError(f"unknown model kind {kind!r} in config: expected one of {', '.join(CONFIG_CLASSES)}")
+        known = {f.name for f in fields(target)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise QkvError(
+                f"config has unknown fields {unknown} for a {kind} model: remove them or check the qkv version"
+            )
+        return target(**data)
+
+    def save(self, path: str | Path) -> None:
+        from qkv.io import atomic_write_text
+
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> ModelConfig:
+        from qkv.io import read_json
+
+        return cls.from_dict(read_json(path, what="model config"))
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """A copy with some fields changed (validated again)."""
+        data = asdict(self)
+        data.update(changes)
+        return type(self)(**data)
+
+
+@dataclass
+class BaseConfig(ModelConfig):
+    """Fields shared by every Transformer model: the attention blocks and the embeddings."""
 
     kind: ClassVar[str] = "base"
 
@@ -63,14 +121,7 @@ class BaseConfig:
         """d_k = d_v = d_model / n_heads."""
         return self.d_model // self.n_heads
 
-    def _require_positive(self, *names: str) -> None:
-        for name in names:
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise QkvError(f"{name}={value!r} must be a positive whole number")
-
     def validate(self) -> None:
-        """Check that the hyperparameters fit together; raise QkvError saying what to change."""
         self._require_positive("d_model", "n_heads", "d_ff", "context_length")
         if self.d_model % self.n_heads:
             heads = [h for h in _divisors(self.d_model) if h <= 64]
@@ -95,44 +146,6 @@ class BaseConfig:
             )
         if self.layer_norm_eps <= 0 or self.init_std <= 0:
             raise QkvError("layer_norm_eps and init_std must be positive")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"model": self.kind, **asdict(self)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BaseConfig:
-        """Rebuild a config from :meth:`to_dict` output; unknown keys are an error that names them."""
-        data = dict(data)
-        if "max_len" in data and "context_length" not in data:  # configs saved before qkv 0.2 named it so
-            data["context_length"] = data.pop("max_len")
-        kind = data.pop("model", cls.kind)
-        target = CONFIG_CLASSES.get(kind) if cls is BaseConfig else cls
-        if target is None:
-            raise QkvError(f"unknown model kind {kind!r} in config: expected one of {', '.join(CONFIG_CLASSES)}")
-        known = {f.name for f in fields(target)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise QkvError(
-                f"config has unknown fields {unknown} for a {kind} model: remove them or check the qkv version"
-            )
-        return target(**data)
-
-    def save(self, path: str | Path) -> None:
-        from qkv.io import atomic_write_text
-
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
-
-    @classmethod
-    def load(cls, path: str | Path) -> BaseConfig:
-        from qkv.io import read_json
-
-        return cls.from_dict(read_json(path, what="model config"))
-
-    def replace(self, **changes: Any) -> BaseConfig:
-        """A copy with some fields changed (validated again)."""
-        data = asdict(self)
-        data.update(changes)
-        return type(self)(**data)
 
 
 @dataclass
@@ -191,7 +204,77 @@ class TransformerConfig(BaseConfig):
             )
 
 
-CONFIG_CLASSES: dict[str, type[BaseConfig]] = {c.kind: c for c in (GPTConfig, EncoderConfig, TransformerConfig)}
+@dataclass
+class RNNSearchConfig(ModelConfig):
+    """RNNSearch (Bahdanau et al. 2015): a bidirectional GRU encoder and a GRU decoder whose state queries
+    the encoder states through additive attention (:mod:`qkv.models.rnnsearch`).
+
+    The paper's names: m = ``d_embedding`` (620 in the paper), n = ``d_hidden`` (1000: each direction of
+    the encoder, and the decoder), n' = ``d_attention`` (1000: the alignment model's hidden layer), l =
+    ``d_readout`` (500: maxout units before the output layer). An RNN has no position table:
+    ``context_length`` is the longest sentence the batches keep and decoding writes (the paper's
+    RNNsearch-50 was trained on sentences of up to 50 words).
+    """
+
+    kind: ClassVar[str] = "rnnsearch"
+
+    src_vocab_size: int = 256
+    tgt_vocab_size: int = 256
+    d_embedding: int = 256  # m: word embeddings, source and target
+    d_hidden: int = 256  # n: GRU state of each encoder direction and of the decoder
+    d_attention: int = 256  # n': hidden layer of the additive alignment model
+    d_readout: int = 256  # l: maxout units between the decoder and the output layer
+    dropout: float = 0.0  # on the embeddings and on the maxout output
+    share_embeddings: bool = False  # one embedding matrix for source and target (needs a shared vocabulary)
+    tie_embeddings: bool = True  # the output layer W_o reuses the target embedding (needs d_readout == d_embedding)
+    context_length: int = 128  # the longest source or target sentence, in tokens
+    pad_id: int = 0
+
+    def validate(self) -> None:
+        self._require_positive(
+            "src_vocab_size", "tgt_vocab_size", "d_embedding", "d_hidden", "d_attention", "d_readout", "context_length"
+        )
+        if not 0.0 <= self.dropout < 1.0:
+            raise QkvError(f"dropout={self.dropout} must be in [0, 1)")
+        if self.tie_embeddings and self.d_readout != self.d_embedding:
+            raise QkvError(
+                f"tie_embeddings makes the output layer reuse the target embedding, so d_readout={self.d_readout} "
+                f"must equal d_embedding={self.d_embedding}: make them equal or set tie_embeddings to false"
+            )
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise QkvError(
+                f"share_embeddings needs one vocabulary, but src_vocab_size={self.src_vocab_size} and "
+                f"tgt_vocab_size={self.tgt_vocab_size}: use a shared tokenizer or turn share_embeddings off"
+            )
+
+    # What the views written for the Transformer read (layers, heads, width), answered for RNNSearch.
+    @property
+    def n_encoder_layers(self) -> int:
+        """One bidirectional GRU layer."""
+        return 1
+
+    @property
+    def n_decoder_layers(self) -> int:
+        """One GRU layer."""
+        return 1
+
+    @property
+    def n_heads(self) -> int:
+        """Additive attention has one head: one alignment per target token."""
+        return 1
+
+    @property
+    def d_model(self) -> int:
+        """The decoder state's width n (the Noam schedule and the server's model description read it)."""
+        return self.d_hidden
+
+
+CONFIG_CLASSES: dict[str, type[ModelConfig]] = {
+    c.kind: c for c in (GPTConfig, EncoderConfig, TransformerConfig, RNNSearchConfig)
+}
+
+# Kinds of model that read a source sentence and write a target (``qkv translate``, ``/v1/translations``).
+TRANSLATORS = ("transformer", "rnnsearch")
 
 
 def init_scale(config: BaseConfig, n_layers: int) -> float:

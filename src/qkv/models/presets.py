@@ -1,4 +1,5 @@
-"""Named model sizes, from the paper's base model and GPT-2 small down to ones that train on a laptop CPU.
+"""Named model sizes, from the paper's base model and GPT-2 small down to ones that train on a laptop CPU,
+and RNNSearch, the recurrent translator that came before (at the paper's proportions and a small one).
 
 A preset fixes the architecture; the vocabulary size usually comes from the tokenizer, so
 ``make_config("gpt-mini", vocab_size=tokenizer.vocab_size)`` fills it in. Any field can be overridden.
@@ -6,10 +7,12 @@ A preset fixes the architecture; the vocabulary size usually comes from the toke
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
 from qkv.errors import QkvError
-from qkv.models.config import BaseConfig, EncoderConfig, GPTConfig, TransformerConfig
+from qkv.models.config import EncoderConfig, GPTConfig, ModelConfig, RNNSearchConfig, TransformerConfig
 
 _GPT2 = dict(
     activation="gelu_tanh",
@@ -43,7 +46,7 @@ _PAPER = dict(
     final_norm=False,
 )
 
-PRESETS: dict[str, tuple[type[BaseConfig], dict[str, Any]]] = {
+PRESETS: dict[str, tuple[type[ModelConfig], dict[str, Any]]] = {
     # --- decoder-only language models -------------------------------------------------------------
     # Small enough for a laptop CPU; rotary positions and pre-LN (see docs/training.md for why).
     "gpt-nano": (GPTConfig, dict(n_layers=2, d_model=64, n_heads=4, context_length=64, positional="rope")),
@@ -123,13 +126,48 @@ PRESETS: dict[str, tuple[type[BaseConfig], dict[str, Any]]] = {
             context_length=128,
         ),
     ),
+    # --- the recurrent translator attention was invented for (Bahdanau et al. 2015) ------------------
+    # A size that trains on a CPU: 256-wide embeddings, GRU states, alignment model and maxout readout,
+    # the output layer tied to the target embedding.
+    "rnnsearch-small": (
+        RNNSearchConfig,
+        dict(d_embedding=256, d_hidden=256, d_attention=256, d_readout=256, dropout=0.2, context_length=128),
+    ),
+    # The paper's RNNsearch-50: m = 620, n = n' = 1000, l = 500 maxout units, 30,000 words per language,
+    # untied output layer, trained on sentences of up to 50 words.
+    "rnnsearch-50": (
+        RNNSearchConfig,
+        dict(
+            d_embedding=620,
+            d_hidden=1000,
+            d_attention=1000,
+            d_readout=500,
+            tie_embeddings=False,
+            src_vocab_size=30000,
+            tgt_vocab_size=30000,
+            context_length=50,
+        ),
+    ),
 }
 
 
-def make_config(preset: str, **overrides: Any) -> BaseConfig:
-    """The config of a named preset with some fields replaced (validated)."""
+def check_overrides(preset: str, names: Iterable[str]) -> None:
+    """QkvError unless ``preset`` exists and its model has every field in ``names`` (``max_len`` included)."""
     if preset not in PRESETS:
         raise QkvError(f"unknown preset {preset!r}: choose one of {', '.join(PRESETS)}")
+    cls = PRESETS[preset][0]
+    unknown = sorted(set(names) - {f.name for f in dataclasses.fields(cls)} - {"max_len"})
+    if unknown:
+        raise QkvError(
+            f"a {cls.kind} model has no {', '.join(unknown)} (preset {preset!r}): drop "
+            f"{'that setting' if len(unknown) == 1 else 'those settings'} or choose a preset with "
+            f"{'that field' if len(unknown) == 1 else 'those fields'}"
+        )
+
+
+def make_config(preset: str, **overrides: Any) -> ModelConfig:
+    """The config of a named preset with some fields replaced (validated)."""
+    check_overrides(preset, overrides)
     cls, fields = PRESETS[preset]
     if "max_len" in overrides and "context_length" not in overrides:  # the name before qkv 0.2
         overrides["context_length"] = overrides.pop("max_len")

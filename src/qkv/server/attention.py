@@ -7,7 +7,7 @@ this module gathers them per kind of attention into ``weights[layer][head][query
 - an encoder has bidirectional self-attention ("self": ``encoder.blocks.{i}.self_attn``);
 - a translator has three: the encoder's self-attention over the source ("encoder"), the decoder's masked
   self-attention over the target ("decoder"), and the decoder's cross-attention from target to source
-  ("cross": the alignment between the two sentences).
+  ("cross": the alignment between the two sentences); an RNNSearch has only the last, additive, one head.
 
 The translator is run teacher-forced on ``<bos>`` + target, so decoder row i is the position that predicts
 target token i (``<eos>`` after the last one).
@@ -31,6 +31,11 @@ if TYPE_CHECKING:
 def _stack(acts: dict[str, torch.Tensor], prefix: str, module: str, n_layers: int, decimals: int) -> list:
     """``acts["{prefix}.blocks.{i}.{module}.weights"][0]`` for every layer, rounded: [layer][head][q][k]."""
     weights = torch.stack([acts[f"{prefix}.blocks.{i}.{module}.weights"][0] for i in range(n_layers)])  # (L, h, Tq, Tk)
+    return _rounded(weights, decimals)
+
+
+def _rounded(weights: torch.Tensor, decimals: int) -> list:
+    """(L, h, Tq, Tk) weights as nested lists, rounded to ``decimals``."""
     scale = 10.0**decimals
     return weights.double().mul(scale).round().div(scale).tolist()
 
@@ -76,6 +81,16 @@ def translator_maps(service: Service, src: list[int], target: list[int], decimal
     device = service.device
     with capture(model) as acts:
         model(torch.tensor([src], device=device), torch.tensor([decoder_input], device=device))
+    if service.kind == "rnnsearch":  # one attention, additive: the alignment of Bahdanau et al. 2015
+        alignment = AttentionMap(
+            name="cross",
+            description="additive attention: while writing each target token, where the decoder's state looks "
+            "in the source (the alignment)",
+            queries="target_tokens",
+            keys="tokens",
+            weights=_rounded(acts["decoder.attention.weights"][None, 0], decimals),  # (1 layer, 1 head, Tq, Tk)
+        )
+        return _translator_response(service, src, target, [alignment])
     n_enc, n_dec = config.n_encoder_layers, config.n_decoder_layers
     maps = [
         AttentionMap(
@@ -100,12 +115,16 @@ def translator_maps(service: Service, src: list[int], target: list[int], decimal
             weights=_stack(acts, "decoder", "cross_attn", n_dec, decimals),
         ),
     ]
-    eos = tgt_tok.eos_id
+    return _translator_response(service, src, target, maps)
+
+
+def _translator_response(service: Service, src: list[int], target: list[int], maps: list) -> AttentionResponse:
+    tgt_tok = service.target_tokenizer
     return AttentionResponse(
         kind=service.kind,
         tokens=_texts(service.tokenizer, src),
-        target_tokens=_texts(tgt_tok, decoder_input),
-        predicted_tokens=_texts(tgt_tok, [*target, eos]),
+        target_tokens=_texts(tgt_tok, [tgt_tok.bos_id, *target]),
+        predicted_tokens=_texts(tgt_tok, [*target, tgt_tok.eos_id]),
         target_text=tgt_tok.decode(target),
         maps=maps,
     )

@@ -24,6 +24,7 @@ from qkv.decoding.sampling import top_k_filter, top_p_filter
 from qkv.decoding.translator import Translator
 from qkv.layers.softmax import softmax
 from qkv.model_dir import ModelBundle
+from qkv.models.config import TRANSLATORS
 from qkv.server import attention
 from qkv.server.attention import token_text
 from qkv.server.schemas import (
@@ -44,12 +45,14 @@ from qkv.tokenizers import Tokenizer
 ENDPOINTS = {
     "gpt": ["/v1/completions", "/v1/next-token", "/v1/attention"],
     "transformer": ["/v1/translations", "/v1/next-token", "/v1/attention"],
+    "rnnsearch": ["/v1/translations", "/v1/next-token", "/v1/attention"],
     "encoder": ["/v1/attention"],
 }
 COMMON_ENDPOINTS = ["/v1/model", "/v1/models", "/health"]
 DESCRIPTIONS = {
     "gpt": "a GPT language model (decoder only)",
     "transformer": "an encoder-decoder translator",
+    "rnnsearch": "an RNN encoder-decoder translator with additive attention (RNNSearch)",
     "encoder": "an encoder (BERT family)",
 }
 
@@ -182,7 +185,7 @@ class Service:
         self.name = name or bundle.path.name or str(bundle.path)
         self.device = next(self.model.parameters()).device
         self.translator = (
-            Translator(self.model, self.tokenizer, self.target_tokenizer) if self.kind == "transformer" else None
+            Translator(self.model, self.tokenizer, self.target_tokenizer) if self.kind in TRANSLATORS else None
         )
         self.generations = Gate(self.limits.max_concurrent, self.limits.queue_timeout, "generations")
         # One forward pass each (next-token, attention): their own gate, so the playground's chart keeps
@@ -211,7 +214,7 @@ class Service:
 
     def info(self) -> ModelInfo:
         c = self.config
-        transformer = self.kind == "transformer"
+        transformer = self.kind in TRANSLATORS
         return ModelInfo(
             name=self.name,
             kind=self.kind,
@@ -285,7 +288,7 @@ class Service:
     @torch.inference_mode()
     def attention(self, request: AttentionRequest) -> AttentionResponse:
         """Every layer's and head's attention weights for a text (see :mod:`qkv.server.attention`)."""
-        if self.kind == "transformer":
+        if self.kind in TRANSLATORS:
             src = self._source(request.text)
             if request.target is None:
                 target = attention.greedy_target(self.model, src, self.target_tokenizer)

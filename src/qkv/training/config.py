@@ -16,6 +16,8 @@ from typing import Any
 from qkv.errors import QkvError
 
 TASKS = ("lm", "translate")
+# The kinds of model a task can train (--arch), each the ``kind`` of a model config.
+ARCHITECTURES: dict[str, tuple[str, ...]] = {"translate": ("transformer", "rnnsearch")}
 SCHEDULES = ("cosine", "noam", "constant")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
@@ -33,6 +35,7 @@ class TrainConfig:
     vocab_size: int | None = None  # for word/bpe tokenizers
     shared_vocab: bool = True  # translation: one tokenizer for source and target
     val_data: str | None = None  # translation: validation pairs (TSV or SRC,TGT); default: split off the data
+    arch: str | None = None  # the task's kind of model (ARCHITECTURES); None: the one the preset describes
     # batches and schedule
     steps: int = 1300  # the main job (`qkv train`, no flags): about two minutes on 2 CPU cores
     batch_size: int = 12
@@ -68,9 +71,11 @@ class TrainConfig:
 
     @classmethod
     def create(cls, **settings: Any) -> TrainConfig:
-        """Defaults, then the task's own defaults (:data:`TASK_DEFAULTS`), then ``settings``."""
+        """Defaults, then the task's own defaults (:data:`TASK_DEFAULTS`), then its architecture's
+        (:data:`ARCH_DEFAULTS`), then ``settings``."""
         task = settings.get("task", cls.task)
-        return cls.from_dict({**TASK_DEFAULTS.get(task, {}), **settings})
+        arch = ARCH_DEFAULTS.get((task, settings.get("arch")), {})
+        return cls.from_dict({**TASK_DEFAULTS.get(task, {}), **arch, **settings})
 
     def __post_init__(self) -> None:
         if self.min_lr is None:
@@ -112,6 +117,13 @@ class TrainConfig:
             raise QkvError("--val-data and --max-tokens are for --task translate: drop them for a language model")
         if self.bleu_sentences < 0 or self.eval_beam < 1:
             raise QkvError("--bleu-sentences must be >= 0 and --eval-beam >= 1")
+        if self.arch is not None and self.arch not in ARCHITECTURES.get(self.task, ()):
+            choices = ARCHITECTURES.get(self.task)
+            raise QkvError(
+                f"--arch {self.arch!r} is not a model for --task {self.task}: choose {' or '.join(choices)}"
+                if choices
+                else f"--task {self.task} trains one kind of model: drop --arch"
+            )
         if self.vocab_size is not None and self.tokenizer == "char":
             raise QkvError("--vocab-size applies to word and bpe tokenizers: drop it or add --tokenizer bpe")
 
@@ -151,6 +163,13 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
         eval_batches=20,
         beta2=0.98,
     ),
+}
+
+
+# What differs for an architecture of a task (used when --preset is not given): its default preset, and
+# the recipe it trains best with (RNNSearch: AdamW throughout; see docs/rnnsearch.md).
+ARCH_DEFAULTS: dict[tuple[str, str | None], dict[str, Any]] = {
+    ("translate", "rnnsearch"): dict(preset="rnnsearch-small", optimizer="adamw"),
 }
 
 
