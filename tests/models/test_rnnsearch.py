@@ -207,3 +207,24 @@ def test_config_checks_and_presets() -> None:
     small = RNNSearch(make_config("rnnsearch-small", src_vocab_size=100, tgt_vocab_size=100))
     assert small.unembedding.weight is small.tgt_embedding.token_embedding.weight  # tied W_o
     assert small.num_parameters() == sum(p.numel() for p in small.parameters())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_it_matches_the_cpu_and_trains_under_bf16_autocast() -> None:
+    model = tiny().double().eval()  # float64: no near-tie between logits can flip a greedy choice
+    src, mask = padded_batch([6, 3, 5])
+    tgt = torch.randint(3, VOCAB, (3, 4))
+    with torch.no_grad():
+        expected = model(src, tgt, src_padding_mask=mask)
+        cpu_greedy = greedy_decode(model, src, mask, bos_id=BOS, eos_id=EOS, max_len=8)
+    model.cuda()
+    src, mask, tgt = src.cuda(), mask.cuda(), tgt.cuda()
+    with torch.no_grad():
+        torch.testing.assert_close(model(src, tgt, src_padding_mask=mask).cpu(), expected, atol=1e-9, rtol=0)
+        assert greedy_decode(model, src, mask, bos_id=BOS, eos_id=EOS, max_len=8) == cpu_greedy
+    model.float().train()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        logits = model(src, tgt, src_padding_mask=mask)
+    torch.testing.assert_close(logits.float().cpu(), expected.float(), atol=0.1, rtol=0.1)
+    logits.float().sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
