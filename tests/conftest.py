@@ -32,3 +32,13 @@ def shared_corpus(name: str) -> Path:
     if not path.is_dir():
         pytest.skip(f"{path} is absent (the real corpora live in ../shared/data beside the checkout)")
     return path
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Run a module's tiny recurrent models on one CPU thread, then restore the thread count: their step-by-step
+    ops are too small to split, so a second thread only adds synchronisation (a lot of it on a busy machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

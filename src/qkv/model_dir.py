@@ -38,7 +38,7 @@ from torch import Tensor, nn
 
 from qkv.errors import QkvError
 from qkv.io import atomic_write, atomic_write_text, read_json
-from qkv.models.config import EncoderConfig, GPTConfig, ModelConfig, TransformerConfig, Word2VecConfig
+from qkv.models.config import EncoderConfig, GPTConfig, ModelConfig, RNNSearchConfig, TransformerConfig, Word2VecConfig
 from qkv.quantization import apply_quantization, is_quantized, quantization_info
 from qkv.sharded import local_part, placed_like
 from qkv.tokenizers import Tokenizer, load_tokenizer
@@ -50,9 +50,13 @@ TARGET_TOKENIZER_FILE = "tokenizer_target.json"
 QUANTIZATION_FILE = "quantization.json"
 
 
+# Configs of models that translate: a source vocabulary and a target vocabulary (maybe one tokenizer each).
+TWO_VOCABULARIES = (TransformerConfig, RNNSearchConfig)
+
+
 def build_model(config: ModelConfig) -> nn.Module:
     """The model a config describes, freshly initialised: GPTConfig -> GPT, EncoderConfig -> Encoder, ..."""
-    from qkv.models import GPT, Encoder, Transformer, Word2Vec
+    from qkv.models import GPT, Encoder, RNNSearch, Transformer, Word2Vec
 
     if isinstance(config, GPTConfig):
         return GPT(config)
@@ -62,8 +66,11 @@ def build_model(config: ModelConfig) -> nn.Module:
         return Transformer(config)
     if isinstance(config, Word2VecConfig):
         return Word2Vec(config)
+    if isinstance(config, RNNSearchConfig):
+        return RNNSearch(config)
     raise QkvError(
-        f"cannot build a model from a {type(config).__name__}: give a GPT, encoder, transformer or word2vec config"
+        f"cannot build a model from a {type(config).__name__}: give a GPT, encoder, transformer, rnnsearch or "
+        "word2vec config"
     )
 
 
@@ -248,7 +255,7 @@ class ModelBundle:
 
 def _vocab_checks(config: ModelConfig, has_target: bool) -> list[tuple[str, str]]:
     """(tokenizer file, config field) pairs whose sizes must agree."""
-    if isinstance(config, TransformerConfig):
+    if isinstance(config, TWO_VOCABULARIES):
         if has_target:
             return [(TOKENIZER_FILE, "src_vocab_size"), (TARGET_TOKENIZER_FILE, "tgt_vocab_size")]
         return [(TOKENIZER_FILE, "src_vocab_size"), (TOKENIZER_FILE, "tgt_vocab_size")]
@@ -259,7 +266,7 @@ def check_vocab(
     config: ModelConfig, tokenizer: Tokenizer, target_tokenizer: Tokenizer | None, directory: str | Path
 ) -> None:
     """Raise QkvError unless the tokenizer(s) have as many tokens as the config's embedding has rows."""
-    if target_tokenizer is not None and not isinstance(config, TransformerConfig):
+    if target_tokenizer is not None and not isinstance(config, TWO_VOCABULARIES):
         raise QkvError(f"a {config.kind} model has one vocabulary: drop the target tokenizer")
     tokenizers = {TOKENIZER_FILE: tokenizer, TARGET_TOKENIZER_FILE: target_tokenizer}
     for file, field in _vocab_checks(config, target_tokenizer is not None):
@@ -350,7 +357,7 @@ def load_model_dir(
     tokenizer = load_tokenizer(directory / TOKENIZER_FILE)
     target_path = directory / TARGET_TOKENIZER_FILE
     target = load_tokenizer(target_path) if target_path.is_file() else None
-    if target is not None and not isinstance(config, TransformerConfig):
+    if target is not None and not isinstance(config, TWO_VOCABULARIES):
         raise QkvError(f"{directory} has a {TARGET_TOKENIZER_FILE} but holds a {config.kind} model: remove that file")
     check_vocab(config, tokenizer, target, directory)
     model = build_model(config)

@@ -103,3 +103,16 @@ def test_query_and_key_sizes_may_differ_and_it_trains() -> None:
         opt.step()
     assert attn(q, k, v)[1][0, 0].argmax().item() == 3
     assert attn(q, k, v)[1][0, 0, 3].item() > 0.9
+
+
+def test_projected_keys_computed_once_give_the_same_result_and_weights_are_recorded_as_one_head(attn) -> None:
+    from qkv.layers.capture import capture
+
+    q, k, v = torch.randn(2, 3, 3).double(), torch.randn(2, 4, 5).double(), torch.randn(2, 4, 2).double()
+    padding = torch.tensor([[False, False, False, True], [False, False, False, False]])
+    context, weights = attn(q, k, v, key_padding_mask=padding)
+    with capture(attn) as acts:
+        context_again, _ = attn(q, None, v, key_padding_mask=padding, projected_keys=attn.project_keys(k))
+    torch.testing.assert_close(context_again, context, atol=0, rtol=0)
+    assert acts["weights"].shape == (2, 1, 3, 4)  # (B, heads, Tq, Tk), like every attention in qkv
+    torch.testing.assert_close(acts["weights"][:, 0], weights, atol=0, rtol=0)

@@ -64,5 +64,5 @@ def test_every_preset_builds_a_valid_config() -> None:
 
 
 def test_a_setting_the_preset_lacks_is_one_clear_error() -> None:
-    with pytest.raises(QkvError, match="preset 'word2vec' is a word2vec model, which has no n_layers"):
+    with pytest.raises(QkvError, match="a word2vec model has no n_layers"):
         make_config("word2vec", n_layers=2)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from qkv.cli.common import add_model_argument, load_any, model_path
 from qkv.errors import QkvError
+from qkv.models.config import TRANSLATORS
 
 HELP = "draw attention heatmaps (all layers x heads, or one) as PNG and a standalone HTML view"
 
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from qkv.inspect.html_view import write_attention_html
 
     bundle = load_any(model_path(args))
-    if args.target is not None and bundle.config.kind != "transformer":
+    if args.target is not None and bundle.config.kind not in TRANSLATORS:
         raise QkvError("--target is for translators: a GPT or an encoder reads one text")
     maps = attention_maps(bundle, args.text, target=args.target)
     if args.part is not None and args.part not in maps.groups:

@@ -7,15 +7,17 @@ from pathlib import Path
 
 from qkv.errors import QkvError
 from qkv.model_dir import ModelBundle, load_model_dir
+from qkv.models.config import TRANSLATORS
 
 
 def load_for_use(path: str, *, expect: str, device: str = "cpu", quantize: str | None = None) -> ModelBundle:
     """Load a run directory or pretrained model (see :func:`load_any`) and check its kind.
 
-    ``expect`` is the model kind the command works with ("gpt", "transformer" or "encoder").
+    ``expect`` is the model kind the command works with ("gpt", "transformer" or "encoder"); "transformer"
+    takes every translator (an RNNSearch too).
     """
     bundle = load_any(path, device=device, quantize=quantize)
-    kind = bundle.config.kind
+    kind = "transformer" if bundle.config.kind in TRANSLATORS else bundle.config.kind
     if kind != expect:
         uses = {"gpt": "qkv generate", "transformer": "qkv translate", "encoder": "qkv embed"}
         use = uses.get(kind, "qkv embeddings")

@@ -15,6 +15,7 @@ import json
 
 from qkv.cli.common import add_model_argument, load_any, model_path
 from qkv.errors import QkvError
+from qkv.models.config import TRANSLATORS
 
 HELP = "show the next-token distribution at several temperatures (table + bar chart)"
 
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     if args.digits < 0:
         raise QkvError("--digits must be >= 0")
     bundle = load_any(model_path(args))
-    if args.target and bundle.config.kind != "transformer":
+    if args.target and bundle.config.kind not in TRANSLATORS:
         raise QkvError("--target is for translators: a GPT continues the prompt itself")
     result = next_token(
         bundle,

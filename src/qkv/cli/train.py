@@ -23,7 +23,11 @@ TRAIN_HELP = {
     "data": "a text, .jsonl, .parquet or compressed file, a folder, a glob, hf:DATASET, a folder written by "
     "`qkv prepare`, or a corpus name (pydoc: built in; tinyshakespeare: downloaded)",
     "out_dir": "run directory (default runs/<task>-<date>-<time>)",
-    "preset": f"model size: {', '.join(name for name in PRESETS if name.startswith('gpt'))}",
+    "preset": f"model size: {', '.join(name for name in PRESETS if name.startswith('gpt'))} "
+    "(translate: transformer-*, rnnsearch-*)",
+    "arch": "translate: transformer (the default) or rnnsearch (Bahdanau et al. 2015: GRUs with additive "
+    "attention; preset rnnsearch-small unless --preset is given); word2vec: skipgram (a word predicts its "
+    "neighbours, the default) or cbow (they predict it)",
     "tokenizer": "char, word or bpe (trained on the data)",
     "vocab_size": "vocabulary size for word/bpe tokenizers",
     "text_field": "the text field of JSON lines, Parquet files and Hugging Face datasets",
@@ -54,7 +58,6 @@ TRAIN_HELP = {
     "device": "auto, cpu, cuda, cuda:N or mps",
     "precision": "auto (bf16/fp16 autocast on GPUs, fp32 on CPU), fp32, bf16 or fp16",
     "threads": "CPU threads (default: all cores)",
-    "arch": "the task's architecture: word2vec: skipgram (a word predicts its neighbours) or cbow (they predict it)",
     "window": "word2vec: context words on each side (a random reduced window of 1..N per word)",
     "negative": "word2vec: negative words drawn per row (unigram^0.75)",
     "min_count": "word2vec: drop words seen fewer times",
@@ -73,11 +76,11 @@ FLAG_CONSTS = {"compile": "on"}
 FLAG_TYPES = {
     "data": str,
     "out_dir": str,
+    "arch": str,
     "vocab_size": int,
     "min_lr": float,
     "checkpoint_interval": int,
     "threads": int,
-    "arch": str,
     "epochs": int,
 }
 
@@ -94,6 +97,10 @@ MODEL_FLAGS: dict[str, tuple[type, str]] = {
     "norm_first": (bool, "pre-LN (true) or the paper's post-LN (false)"),
     "tie_embeddings": (bool, "share W_U with W_E"),
     "bias": (bool, "biases in linear layers and LayerNorms"),
+    "d_embedding": (int, "RNNSearch: word embedding width m"),
+    "d_hidden": (int, "RNNSearch: GRU state width n (each encoder direction, and the decoder)"),
+    "d_attention": (int, "RNNSearch: hidden width n' of the additive alignment model"),
+    "d_readout": (int, "RNNSearch: maxout units l before the output layer"),
 }
 
 

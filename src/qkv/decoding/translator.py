@@ -23,7 +23,7 @@ from qkv.decoding.beam_search import Hypothesis, beam_search, greedy_decode
 from qkv.decoding.engine import resolve_engine
 from qkv.errors import QkvError
 from qkv.model_dir import ModelBundle
-from qkv.models.transformer import Transformer
+from qkv.models.config import TRANSLATORS
 from qkv.tokenizers import Tokenizer
 
 
@@ -54,11 +54,11 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> Score
 
 
 class Translator:
-    """A trained encoder-decoder with its source and target tokenizers."""
+    """A trained encoder-decoder (a Transformer or RNNSearch) with its source and target tokenizers."""
 
     def __init__(
         self,
-        model: Transformer,
+        model: torch.nn.Module,
         source_tokenizer: Tokenizer,
         target_tokenizer: Tokenizer | None = None,
         *,
@@ -76,7 +76,7 @@ class Translator:
 
     @classmethod
     def from_bundle(cls, bundle: ModelBundle, *, engine: str = "auto") -> Translator:
-        if not isinstance(bundle.model, Transformer):
+        if bundle.config.kind not in TRANSLATORS:
             raise QkvError(f"{bundle.path} holds a {bundle.config.kind} model, not a translator")
         return cls(bundle.model, bundle.tokenizer, bundle.target_tokenizer, engine=engine)
 

@@ -26,6 +26,7 @@ from qkv.errors import QkvError
 from qkv.inspect.tokens import token_label
 from qkv.layers.positional import sinusoidal_table
 from qkv.model_dir import ModelBundle
+from qkv.models.config import TRANSLATORS
 from qkv.tokenizers import Tokenizer
 
 
@@ -92,7 +93,7 @@ def embedding_matrix(bundle: ModelBundle, *, target: bool = False) -> tuple[np.n
         if target:
             raise QkvError("--target is for translators, which have a source and a target embedding")
         return model.token_embedding.weight.detach().double().cpu().numpy(), bundle.tokenizer
-    if bundle.config.kind == "transformer":
+    if bundle.config.kind in TRANSLATORS:
         module = model.tgt_embedding if target else model.src_embedding
         tokenizer = (bundle.target_tokenizer or bundle.tokenizer) if target else bundle.tokenizer
     else:
@@ -177,20 +178,22 @@ def positional_table(bundle: ModelBundle | None, *, length: int = 64, d_model: i
         title = f"the paper's sinusoidal table for d_model = {config.d_model} (Word2Vec has no positions)"
         return sinusoidal_table(length, config.d_model).double().numpy(), title
     model = bundle.model
-    module = model.src_embedding if config.kind == "transformer" else model.embedding
+    module = model.src_embedding if config.kind in TRANSLATORS else model.embedding
     encoding = module.positional_encoding
     limit = getattr(encoding, "max_len", None) or length
     length = min(length, limit)
-    if config.positional == "sinusoidal":
+    positional = getattr(config, "positional", "none")  # RNNSearch adds none: its GRUs read the tokens in order
+    width = module.token_embedding.embedding_dim  # d_model
+    if positional == "sinusoidal":
         table = encoding.table[:length]
-        title = f"the model's sinusoidal positional encoding (d_model = {config.d_model})"
-    elif config.positional == "learned":
+        title = f"the model's sinusoidal positional encoding (d_model = {width})"
+    elif positional == "learned":
         table = encoding.weight[:length]
-        title = f"the model's learned positional embeddings (d_model = {config.d_model})"
+        title = f"the model's learned positional embeddings (d_model = {width})"
     else:
-        table = sinusoidal_table(length, config.d_model)
+        table = sinusoidal_table(length, width)
         title = (
-            f"the paper's sinusoidal table for d_model = {config.d_model} "
-            f"(this model adds none: its positions are '{config.positional}')"
+            f"the paper's sinusoidal table for d_model = {width} "
+            f"(this model adds none: its positions are '{positional}')"
         )
     return table.detach().double().cpu().numpy(), title

@@ -41,6 +41,11 @@ def explain_model(
     overrides the model's mask (the weights then differ from the model's, and a note says so). The
     multi-head step uses all heads' Q, K, V of the layer and the layer's own W_o (``out_proj``).
     """
+    if bundle.config.kind == "rnnsearch":
+        raise QkvError(
+            f"{bundle.path} holds an RNNSearch, whose additive attention has no Q, K and V to explain step by step: "
+            "draw its alignment with `qkv attention` instead"
+        )
     if target is not None and bundle.config.kind != "transformer":
         raise QkvError("--target is for translators: a GPT or an encoder reads one text")
     traced = trace(bundle, text, target=target)

@@ -31,6 +31,7 @@ from qkv.inspect.tokens import token_label, token_labels
 from qkv.inspect.trace import encode_text
 from qkv.layers.softmax import softmax
 from qkv.model_dir import ModelBundle
+from qkv.models.config import TRANSLATORS
 from qkv.models.next_token import next_token_logits
 
 
@@ -121,7 +122,7 @@ def context_logits(
             raise QkvError("--target is for translators: a GPT continues the prompt itself")
         ids = _gpt_context(bundle, text, on_crop)
         return token_labels(bundle.tokenizer, ids), next_token_logits(model, ids)
-    if config.kind == "transformer":
+    if config.kind in TRANSLATORS:
         target_tok = bundle.target_tokenizer or bundle.tokenizer
         if target_tok.bos_id is None:
             raise QkvError("the target tokenizer has no <bos> token: a translator needs one to start decoding")
@@ -186,7 +187,7 @@ def next_token(
     )  # (n_T, vocab)
     top_ids = torch.argsort(logits, descending=True, stable=True)[:top].tolist()
     tokenizer = bundle.tokenizer
-    if bundle.config.kind == "transformer" and bundle.target_tokenizer is not None:
+    if bundle.config.kind in TRANSLATORS and bundle.target_tokenizer is not None:
         tokenizer = bundle.target_tokenizer
     return NextToken(
         context_tokens=context,

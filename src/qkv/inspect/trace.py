@@ -16,6 +16,7 @@ A model has up to three kinds of attention (seed 004, "Practical application in 
 - ``decoder``: decoder self-attention, masked so that a position sees only itself and earlier positions
   (GPT's blocks, a translator's decoder);
 - ``cross``: encoder-decoder attention, queries from the decoder, keys and values from the encoder output.
+  RNNSearch has only this one, additive and with one head: ``decoder.attention.weights`` (B, 1, T, S).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class Trace:
     """A model's forward pass on one text: its tokens and every captured activation (batch of 1)."""
 
     model: nn.Module
-    kind: str  # "gpt", "encoder" or "transformer"
+    kind: str  # "gpt", "encoder", "transformer" or "rnnsearch"
     source_ids: list[int]
     source_tokens: list[str]
     acts: dict[str, Tensor]
@@ -102,6 +103,8 @@ def _parts(kind: str, config, acts: dict[str, Tensor]) -> dict[str, Part]:
         specs = [("decoder", "masked self-attention", "decoder.blocks.{layer}.self_attn", True, "source", "source")]
     elif kind == "encoder":
         specs = [("encoder", "self-attention", "encoder.blocks.{layer}.self_attn", False, "source", "source")]
+    elif kind == "rnnsearch":  # RNNSearch's one attention: additive, from the decoder state to the annotations
+        specs = [("cross", "additive attention (decoder to encoder)", "decoder.attention", False, "target", "source")]
     else:
         specs = [
             ("encoder", "encoder self-attention", "encoder.blocks.{layer}.self_attn", False, "source", "source"),
@@ -112,8 +115,8 @@ def _parts(kind: str, config, acts: dict[str, Tensor]) -> dict[str, Part]:
     parts = {}
     for name, title, module, causal, queries, keys in specs:
         n_layers = 0
-        while f"{module.format(layer=n_layers)}.weights" in acts:
-            n_layers += 1
+        while f"{module.format(layer=n_layers)}.weights" in acts and ("{layer}" in module or n_layers == 0):
+            n_layers += 1  # a module name without {layer} is one layer
         parts[name] = Part(name, title, module, n_layers, n_heads, causal, queries, keys)
     return parts
 
@@ -196,7 +199,7 @@ def _trace_translator(bundle: ModelBundle, text: str, target: str | None) -> Tra
         model(torch.tensor([src], device=device), torch.tensor([tgt], device=device))
     return Trace(
         model,
-        "transformer",
+        bundle.config.kind,
         src,
         token_labels(bundle.tokenizer, src),
         acts,

@@ -22,7 +22,9 @@ from qkv.layers.blocks import DecoderBlock, EncoderBlock, ResidualSublayer
 from qkv.layers.capture import capture, record
 from qkv.layers.embedding import InputEmbedding, TokenEmbedding, Unembedding
 from qkv.layers.feedforward import FeedForward
+from qkv.layers.gru import BidirectionalGRU, gru_step
 from qkv.layers.kv_cache import KVCache, LayerKVCache
+from qkv.layers.maxout import Maxout
 from qkv.layers.positional import (
     LearnedPositionalEncoding,
     RotaryEmbedding,
@@ -35,6 +37,7 @@ from qkv.layers.stacks import DecoderStack, EncoderStack
 
 __all__ = [
     "AdditiveAttention",
+    "BidirectionalGRU",
     "CausalAttention",
     "MultiHeadAttentionWrapper",
     "SelfAttentionV1",
@@ -51,6 +54,7 @@ __all__ = [
     "KVCache",
     "LayerKVCache",
     "LearnedPositionalEncoding",
+    "Maxout",
     "MultiHeadAttention",
     "ResidualSublayer",
     "RotaryEmbedding",
@@ -62,6 +66,7 @@ __all__ = [
     "capture",
     "causal_mask",
     "combine_masks",
+    "gru_step",
     "log_softmax",
     "masked_softmax",
     "record",

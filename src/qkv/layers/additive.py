@@ -43,26 +43,38 @@ class AdditiveAttention(nn.Module):
         self.W_key = nn.Linear(key_dim, hidden_dim, bias=False)  # U_a
         self.v = nn.Linear(hidden_dim, 1, bias=False)  # v_a
 
-    def scores(self, queries: Tensor, keys: Tensor) -> Tensor:
+    def project_keys(self, keys: Tensor) -> Tensor:
+        """W_key k_j (B, Tk, hidden): it does not depend on the query, so a decoder that attends to the same
+        keys at every step (RNNSearch) computes it once per sentence and passes it as ``projected_keys``."""
+        return self.W_key(keys)
+
+    def scores(self, queries: Tensor, keys: Tensor | None, *, projected_keys: Tensor | None = None) -> Tensor:
         """The unnormalised scores e (B, Tq, Tk) for queries (B, Tq, d_q) and keys (B, Tk, d_k)."""
         q = self.W_query(queries)[:, :, None, :]  # (B, Tq, 1, hidden)
-        k = self.W_key(keys)[:, None, :, :]  # (B, 1, Tk, hidden)
+        k = (projected_keys if projected_keys is not None else self.project_keys(keys))[
+            :, None, :, :
+        ]  # (B, 1, Tk, hidden)
         return self.v(torch.tanh(q + k)).squeeze(-1)  # (B, Tq, Tk, hidden) -> (B, Tq, Tk)
 
     def forward(
         self,
         queries: Tensor,
-        keys: Tensor,
+        keys: Tensor | None,
         values: Tensor,
         key_padding_mask: Tensor | None = None,
+        *,
+        projected_keys: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Attend from queries (B, Tq, d_q) to keys (B, Tk, d_k) and values (B, Tk, d_v).
 
         ``key_padding_mask`` (B, Tk) is True where a key is padding; padding gets weight 0, and a query
-        with only padding to attend to gets zero weights and a zero context (not NaN).
-        Returns (context (B, Tq, d_v), weights (B, Tq, Tk)).
+        with only padding to attend to gets zero weights and a zero context (not NaN). With
+        ``projected_keys`` (:meth:`project_keys` of the keys, computed earlier) ``keys`` is not read.
+        Returns (context (B, Tq, d_v), weights (B, Tq, Tk)); the weights are recorded with a head axis,
+        (B, 1, Tq, Tk), the shape every attention in qkv records, so the views read them alike.
         """
-        scores = self.scores(queries, keys)  # (B, Tq, Tk)
+        scores = self.scores(queries, keys, projected_keys=projected_keys)  # (B, Tq, Tk)
         mask = None if key_padding_mask is None else ~key_padding_mask.bool()[:, None, :]  # (B, 1, Tk)
-        weights = record(self, "weights", masked_softmax(scores, mask))  # (B, Tq, Tk)
+        weights = masked_softmax(scores, mask)  # (B, Tq, Tk)
+        weights = record(self, "weights", weights[:, None])[:, 0]  # recorded as (B, 1, Tq, Tk): one head
         return weights @ values, weights  # (B, Tq, d_v), (B, Tq, Tk)

@@ -1,5 +1,6 @@
 """What every qkv model shares: its config, rotary angles when it uses RoPE, the length check and the
-parameter count. GPT, the encoder and the encoder-decoder each add their own embeddings and stacks.
+parameter count. GPT, the encoder and the encoder-decoder each add their own embeddings and stacks;
+RNNSearch its recurrent encoder and decoder.
 
 Every model has ``config.context_length`` positions: the longest sequence (a GPT's context, an encoder's
 input, a translator's source or target sentence) it can attend over.
@@ -11,18 +12,18 @@ from torch import Tensor, nn
 
 from qkv.errors import QkvError
 from qkv.layers.positional import RotaryEmbedding
-from qkv.models.config import BaseConfig
+from qkv.models.config import ModelConfig
 
 
 class Model(nn.Module):
-    """A Transformer model built from ``config``; ``rotary`` holds RoPE's cos/sin tables if it uses them."""
+    """A model built from ``config``; ``rotary`` holds RoPE's cos/sin tables if it uses them."""
 
-    def __init__(self, config: BaseConfig) -> None:
+    def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
         self.rotary = (
             RotaryEmbedding(config.context_length, config.head_dim, base=config.rope_base)
-            if config.positional == "rope"
+            if getattr(config, "positional", None) == "rope"  # RNNSearch has no positions to rotate
             else None
         )
 

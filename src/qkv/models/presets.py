@@ -1,4 +1,5 @@
-"""Named model sizes, from the paper's base model and GPT-2 small down to ones that train on a laptop CPU.
+"""Named model sizes, from the paper's base model and GPT-2 small down to ones that train on a laptop CPU,
+and RNNSearch, the recurrent translator that came before (at the paper's proportions and a small one).
 
 A preset fixes the architecture; the vocabulary size usually comes from the tokenizer, so
 ``make_config("gpt-mini", vocab_size=tokenizer.vocab_size)`` fills it in. Any field can be overridden.
@@ -6,11 +7,12 @@ A preset fixes the architecture; the vocabulary size usually comes from the toke
 
 from __future__ import annotations
 
-from dataclasses import fields as dataclass_fields
+import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
 from qkv.errors import QkvError
-from qkv.models.config import EncoderConfig, GPTConfig, ModelConfig, TransformerConfig, Word2VecConfig
+from qkv.models.config import EncoderConfig, GPTConfig, ModelConfig, RNNSearchConfig, TransformerConfig, Word2VecConfig
 
 _GPT2 = dict(
     activation="gelu_tanh",
@@ -126,20 +128,49 @@ PRESETS: dict[str, tuple[type[ModelConfig], dict[str, Any]]] = {
     ),
     # --- word vectors (qkv train --task word2vec) ---------------------------------------------------
     "word2vec": (Word2VecConfig, dict(d_model=100)),  # word2vec's and gensim's default size
+    # --- the recurrent translator attention was invented for (Bahdanau et al. 2015) ------------------
+    # A size that trains on a CPU: 256-wide embeddings, GRU states, alignment model and maxout readout,
+    # the output layer tied to the target embedding.
+    "rnnsearch-small": (
+        RNNSearchConfig,
+        dict(d_embedding=256, d_hidden=256, d_attention=256, d_readout=256, dropout=0.2, context_length=128),
+    ),
+    # The paper's RNNsearch-50: m = 620, n = n' = 1000, l = 500 maxout units, 30,000 words per language,
+    # untied output layer, trained on sentences of up to 50 words.
+    "rnnsearch-50": (
+        RNNSearchConfig,
+        dict(
+            d_embedding=620,
+            d_hidden=1000,
+            d_attention=1000,
+            d_readout=500,
+            tie_embeddings=False,
+            src_vocab_size=30000,
+            tgt_vocab_size=30000,
+            context_length=50,
+        ),
+    ),
 }
 
 
-def make_config(preset: str, **overrides: Any) -> Any:
-    """The config of a named preset with some fields replaced (validated)."""
+def check_overrides(preset: str, names: Iterable[str]) -> None:
+    """QkvError unless ``preset`` exists and its model has every field in ``names`` (``max_len`` included)."""
     if preset not in PRESETS:
         raise QkvError(f"unknown preset {preset!r}: choose one of {', '.join(PRESETS)}")
+    cls = PRESETS[preset][0]
+    unknown = sorted(set(names) - {f.name for f in dataclasses.fields(cls)} - {"max_len"})
+    if unknown:
+        raise QkvError(
+            f"a {cls.kind} model has no {', '.join(unknown)} (preset {preset!r}): drop "
+            f"{'that setting' if len(unknown) == 1 else 'those settings'} or choose a preset with "
+            f"{'that field' if len(unknown) == 1 else 'those fields'}"
+        )
+
+
+def make_config(preset: str, **overrides: Any) -> ModelConfig:
+    """The config of a named preset with some fields replaced (validated)."""
+    check_overrides(preset, overrides)
     cls, fields = PRESETS[preset]
     if "max_len" in overrides and "context_length" not in overrides:  # the name before qkv 0.2
         overrides["context_length"] = overrides.pop("max_len")
-    unknown = sorted(set(overrides) - {f.name for f in dataclass_fields(cls)})
-    if unknown:
-        raise QkvError(
-            f"preset {preset!r} is a {cls.kind} model, which has no {', '.join(unknown)}: "
-            "choose a preset of the kind the task trains, or drop those settings"
-        )
     return cls(**{**fields, **overrides})

@@ -31,6 +31,7 @@ from qkv.inspect.next_token import next_token
 from qkv.inspect.tokens import token_text
 from qkv.inspect.trace import trace
 from qkv.model_dir import ModelBundle
+from qkv.models.config import TRANSLATORS
 from qkv.server.completion import CompletionJob, check_request, read_prompts
 from qkv.server.errors import ServiceError
 from qkv.server.schemas import (
@@ -54,12 +55,14 @@ from qkv.server.schemas import (
 ENDPOINTS = {
     "gpt": ["/v1/completions", "/v1/next-token", "/v1/attention"],
     "transformer": ["/v1/translations", "/v1/next-token", "/v1/attention"],
+    "rnnsearch": ["/v1/translations", "/v1/next-token", "/v1/attention"],
     "encoder": ["/v1/attention"],
 }
 COMMON_ENDPOINTS = ["/v1/model", "/v1/models", "/tokenize", "/detokenize", "/health"]
 DESCRIPTIONS = {
     "gpt": "a GPT language model (decoder only)",
     "transformer": "an encoder-decoder translator",
+    "rnnsearch": "an RNN encoder-decoder translator with additive attention (RNNSearch)",
     "encoder": "an encoder (BERT family)",
 }
 # One sentence per kind of attention for the playground, keyed by (model kind, group name).
@@ -70,6 +73,8 @@ ATTENTION = {
     ("transformer", "decoder"): "decoder masked self-attention: each target position looks at itself and the "
     "ones before",
     ("transformer", "cross"): "cross-attention: while writing each target token, where the decoder looks in the source",
+    ("rnnsearch", "cross"): "additive attention: while writing each target token, where the decoder's state looks in "
+    "the source (the alignment of Bahdanau et al. 2015)",
 }
 
 
@@ -140,7 +145,7 @@ class Service:
         self.name = name or bundle.path.name or str(bundle.path)
         self.device = next(self.model.parameters()).device
         self.translator = (
-            Translator(self.model, self.tokenizer, self.target_tokenizer) if self.kind == "transformer" else None
+            Translator(self.model, self.tokenizer, self.target_tokenizer) if self.kind in TRANSLATORS else None
         )
         self.generations = Gate(self.limits.max_concurrent, self.limits.queue_timeout, "generations")
         # One forward pass each (next-token, attention): their own gate, so the playground's chart keeps
@@ -179,7 +184,7 @@ class Service:
 
     def info(self) -> ModelInfo:
         c = self.config
-        transformer = self.kind == "transformer"
+        transformer = self.kind in TRANSLATORS
         return ModelInfo(
             name=self.name,
             kind=self.kind,
@@ -262,8 +267,8 @@ class Service:
 
     def attention(self, request: AttentionRequest) -> AttentionResponse:
         """:func:`qkv.inspect.attention_maps`' numbers (``qkv attention --json``), rounded to ``decimals`` places."""
-        self.encode(request.text, "text" if self.kind != "transformer" else "source sentence")
-        if request.target is not None and self.kind != "transformer":
+        self.encode(request.text, "text" if self.kind not in TRANSLATORS else "source sentence")
+        if request.target is not None and self.kind not in TRANSLATORS:
             raise ServiceError(400, "target is for translators: a GPT or an encoder reads one text", param="target")
         traced = trace(self.bundle, request.text, target=request.target)
         data = maps_from_trace(traced).to_dict(request.decimals)

@@ -18,8 +18,9 @@ from qkv.errors import QkvError
 TASKS = ("lm", "translate", "word2vec")
 SCHEDULES = ("cosine", "noam", "constant", "linear")
 OPTIMIZERS = ("muon", "adamw", "sgd")
-TASK_ARCHS: dict[str, tuple[str, ...]] = {"word2vec": ("skipgram", "cbow")}
-"""The values --arch takes for each task (the first is the default)."""
+TASK_ARCHS: dict[str, tuple[str, ...]] = {"translate": ("transformer", "rnnsearch"), "word2vec": ("skipgram", "cbow")}
+"""The values --arch takes for each task: a kind of model (a model config's ``kind``) or, for word2vec, its
+training objective. word2vec defaults to the first; translate to the kind its preset describes."""
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 COMPILE = ("auto", "on", "off")
 STRATEGIES = ("ddp", "fsdp")
@@ -38,7 +39,7 @@ class TrainConfig:
     vocab_size: int | None = None  # for word/bpe tokenizers
     shared_vocab: bool = True  # translation: one tokenizer for source and target
     val_data: str | None = None  # translation: validation pairs (TSV or SRC,TGT); default: split off the data
-    arch: str | None = None  # the task's architecture (word2vec: skipgram or cbow); default: the task's first
+    arch: str | None = None  # TASK_ARCHS; None: the task's default
     # word2vec
     window: int = 5  # word2vec: context words on each side (a random reduced window 1..window per word)
     negative: int = 5  # word2vec: negative words per row
@@ -84,10 +85,11 @@ class TrainConfig:
 
     @classmethod
     def create(cls, **settings: Any) -> TrainConfig:
-        """Defaults, then the task's own defaults (:data:`TASK_DEFAULTS`), then the tokenizer of a prepared
-        folder given as ``data`` (so ``qkv train --data DIR`` needs no --tokenizer), then ``settings``."""
+        """Defaults, then the task's own defaults (:data:`TASK_DEFAULTS`), then its architecture's
+        (:data:`ARCH_DEFAULTS`), then the tokenizer of a prepared folder given as ``data`` (so ``qkv train
+        --data DIR`` needs no --tokenizer), then ``settings``."""
         task = settings.get("task", cls.task)
-        defaults = dict(TASK_DEFAULTS.get(task, {}))
+        defaults = {**TASK_DEFAULTS.get(task, {}), **ARCH_DEFAULTS.get((task, settings.get("arch")), {})}
         if "steps" in settings:  # an explicit --steps wins over the task's default number of epochs
             defaults.pop("epochs", None)
         if task == "lm" and "tokenizer" not in settings:
@@ -150,8 +152,11 @@ class TrainConfig:
             raise QkvError("--vocab-size applies to word and bpe tokenizers: drop it or add --tokenizer bpe")
         if self.arch is not None and self.arch not in TASK_ARCHS.get(self.task, ()):
             choices = TASK_ARCHS.get(self.task)
-            fix = f"choose one of {', '.join(choices)}" if choices else "drop --arch"
-            raise QkvError(f"--arch {self.arch!r} is not an architecture of --task {self.task}: {fix}")
+            raise QkvError(
+                f"--arch {self.arch!r} is not an architecture of --task {self.task}: choose one of {', '.join(choices)}"
+                if choices
+                else f"--arch {self.arch!r}: --task {self.task} trains one kind of model: drop --arch"
+            )
         self._validate_word2vec()
 
     def _validate_word2vec(self) -> None:
@@ -237,6 +242,12 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
+
+# What differs for an architecture of a task (used when --preset is not given): its default preset, and
+# the recipe it trains best with (RNNSearch: AdamW throughout; see docs/rnnsearch.md).
+ARCH_DEFAULTS: dict[tuple[str, str | None], dict[str, Any]] = {
+    ("translate", "rnnsearch"): dict(preset="rnnsearch-small", optimizer="adamw"),
+}
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:

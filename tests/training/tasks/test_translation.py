@@ -66,3 +66,20 @@ def test_translation_resume_is_exact_and_the_metric_is_bleu(tmp_path) -> None:
 def test_separate_vocabularies_write_two_tokenizers(tmp_path) -> None:
     result = train_translator(tiny(tmp_path, "sep", shared_vocab=False, steps=4), quiet=True)
     assert (result.run_dir / "tokenizer.json").exists() and (result.run_dir / "tokenizer_target.json").exists()
+
+
+def test_rnnsearch_trains_with_the_same_trainer_and_resumes_exactly(tmp_path) -> None:
+    model = {"d_embedding": 16, "d_hidden": 16, "d_attention": 8, "d_readout": 16, "dropout": 0.1}
+    whole = train_translator(tiny(tmp_path, "rnn-whole", arch="rnnsearch", model=model, steps=8), quiet=True)
+    assert whole.stopped == "finished" and (whole.run_dir / "model.safetensors").exists()
+
+    def stop(trainer, step, loss) -> None:
+        if step == 4:
+            trainer.request_stop()
+
+    config = tiny(tmp_path, "rnn-split", arch="rnnsearch", model=model, steps=8)
+    assert train_translator(config, quiet=True, on_step=stop).stopped == "interrupted"
+    assert train_translator(config, resume=config.out_dir, quiet=True).step == 8
+    a = load_file(str(latest_checkpoint(whole.run_dir) / "model.safetensors"))
+    b = load_file(str(latest_checkpoint(config.out_dir) / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

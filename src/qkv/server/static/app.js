@@ -30,7 +30,8 @@ function sampling() {
   return { temperature: Number($("temperature").value), top_k: topK > 0 ? topK : null, top_p: topP < 1 ? topP : null };
 }
 
-const isTranslator = () => state.info && state.info.kind === "transformer";
+const TRANSLATORS = ["transformer", "rnnsearch"];
+const isTranslator = () => state.info && TRANSLATORS.includes(state.info.kind);
 const canPredict = () => state.info && state.info.kind !== "encoder";
 
 // ------------------------------------------------------------------------------------- model info
@@ -38,14 +39,14 @@ const canPredict = () => state.info && state.info.kind !== "encoder";
 async function loadInfo() {
   const info = await (await fetch("/v1/model")).json();
   state.info = info;
-  const layers = info.kind === "transformer"
+  const layers = isTranslator()
     ? `${info.encoder_layers} encoder + ${info.decoder_layers} decoder layers` : `${info.layers} layers`;
   $("model-info").textContent = `${info.name}: ${info.description} · `
     + `${info.parameters.toLocaleString()} parameters · `
     + `${layers} × ${info.heads} heads · d_model ${info.d_model} · context ${info.context_length} tokens · `
     + `${info.tokenizer} tokenizer, ${info.vocab_size.toLocaleString()} tokens`;
   $("max-tokens").max = info.limits.max_tokens;
-  if (info.kind === "transformer") {
+  if (isTranslator()) {
     $("prompt-label").textContent = "Source sentence";
     $("prompt").value = "one two three";
     $("target-row").hidden = false;

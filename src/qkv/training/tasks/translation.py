@@ -1,5 +1,8 @@
 """Translation as a task: train an encoder-decoder with teacher forcing and label smoothing, validated by BLEU.
 
+The encoder-decoder is the paper's Transformer, or (``--arch rnnsearch``) RNNSearch, the recurrent model
+with additive attention that came before it: same data, tokenizers, batches, loss and evaluation.
+
 Teacher forcing (seed 004, "inference vs training"): the decoder is fed the true target shifted right
 after ``<bos>`` and learns to predict each next target token, all positions at once (the causal mask
 keeps position t from seeing t+1). Label smoothing (the paper, section 5.4) moves a little probability
@@ -32,9 +35,10 @@ from qkv.data.parallel import ParallelCorpus, load_parallel, split_parallel
 from qkv.decoding.beam_search import beam_search, greedy_decode
 from qkv.decoding.translator import corpus_scores
 from qkv.errors import QkvError
-from qkv.model_dir import CONFIG_FILE, TARGET_TOKENIZER_FILE, TOKENIZER_FILE
-from qkv.models import Transformer, TransformerConfig, make_config
-from qkv.models.config import BaseConfig
+from qkv.model_dir import CONFIG_FILE, TARGET_TOKENIZER_FILE, TOKENIZER_FILE, build_model
+from qkv.models import make_config
+from qkv.models.config import TRANSLATORS, ModelConfig, RNNSearchConfig
+from qkv.models.presets import PRESETS, check_overrides
 from qkv.tokenizers import Tokenizer, load_tokenizer, train_tokenizer
 from qkv.training.config import TrainConfig
 from qkv.training.launch import Prepared, run_training
@@ -138,6 +142,33 @@ class TranslationTask:
         return [tok.decode(outputs[i]) for i in order], [self.val_references[i] for i in order]
 
 
+def check_arch(config: TrainConfig) -> None:
+    """QkvError, before any data is read, when --arch and --preset name different kinds of model or an
+    architecture flag names a field the model does not have."""
+    kind = PRESETS[config.preset][0].kind if config.preset in PRESETS else None
+    if config.arch is not None and kind is not None and kind != config.arch:  # no --arch: the preset decides
+        same = ", ".join(name for name, (cls, _) in PRESETS.items() if cls.kind == config.arch)
+        raise QkvError(
+            f"--arch {config.arch} does not match --preset {config.preset}, a {kind} model: "
+            f"choose one of {same}, or drop --preset"
+        )
+    check_overrides(config.preset, config.model)
+
+
+def describe_translator(config: ModelConfig) -> str:
+    """One line naming the architecture and its sizes, for the summary printed before training."""
+    if isinstance(config, RNNSearchConfig):
+        return (
+            f"RNNSearch (bidirectional GRU encoder, GRU decoder with additive attention; embeddings "
+            f"{config.d_embedding}, GRU states {config.d_hidden}, alignment {config.d_attention}, maxout "
+            f"{config.d_readout})"
+        )
+    return (
+        f"encoder-decoder Transformer ({config.n_encoder_layers}+{config.n_decoder_layers} layers, d_model "
+        f"{config.d_model}, {config.n_heads} heads)"
+    )
+
+
 def parallel_source(spec: str) -> str | tuple[str, str]:
     """``pairs.tsv`` stays a path; ``train.en,train.de`` becomes the pair of line-aligned files."""
     if "," in spec:
@@ -172,13 +203,16 @@ def _train_tokenizers(config: TrainConfig, train: ParallelCorpus) -> tuple[Token
 def prepare_translator(
     config: TrainConfig, resume_dir: Path | None, session: Session, say: Callable[[str], None]
 ) -> Prepared:
-    """Load the pairs, train (or reload) the tokenizers, build the Transformer and its batches."""
+    """Load the pairs, train (or reload) the tokenizers, build the model (a Transformer, or RNNSearch) and
+    its batches."""
+    if resume_dir is None:
+        check_arch(config)
     train, val, kind = load_translation_data(config)
     if resume_dir is not None:
         source_tok = load_tokenizer(resume_dir / TOKENIZER_FILE)
         target_file = resume_dir / TARGET_TOKENIZER_FILE
         target_tok = load_tokenizer(target_file) if target_file.exists() else None
-        model_config = BaseConfig.load(resume_dir / CONFIG_FILE)
+        model_config = ModelConfig.load(resume_dir / CONFIG_FILE)
     else:
         say(
             f"tokenizers: training {'a shared' if config.shared_vocab else 'a source and a target'} "
@@ -194,10 +228,10 @@ def prepare_translator(
             share_embeddings=target_tok is None,
             **overrides,
         )
-    if not isinstance(model_config, TransformerConfig):
+    if model_config.kind not in TRANSLATORS:
         raise QkvError(
             f"preset {config.preset!r} is a {model_config.kind} model, not an encoder-decoder: "
-            "choose a transformer-* preset for --task translate"
+            "choose a transformer-* or rnnsearch-* preset for --task translate"
         )
     sizes = dict(batch_size=None if config.max_tokens else config.batch_size, max_tokens=config.max_tokens)
     batches = TranslationBatches.from_corpus(
@@ -211,7 +245,7 @@ def prepare_translator(
             f"warning: {batches.n_cropped} training pairs were longer than the model's context_length="
             f"{model_config.context_length} tokens and were cropped (raise --context-length to keep them whole)"
         )
-    model = Transformer(model_config).to(session.device)
+    model = build_model(model_config).to(session.device)
     task = TranslationTask(
         batches,
         val_batches,
@@ -232,9 +266,7 @@ def prepare_translator(
         target_tok,
         data_info={"name": train.name, "source": train.source, "sha256": fingerprint(text)},
         summary=[
-            f"model: encoder-decoder Transformer, {model.num_parameters():,} parameters "
-            f"({model_config.n_encoder_layers}+{model_config.n_decoder_layers} layers, d_model "
-            f"{model_config.d_model}, {model_config.n_heads} heads)",
+            f"model: {describe_translator(model_config)}, {model.num_parameters():,} parameters",
             f"data: {train.name}, {len(train):,} training / {len(val):,} validation pairs "
             f"({batches.n_batches:,} batches per epoch)",
         ],

@@ -1,0 +1,76 @@
+"""The server on an RNNSearch run: the translator's endpoints, its alignment as the one cross-attention map."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from qkv.decoding.translator import Translator
+from qkv.training import TrainConfig, train_translator
+from tests.server.conftest import WORDS, serve
+from tests.server.test_analysis import post
+
+
+@pytest.fixture(scope="module")
+def rnnsearch(tmp_path_factory, one_thread):
+    """A tiny RNNSearch for the toy reversal task, 20 steps, served."""
+    root = tmp_path_factory.mktemp("rnnsearch")
+    lines = []
+    for i in range(300):
+        words = [WORDS[(i * 7 + j * 3) % 10] for j in range(2 + i % 3)]
+        lines.append(" ".join(words) + "\t" + " ".join(reversed(words)).upper())
+    (root / "pairs.tsv").write_text("\n".join(lines) + "\n")
+    config = TrainConfig.create(
+        task="translate",
+        arch="rnnsearch",
+        data=str(root / "pairs.tsv"),
+        out_dir=str(root / "run"),
+        steps=20,
+        batch_size=16,
+        warmup_steps=2,
+        eval_interval=20,
+        eval_batches=2,
+        bleu_sentences=8,
+        log_interval=100,
+        model={"d_embedding": 24, "d_hidden": 24, "d_attention": 16, "d_readout": 24},
+    )
+    yield from serve(str(train_translator(config, quiet=True).run_dir))
+
+
+def test_model_info_names_rnnsearch_and_its_endpoints(rnnsearch) -> None:
+    info = rnnsearch.client.get("/v1/model").json()
+    assert info["kind"] == "rnnsearch" and "RNNSearch" in info["description"]
+    assert info["heads"] == 1 and info["encoder_layers"] == info["decoder_layers"] == 1 and info["d_model"] == 24
+    assert info["parameters"] == sum(p.numel() for p in rnnsearch.bundle.model.parameters())
+    assert "/v1/translations" in info["endpoints"] and "/v1/completions" not in info["endpoints"]
+
+
+def test_translations_match_the_translator(rnnsearch) -> None:
+    reference = Translator.from_bundle(rnnsearch.bundle)
+    sentences = ["one two three", "four five"]
+    for beam in (1, 3):
+        data = post(rnnsearch, "/v1/translations", text=sentences, beam=beam)
+        assert [t["text"] for t in data["translations"]] == reference.translate(sentences, beam=beam)
+
+
+def test_attention_is_the_alignment(rnnsearch) -> None:
+    data = post(rnnsearch, "/v1/attention", text="one two", target="TWO ONE")
+    (name,) = data["groups"]
+    cross = data["groups"]["cross"]
+    assert name == "cross" and "additive attention" in cross["description"] and not cross["causal"]
+    assert cross["query_tokens"] == data["target_tokens"] and cross["key_tokens"] == data["source_tokens"]
+    weights = torch.tensor(cross["weights"])  # (1 layer, 1 head, Tq, Tk)
+    assert weights.shape == (1, 1, len("TWO ONE") + 1, len("one two"))
+    torch.testing.assert_close(weights.sum(-1), torch.ones(1, 1, len("TWO ONE") + 1), atol=1e-3, rtol=0)  # 4 decimals
+    assert data["target_tokens"][0] == "<bos>" and not data["generated"]
+    greedy = post(rnnsearch, "/v1/attention", text="one two")  # no target: the model's own greedy translation
+    assert greedy["target_text"] == Translator.from_bundle(rnnsearch.bundle).translate(["one two"], beam=1)[0]
+
+
+def test_next_token_follows_the_target_prefix(rnnsearch) -> None:
+    data = post(rnnsearch, "/v1/next-token", prompt="one two", target="TW", n=5)
+    model, tokenizer = rnnsearch.bundle.model, rnnsearch.bundle.tokenizer
+    with torch.no_grad():
+        memory = model.encode(torch.tensor([tokenizer.encode("one two")]))
+        logits = model.decode(torch.tensor([[tokenizer.bos_id, *tokenizer.encode("TW")]]), memory)[0, -1]
+    assert data["tokens"][0]["id"] == int(logits.argmax())
