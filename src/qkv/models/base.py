@@ -1,6 +1,7 @@
 """What every qkv model shares: its config, rotary angles when it uses RoPE, the length check and the
 parameter count. GPT, the encoder and the encoder-decoder each add their own embeddings and stacks;
-RNNSearch its recurrent encoder and decoder.
+RNNSearch its recurrent encoder and decoder. The two translators share :class:`EncoderDecoder`'s
+teacher-forced forward: encode the source once, decode the target against it.
 
 Every model has ``config.context_length`` positions: the longest sequence (a GPT's context, an encoder's
 input, a translator's source or target sentence) it can attend over.
@@ -42,3 +43,20 @@ class Model(nn.Module):
     def num_parameters(self) -> int:
         """Trainable parameters, each shared tensor counted once."""
         return sum(p.numel() for p in self.parameters())
+
+
+class EncoderDecoder(Model):
+    """A translator: ``encode(src_ids)`` gives the source's vectors ("memory", once per sentence) and
+    ``decode(tgt_ids, memory)`` the next-token logits of the target; the two are defined by the subclass."""
+
+    def forward(
+        self,
+        src_ids: Tensor,
+        tgt_ids: Tensor,
+        *,
+        src_padding_mask: Tensor | None = None,
+        tgt_padding_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Teacher-forced logits (B, T, tgt_vocab_size): encode the source, decode the given target."""
+        memory = self.encode(src_ids, src_padding_mask=src_padding_mask)
+        return self.decode(tgt_ids, memory, memory_padding_mask=src_padding_mask, tgt_padding_mask=tgt_padding_mask)

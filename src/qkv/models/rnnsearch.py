@@ -49,7 +49,7 @@ from qkv.layers.dropout import dropout_layer
 from qkv.layers.embedding import InputEmbedding, Unembedding
 from qkv.layers.gru import BidirectionalGRU, gru_step
 from qkv.layers.maxout import Maxout
-from qkv.models.base import Model
+from qkv.models.base import EncoderDecoder
 from qkv.models.config import RNNSearchConfig
 
 
@@ -127,7 +127,7 @@ class AttentionGRUDecoder(nn.Module):
         return torch.stack(states, dim=1), torch.stack(contexts, dim=1), state  # (B, T, n), (B, T, 2n), (B, n)
 
 
-class RNNSearch(Model):
+class RNNSearch(EncoderDecoder):
     """The encoder-decoder of Bahdanau et al. 2015, built from an :class:`RNNSearchConfig`; the same
     ``encode`` / ``decode`` / ``new_cache`` interface as :class:`~qkv.models.transformer.Transformer`."""
 
@@ -162,8 +162,7 @@ class RNNSearch(Model):
         """The annotations h_j = [h->_j ; h<-_j] ("memory") (B, S, 2n) of source ids (B, S)."""
         self.check_length(src_ids.shape[1], "source")
         memory = self.encoder(self.src_embedding(src_ids), src_padding_mask)  # (B, S, m) -> (B, S, 2n)
-        record(self, "memory", memory)
-        return memory
+        return record(self, "memory", memory)
 
     def decode(
         self,
@@ -197,20 +196,7 @@ class RNNSearch(Model):
             states, embedded, contexts = states[:, -1:], embedded[:, -1:], contexts[:, -1:]
         readout = self.readout(torch.cat([states, embedded, contexts], dim=-1))  # (B, T, n + m + 2n) -> (B, T, l)
         logits = self.unembedding(self.readout_dropout(readout))  # (B, T, V)
-        record(self, "logits", logits)
-        return logits
-
-    def forward(
-        self,
-        src_ids: Tensor,
-        tgt_ids: Tensor,
-        *,
-        src_padding_mask: Tensor | None = None,
-        tgt_padding_mask: Tensor | None = None,
-    ) -> Tensor:
-        """Teacher-forced logits (B, T, tgt_vocab_size): encode the source, decode the given target."""
-        memory = self.encode(src_ids, src_padding_mask=src_padding_mask)
-        return self.decode(tgt_ids, memory, memory_padding_mask=src_padding_mask, tgt_padding_mask=tgt_padding_mask)
+        return record(self, "logits", logits)
 
     def new_cache(self, max_len: int | None = None) -> RNNSearchCache:
         return RNNSearchCache(max_len or self.config.context_length)

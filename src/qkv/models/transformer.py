@@ -16,12 +16,12 @@ from qkv.layers.capture import record
 from qkv.layers.embedding import InputEmbedding, Unembedding
 from qkv.layers.kv_cache import KVCache
 from qkv.layers.stacks import DecoderStack, EncoderStack
-from qkv.models.base import Model
+from qkv.models.base import EncoderDecoder
 from qkv.models.config import TransformerConfig
 from qkv.models.init import init_weights
 
 
-class Transformer(Model):
+class Transformer(EncoderDecoder):
     """Encoder-decoder model built from a :class:`TransformerConfig`."""
 
     def __init__(self, config: TransformerConfig) -> None:
@@ -82,18 +82,6 @@ class Transformer(Model):
         if last_only:
             x = x[:, -1:]
         return record(self, "logits", self.unembedding(x))
-
-    def forward(
-        self,
-        src_ids: Tensor,
-        tgt_ids: Tensor,
-        *,
-        src_padding_mask: Tensor | None = None,
-        tgt_padding_mask: Tensor | None = None,
-    ) -> Tensor:
-        """Teacher-forced logits (B, T, tgt_vocab_size): encode the source, decode the given target."""
-        memory = self.encode(src_ids, src_padding_mask=src_padding_mask)
-        return self.decode(tgt_ids, memory, memory_padding_mask=src_padding_mask, tgt_padding_mask=tgt_padding_mask)
 
     def new_cache(self, max_len: int | None = None) -> KVCache:
         return self.decoder.new_cache(max_len or self.config.context_length)
