@@ -62,10 +62,8 @@ def gpt_run(tmp_path_factory) -> str:
     return str(train_language_model(config, quiet=True).run_dir)
 
 
-@pytest.fixture(scope="session")
-def translator_run(tmp_path_factory) -> str:
-    """A tiny translator (1 encoder and 1 decoder layer, 2 heads) for a toy reversal task, 20 steps."""
-    root = tmp_path_factory.mktemp("translator")
+def train_reversal(root, **settings) -> str:
+    """A translator trained 20 steps on a toy reversal task ("one two" -> "TWO ONE"); its run folder."""
     lines = []
     for i in range(300):
         words = [WORDS[(i * 7 + j * 3) % 10] for j in range(2 + i % 3)]
@@ -82,9 +80,16 @@ def translator_run(tmp_path_factory) -> str:
         eval_batches=2,
         bleu_sentences=8,
         log_interval=100,
-        model={"d_model": 32, "n_heads": 2, "d_ff": 64, "n_encoder_layers": 1, "n_decoder_layers": 1},
+        **settings,
     )
     return str(train_translator(config, quiet=True).run_dir)
+
+
+@pytest.fixture(scope="session")
+def translator_run(tmp_path_factory) -> str:
+    """A tiny translator (1 encoder and 1 decoder layer, 2 heads) for the toy reversal task."""
+    model = {"d_model": 32, "n_heads": 2, "d_ff": 64, "n_encoder_layers": 1, "n_decoder_layers": 1}
+    return train_reversal(tmp_path_factory.mktemp("translator"), model=model)
 
 
 @pytest.fixture(scope="session")

@@ -6,35 +6,16 @@ import pytest
 import torch
 
 from qkv.decoding.translator import Translator
-from qkv.training import TrainConfig, train_translator
-from tests.server.conftest import WORDS, serve
+from tests.server.conftest import serve, train_reversal
 from tests.server.test_analysis import post
 
 
 @pytest.fixture(scope="module")
 def rnnsearch(tmp_path_factory, one_thread):
     """A tiny RNNSearch for the toy reversal task, 20 steps, served."""
-    root = tmp_path_factory.mktemp("rnnsearch")
-    lines = []
-    for i in range(300):
-        words = [WORDS[(i * 7 + j * 3) % 10] for j in range(2 + i % 3)]
-        lines.append(" ".join(words) + "\t" + " ".join(reversed(words)).upper())
-    (root / "pairs.tsv").write_text("\n".join(lines) + "\n")
-    config = TrainConfig.create(
-        task="translate",
-        arch="rnnsearch",
-        data=str(root / "pairs.tsv"),
-        out_dir=str(root / "run"),
-        steps=20,
-        batch_size=16,
-        warmup_steps=2,
-        eval_interval=20,
-        eval_batches=2,
-        bleu_sentences=8,
-        log_interval=100,
-        model={"d_embedding": 24, "d_hidden": 24, "d_attention": 16, "d_readout": 24},
-    )
-    yield from serve(str(train_translator(config, quiet=True).run_dir))
+    model = {"d_embedding": 24, "d_hidden": 24, "d_attention": 16, "d_readout": 24}
+    run = train_reversal(tmp_path_factory.mktemp("rnnsearch"), arch="rnnsearch", model=model)
+    yield from serve(run)
 
 
 def test_model_info_names_rnnsearch_and_its_endpoints(rnnsearch) -> None:
