@@ -30,6 +30,7 @@ import torch
 from qkv.errors import QkvError
 from qkv.models.word2vec import Word2VecBatch
 from qkv.tokenizers import Tokenizer
+from qkv.tokenizers.base import SPECIAL_TOKENS
 
 ARCHS = ("skipgram", "cbow")
 EVAL_SEED = 4321
@@ -49,6 +50,34 @@ def word_stream(lines: Iterable[str], tokenizer: Tokenizer) -> np.ndarray:
         if ids.size:
             pieces.append(np.append(ids, separator))
     return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+
+
+def prepared_vocabulary(ids: np.ndarray, tokenizer: Tokenizer, min_count: int, vocab_size: int | None) -> list[str]:
+    """The words of a prepared id stream seen at least ``min_count`` times, most frequent first (ties in
+    alphabetical order, as :meth:`WordTokenizer.train` orders them), at most ``vocab_size`` entries with the
+    special tokens; ``tokenizer`` is the one the stream was encoded with."""
+    counts = np.bincount(np.asarray(ids, dtype=np.int64), minlength=tokenizer.vocab_size)
+    special = set(SPECIAL_TOKENS)
+    words = [(int(c), tokenizer.id_to_token(i)) for i, c in enumerate(counts) if c >= max(min_count, 1)]
+    words = [(c, w) for c, w in words if w not in special]
+    ordered = [w for _, w in sorted(words, key=lambda cw: (-cw[0], cw[1]))]
+    if vocab_size is not None:
+        ordered = ordered[: max(vocab_size - len(SPECIAL_TOKENS), 0)]
+    return [*SPECIAL_TOKENS, *ordered]
+
+
+def remap_stream(ids: np.ndarray, source: Tokenizer, target: Tokenizer) -> np.ndarray:
+    """Ids encoded with ``source`` as ``target``'s ids; words ``target`` lacks (and the special tokens) are
+    dropped, as :func:`word_stream` drops them. The result ends with ``target``'s separator (``<eos>``)."""
+    special = set(SPECIAL_TOKENS)
+    table = np.full(source.vocab_size, -1, dtype=np.int64)  # source id -> target id, -1: dropped
+    for i in range(source.vocab_size):
+        token = source.id_to_token(i)
+        j = target.token_to_id(token)
+        if j is not None and token not in special:
+            table[i] = j
+    mapped = table[np.asarray(ids, dtype=np.int64)]
+    return np.append(mapped[mapped >= 0], target.eos_id)
 
 
 def split_lines(text: str) -> Iterator[str]:

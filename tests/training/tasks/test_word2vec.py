@@ -1,5 +1,6 @@
 """Word2Vec through the trainer: planted neighbours and a planted analogy are learned by skip-gram and
-CBOW; the loss decreases; a resumed run ends with the same weights as an uninterrupted one."""
+CBOW; the loss decreases; a resumed run ends with the same weights as an uninterrupted one; a folder
+written by ``qkv prepare --tokenizer word`` trains like its text, and other prepared folders are refused."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import numpy as np
 import pytest
 import torch
 
+from qkv.data.prepare import prepare
+from qkv.errors import QkvError
 from qkv.inspect.embeddings import analogy, nearest_neighbours
 from qkv.model_dir import load_model_dir
 from qkv.training.checkpoint import latest_checkpoint
@@ -87,8 +90,11 @@ def test_learns_planted_neighbours_and_analogy(tmp_path: Path, arch: str) -> Non
     assert losses[-1] < 0.8 * losses[0] and evals[-1] < evals[0]
 
 
-def test_resume_continues_exactly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("source", ["text", "prepared"])
+def test_resume_continues_exactly(tmp_path: Path, source: str) -> None:
     data = planted_corpus(tmp_path / "planted.txt", sentences=200)
+    if source == "prepared":
+        data = prepare(data, tmp_path / "prepared", tokenizer="word", quiet=True).folder
     settings = dict(epochs=None, steps=10, eval_interval=4, batch_size=200)
     whole = train_word2vec(config(data, tmp_path / "whole", **settings), quiet=True)
 
@@ -113,3 +119,30 @@ def test_epochs_set_the_steps(tmp_path: Path) -> None:
     saved = json.loads((result.run_dir / "train_config.json").read_text())["train"]
     assert saved["steps"] == 6 and saved["epochs"] == 3
     assert TrainConfig.create(task="word2vec", steps=7).epochs is None  # an explicit --steps wins
+
+
+def test_trains_on_a_prepared_word_folder(tmp_path: Path) -> None:
+    text = planted_corpus(tmp_path / "planted.txt")
+    folder = prepare(text, tmp_path / "prepared", tokenizer="word", quiet=True).folder
+    from_text = load_model_dir(
+        train_word2vec(config(text, tmp_path / "text", steps=1, epochs=None), quiet=True).run_dir
+    )
+    result = train_word2vec(config(folder, tmp_path / "run", min_count=2), quiet=True)
+    bundle = load_model_dir(result.run_dir)
+    assert bundle.tokenizer == from_text.tokenizer  # the same words, in the same order, as from the text
+    assert json.loads((result.run_dir / "train_config.json").read_text())["data"]["prepared"] == str(folder)
+    table = bundle.model.token_embedding.weight.detach().double().numpy()
+    ids = {w: bundle.tokenizer.token_to_id(w) for w in ["crown", "throne", "palace", "king", "man", "woman", "queen"]}
+    crown = [i for i, _ in nearest_neighbours(table, table[ids["crown"]], k=2, exclude={ids["crown"]})]
+    assert set(crown) == {ids["throne"], ids["palace"]}
+    assert analogy(table, ids["king"], ids["man"], ids["woman"])[0][0] == ids["queen"]
+
+
+def test_a_prepared_folder_needs_words(tmp_path: Path) -> None:
+    text = planted_corpus(tmp_path / "planted.txt", sentences=50)
+    chars = prepare(text, tmp_path / "chars", tokenizer="char", quiet=True).folder
+    with pytest.raises(QkvError, match="--tokenizer word"):
+        train_word2vec(config(chars, tmp_path / "run"), quiet=True)
+    words = prepare(text, tmp_path / "words", tokenizer="word", quiet=True).folder
+    with pytest.raises(QkvError, match="min-count=1000"):
+        train_word2vec(config(words, tmp_path / "run", min_count=1000), quiet=True)

@@ -22,13 +22,23 @@ import torch
 from torch import Tensor, nn
 
 from qkv.data.corpus import load_corpus
-from qkv.data.word2vec import Word2VecBatches, split_lines, word_counts, word_stream
+from qkv.data.prepare import PreparedData
+from qkv.data.shards import is_prepared, read_manifest
+from qkv.data.word2vec import (
+    Word2VecBatches,
+    prepared_vocabulary,
+    remap_stream,
+    split_lines,
+    word_counts,
+    word_stream,
+)
 from qkv.errors import QkvError
 from qkv.model_dir import CONFIG_FILE, TOKENIZER_FILE
 from qkv.models.config import ModelConfig, Word2VecConfig
 from qkv.models.presets import make_config
 from qkv.models.word2vec import Word2Vec, Word2VecBatch
 from qkv.tokenizers import Tokenizer, WordTokenizer, load_tokenizer
+from qkv.tokenizers.base import SPECIAL_TOKENS
 from qkv.tokenizers.word import WORD_PATTERN
 from qkv.training.config import TrainConfig
 from qkv.training.launch import Prepared, run_training
@@ -111,24 +121,68 @@ def word2vec_config(config: TrainConfig, vocab_size: int) -> Word2VecConfig:
     return model_config
 
 
+def text_words(
+    config: TrainConfig, run_tokenizer: Tokenizer | None, say: Callable[[str], None]
+) -> tuple[Tokenizer, np.ndarray, dict]:
+    """A text corpus: each line a sentence; the vocabulary made from it (or the resumed run's)."""
+    corpus = load_corpus(config.data, text_field=config.text_field)
+    lines = list(split_lines(corpus.text))
+    tokenizer = run_tokenizer
+    if tokenizer is None:
+        say(f"vocabulary: words seen at least {config.min_count} times in {corpus.name} ({len(lines):,} lines)")
+        tokenizer = train_vocabulary(lines, config)
+    info = {"name": corpus.name, "source": corpus.source, "sha256": fingerprint(corpus.text)}
+    return tokenizer, word_stream(lines, tokenizer), info
+
+
+def prepared_words(
+    config: TrainConfig, run_tokenizer: Tokenizer | None, say: Callable[[str], None]
+) -> tuple[Tokenizer, np.ndarray, dict]:
+    """A folder written by ``qkv prepare --tokenizer word``: its ids, mapped onto the words seen at least
+    ``--min-count`` times (or the resumed run's vocabulary). The shards keep no line breaks, so the whole
+    corpus is one sentence: windows run across lines (as on text8)."""
+    data = PreparedData(Path(config.data), read_manifest(config.data))
+    kind = data.manifest["tokenizer"]["kind"]
+    if kind != "word":
+        raise QkvError(
+            f"{data.folder} was prepared with --tokenizer {kind}, but Word2Vec learns one vector per word: "
+            f"prepare it with --tokenizer word, or give the text itself"
+        )
+    prepared = data.tokenizer()
+    shards = data.shards()
+    ids = shards.read(0, len(shards))
+    tokenizer = run_tokenizer
+    if tokenizer is None:
+        say(f"vocabulary: words seen at least {config.min_count} times in {data.folder} ({len(ids):,} tokens)")
+        vocab = prepared_vocabulary(ids, prepared, config.min_count, config.vocab_size)
+        if len(vocab) - len(SPECIAL_TOKENS) < MIN_WORDS:
+            raise QkvError(
+                f"only {len(vocab) - len(SPECIAL_TOKENS)} distinct word(s) of {data.folder} occur at least "
+                f"--min-count={config.min_count} times: Word2Vec needs at least {MIN_WORDS}; lower --min-count "
+                "or prepare a larger corpus"
+            )
+        tokenizer = WordTokenizer(vocab)
+    source = data.manifest["source"]
+    info = {"name": source["name"], "source": source["description"], "sha256": source["text_sha256"]}
+    return tokenizer, remap_stream(ids, prepared, tokenizer), {**info, "prepared": str(data.folder)}
+
+
 def prepare_word2vec(
     config: TrainConfig, resume_dir: Path | None, session: Session, say: Callable[[str], None]
 ) -> Prepared:
     """Read the corpus, build (or reload) the vocabulary, the model and the batches; with ``--epochs``,
     set ``config.steps`` to that many passes over the corpus."""
-    corpus = load_corpus(config.data)
-    lines = list(split_lines(corpus.text))
-    tokenizer: Tokenizer
     if resume_dir is not None:
-        tokenizer = load_tokenizer(resume_dir / TOKENIZER_FILE)
         model_config = ModelConfig.load(resume_dir / CONFIG_FILE)
-    else:
-        say(f"vocabulary: words seen at least {config.min_count} times in {corpus.name} ({len(lines):,} lines)")
-        tokenizer = train_vocabulary(lines, config)
+        if not isinstance(model_config, Word2VecConfig):
+            raise QkvError(
+                f"{resume_dir} holds a {model_config.kind} model, not Word2Vec: resume it with its own --task"
+            )
+    run_tokenizer = load_tokenizer(resume_dir / TOKENIZER_FILE) if resume_dir is not None else None
+    words = prepared_words if is_prepared(config.data) else text_words
+    tokenizer, stream, data_info = words(config, run_tokenizer, say)
+    if resume_dir is None:
         model_config = word2vec_config(config, tokenizer.vocab_size)
-    if not isinstance(model_config, Word2VecConfig):
-        raise QkvError(f"{resume_dir} holds a {model_config.kind} model, not Word2Vec: resume it with its own --task")
-    stream = word_stream(lines, tokenizer)
     counts = word_counts(stream, tokenizer.vocab_size, tokenizer.eos_id)
     batches = Word2VecBatches(
         stream,
@@ -162,11 +216,12 @@ def prepare_word2vec(
         model,
         task,
         tokenizer,
-        data_info={"name": corpus.name, "source": corpus.source, "sha256": fingerprint(corpus.text)},
+        data_info=data_info,
         summary=[
             f"model: Word2Vec {batches.arch}, {model.num_parameters():,} parameters ({vocabulary:,} words x "
             f"d_model {model_config.d_model}, input and output vectors)",
-            f"data: {corpus.name}, {batches.n_words:,} words; window {config.window}, {config.negative} negatives, "
+            f"data: {data_info['name']}, {batches.n_words:,} words; window {config.window}, "
+            f"{config.negative} negatives, "
             f"sample {config.sample:g}; {config.steps:,} steps of {config.batch_size:,} words"
             + (f" ({config.epochs} epochs)" if config.epochs is not None else ""),
         ],
