@@ -67,7 +67,7 @@ def corpus_lines() -> tuple[list[str], list[str]]:
     return lines, [name for name, _ in parts]
 
 
-def train_gensim(sentences: list[list[str]], arch: str, epochs: int, seed: int) -> tuple[object, float]:
+def train_gensim(sentences: list[list[str]], arch: str, epochs: int, seed: int, lr: float) -> tuple[object, float]:
     from gensim.models import Word2Vec
 
     model = Word2Vec(
@@ -76,7 +76,7 @@ def train_gensim(sentences: list[list[str]], arch: str, epochs: int, seed: int) 
         negative=SETTINGS["negative"],
         sample=SETTINGS["sample"],
         min_count=SETTINGS["min_count"],
-        alpha=SETTINGS["lr"],
+        alpha=lr,
         min_alpha=SETTINGS["min_lr"],
         sg=int(arch == "skipgram"),
         workers=2,
@@ -89,8 +89,8 @@ def train_gensim(sentences: list[list[str]], arch: str, epochs: int, seed: int) 
     return model, time.perf_counter() - start
 
 
-def train_qkv(corpus: Path, arch: str, epochs: int, seed: int, device: str, threads: int, out: Path):
-    settings = {k: v for k, v in SETTINGS.items() if k != "d_model"}
+def train_qkv(corpus: Path, arch: str, epochs: int, seed: int, device: str, threads: int, out: Path, lr: float):
+    settings = {k: v for k, v in SETTINGS.items() if k != "d_model"} | {"lr": lr}
     config = TrainConfig.create(
         task="word2vec",
         data=str(corpus),
@@ -132,6 +132,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--threads", type=int, default=1, help="qkv's CPU threads (default 1: its batches are small, see docs)"
     )
+    parser.add_argument(
+        "--lr", type=float, help="both tools' starting learning rate (default 0.025; word2vec.c uses 0.05 for CBOW)"
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the results here")
     parser.add_argument("--map", default=str(ROOT / "docs" / "images" / "word2vec_pca.png"), help="PCA map path")
     args = parser.parse_args(argv)
@@ -152,12 +155,14 @@ def main(argv: list[str] | None = None) -> None:
     corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
     device = "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device
     print(f"corpus: {' + '.join(sources)}, lower-cased: {len(lines):,} lines, {n_words:,} words")
-    print(f"settings: {SETTINGS | {'epochs': epochs}}; gensim workers=2; qkv on {device}, {args.threads} thread(s)")
+    settings = SETTINGS | {"epochs": epochs, "lr": args.lr or SETTINGS["lr"]}
+    print(f"settings: {settings}; gensim workers=2; qkv on {device}, {args.threads} thread(s)")
 
     results = {}
     for arch in archs:
-        gensim_model, gensim_seconds = train_gensim(sentences, arch, epochs, args.seed)
-        bundle, qkv_seconds = train_qkv(corpus, arch, epochs, args.seed, args.device, args.threads, work / arch)
+        lr = args.lr or SETTINGS["lr"]
+        gensim_model, gensim_seconds = train_gensim(sentences, arch, epochs, args.seed, lr)
+        bundle, qkv_seconds = train_qkv(corpus, arch, epochs, args.seed, args.device, args.threads, work / arch, lr)
         ours = evaluate_analogies(*qkv_vectors(bundle), read_analogies(questions))
         wv = gensim_model.wv
         theirs = evaluate_analogies(wv.vectors, list(wv.index_to_key), read_analogies(questions))
