@@ -12,12 +12,15 @@ from qkv.data.word2vec import (
     Word2VecBatches,
     keep_probabilities,
     negative_table,
+    prepared_vocabulary,
+    remap_stream,
     split_lines,
     window_pairs,
     word_counts,
     word_stream,
 )
 from qkv.errors import QkvError
+from qkv.tokenizers import WordTokenizer
 from qkv.tokenizers.word import WORD_PATTERN
 from qkv.training.config import TrainConfig
 from qkv.training.tasks.word2vec import train_vocabulary, unigram_counts
@@ -116,3 +119,19 @@ def test_rows_stay_in_their_sentence_and_resume_exactly(arch: str) -> None:
         assert torch.equal(getattr(resumed, name), getattr(following, name))
     with pytest.raises(QkvError, match="different corpus"):
         Word2VecBatches(stream[:-40], counts, **make).load_state_dict(state)
+
+
+@pytest.mark.parametrize("min_count", [1, 3, 8])
+def test_prepared_ids_give_the_vocabulary_and_stream_of_the_text(min_count: int) -> None:
+    """Ids encoded with an all-words tokenizer (as ``qkv prepare --tokenizer word`` writes them) map onto the
+    vocabulary and the words that the text itself gives, without the sentence breaks."""
+    lines = zipf_lines()
+    everything = WordTokenizer.train(lines)
+    ids = np.concatenate([everything.encode(line) for line in lines])
+    vocab = prepared_vocabulary(ids, everything, min_count, None)
+    expected = WordTokenizer.train(lines, min_freq=min_count)
+    assert WordTokenizer(vocab) == expected
+    stream = word_stream(lines, expected)
+    mapped = remap_stream(ids, everything, expected)
+    assert np.array_equal(mapped[:-1], stream[stream != expected.eos_id]) and mapped[-1] == expected.eos_id
+    assert len(prepared_vocabulary(ids, everything, min_count, 10)) == 10  # --vocab-size caps it, specials included
