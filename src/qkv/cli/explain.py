@@ -25,6 +25,7 @@ import argparse
 import json
 import sys
 
+from qkv.cli.common import add_device_arguments
 from qkv.errors import QkvError
 
 HELP = "print one attention head's computation step by step, with real numbers"
@@ -35,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("text", nargs="?", help='the text, e.g. "The quick brown fox jumps" (the default example)')
     source = parser.add_argument_group("where the numbers come from")
     source.add_argument("--run", dest="run_dir", metavar="RUN_DIR", help="a run directory written by `qkv train`")
+    add_device_arguments(source)
     source.add_argument("--model", help="a pretrained model: a Hugging Face folder (GPT-2, BERT, Marian) or Hub name")
     source.add_argument("--qkv", metavar="FILE", help="Q, K, V per token from a .json or .csv file")
     source.add_argument("--embeddings", metavar="FILE", help="embeddings X (and optionally W_q, W_k, W_v, W_o)")
@@ -77,11 +79,11 @@ def _explain(args: argparse.Namespace):
     query = args.query
     causal = bool(args.causal)
     if args.run_dir or args.model:
-        from qkv.cli.common import load_any
+        from qkv.cli.common import load_any, use_device
 
         if not args.text:
             raise QkvError('give the text to run the model on, e.g. qkv explain "The quick brown fox" --run RUN_DIR')
-        bundle = load_any(args.run_dir or args.model)
+        bundle = load_any(args.run_dir or args.model, device=use_device(args))
         return explain_model(
             bundle, args.text, layer=args.layer, head=args.head, part=args.part, causal=args.causal, query=query,
             target=args.target,

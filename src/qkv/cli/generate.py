@@ -12,7 +12,15 @@ import sys
 
 import torch
 
-from qkv.cli.common import add_engine_argument, add_model_argument, add_quantize_argument, load_for_use, model_path
+from qkv.cli.common import (
+    add_device_arguments,
+    add_engine_argument,
+    add_model_argument,
+    add_quantize_argument,
+    load_for_use,
+    model_path,
+    use_device,
+)
 from qkv.errors import QkvError
 
 HELP = "generate text with a trained GPT"
@@ -27,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", type=float, default=None, help="sample only from the nucleus of mass p")
     parser.add_argument("--seed", type=int, default=None, help="random seed, for repeatable samples")
     parser.add_argument("--num-samples", type=int, default=1, help="how many samples (default 1)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or mps (default cpu)")
+    add_device_arguments(parser)
     add_quantize_argument(parser)
     parser.add_argument("--no-cache", action="store_true", help="recompute every step instead of using the KV cache")
     add_engine_argument(parser)
@@ -38,12 +46,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.num_samples < 1:
         raise QkvError("--num-samples must be at least 1")
+    args.device = use_device(args)
     bundle = load_for_use(model_path(args), expect="gpt", device=args.device, quantize=args.quantize)
     tokenizer, model = bundle.tokenizer, bundle.model
     prompt = tokenizer.encode(args.prompt) if args.prompt else []
     if not prompt:
         prompt = [tokenizer.bos_id] if tokenizer.bos_id is not None else tokenizer.encode("\n")
-    generator = torch.Generator(device=args.device)
+    generator = torch.Generator(device=use_device(args))
     generator.manual_seed(args.seed if args.seed is not None else torch.seed())
     warned = False
 
