@@ -46,7 +46,11 @@ TRAIN_HELP = {
     "beta1": "AdamW beta1",
     "beta2": "AdamW beta2",
     "grad_clip": "clip the gradient norm to this (0: off)",
-    "label_smoothing": "label smoothing of the loss",
+    "label_smoothing": "label smoothing of the loss (a regulariser for language models and translators alike)",
+    "max_time": "stop after this many minutes of training (with an evaluation and a checkpoint), if --steps has "
+    "not come first; the schedule still spans --steps",
+    "val_data": "translate: validation pairs (a TSV file or SRC,TGT files; default: split off the data)",
+    "max_tokens": "translate: batch by a budget of tokens per batch instead of a sentence count",
     "val_fraction": "fraction of the text held out for validation (the end of the text)",
     "eval_interval": "evaluate every N steps",
     "eval_batches": "batches per evaluation",
@@ -79,6 +83,9 @@ FLAG_TYPES = {
     "arch": str,
     "vocab_size": int,
     "min_lr": float,
+    "max_time": float,
+    "val_data": str,
+    "max_tokens": int,
     "checkpoint_interval": int,
     "threads": int,
     "epochs": int,
@@ -152,7 +159,10 @@ def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = Non
     settings["model"] = dict(settings.get("model", {}))
     if args.config:
         file_settings = read_toml(args.config)
-        settings["model"].update(file_settings.pop("model", {}))
+        model = file_settings.pop("model", {})
+        if not isinstance(model, dict):
+            raise QkvError(f"{args.config}: model = {model!r} must be a [model] table, e.g. [model] d_model = 256")
+        settings["model"].update(model)
         settings.update(file_settings)
     if "steps" in vars(args) and "epochs" not in vars(args):  # an explicit --steps replaces the epochs
         settings["epochs"] = None
@@ -167,6 +177,8 @@ def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = Non
 def run(args: argparse.Namespace) -> int:
     from qkv.training.run import load_run_config
 
+    if args.sample_length < 1:
+        raise QkvError(f"--sample-length must be at least 1 token, got {args.sample_length}")
     base = None
     if args.resume:
         saved, _ = load_run_config(args.resume)
@@ -178,6 +190,14 @@ def run(args: argparse.Namespace) -> int:
                 f"a resumed run keeps its model; drop {', '.join('--' + g.replace('_', '-') for g in given)}"
             )
     config = config_from_args(args, base)
+    if args.resume:
+        check_resume_steps(args.resume, config.steps)
+    elif "warmup_steps" not in vars(args) and config.warmup_steps != _default_warmup(config) and not args.quiet:
+        print(
+            f"note: warmup shortened to {config.warmup_steps} steps (a tenth of --steps {config.steps}) so that it "
+            "fits the run; set --warmup-steps to choose",
+            file=sys.stderr,
+        )
     if config.task == "translate":
         from qkv.training.tasks.translation import train_translator as train
     elif config.task == "word2vec":
@@ -198,6 +218,23 @@ def run(args: argparse.Namespace) -> int:
         else:
             print_samples(result.run_dir, length=args.sample_length)
     return 0
+
+
+def _default_warmup(config: TrainConfig) -> int:
+    from qkv.training.config import _DEFAULTS, ARCH_DEFAULTS, TASK_DEFAULTS
+
+    defaults = {**_DEFAULTS, **TASK_DEFAULTS.get(config.task, {}), **ARCH_DEFAULTS.get((config.task, config.arch), {})}
+    return defaults["warmup_steps"]
+
+
+def check_resume_steps(run_dir: str, steps: int) -> None:
+    """Refuse a resume whose --steps is behind the checkpoint (it would resume at step 40 of 10 and stop)."""
+    from qkv.training.checkpoint import latest_checkpoint, step_of
+
+    latest = latest_checkpoint(run_dir)
+    at = step_of(latest) if latest is not None else None
+    if at is not None and steps < at:
+        raise QkvError(f"{run_dir} is at step {at}, past --steps {steps}: give --steps above {at} to train on")
 
 
 def _is_main() -> bool:

@@ -19,11 +19,12 @@ from torch import Tensor, nn
 
 from qkv.model_dir import save_model_dir
 from qkv.tokenizers import Tokenizer
+from qkv.training.checkpoint import clean_leftovers
 from qkv.training.config import TrainConfig
 from qkv.training.distributed import broadcast_object, shutdown_distributed
 from qkv.training.plot import plot_losses
 from qkv.training.run import Session, check_same_data, load_run_config, new_run_dir, save_run_config, start_session
-from qkv.training.trainer import Task, Trainer, TrainResult
+from qkv.training.trainer import Task, Trainer, TrainResult, resume_available
 
 
 @dataclass
@@ -100,9 +101,15 @@ def run_training(
             quiet=quiet,
             on_step=on_step,
         )
-        if resume_dir is not None:
+        if resume_dir is not None and is_main:
+            for path in clean_leftovers(run_dir):
+                say(f"removed {path}, left half-written when the run was stopped")
+        if resume_dir is not None and resume_available(run_dir):
             trainer.resume()
             say(f"resuming at step {trainer.state.step} of {config.steps}")
+        elif resume_dir is not None:  # stopped before its first checkpoint: start it again, from the same seed
+            trainer.metrics.truncate_after(0)
+            say(f"{run_dir} was stopped before its first checkpoint: starting it again from step 0")
         result = trainer.fit()
         if is_main:
             plot_losses(run_dir, required=False)  # a run stopped before its first log line has no curve
