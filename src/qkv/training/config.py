@@ -65,9 +65,7 @@ class TrainConfig:
     beta2: float = 0.99
     grad_clip: float = 1.0  # 0 disables clipping
     label_smoothing: float = 0.0
-    max_time: float | None = (
-        None  # minutes: stop (with an evaluation and a checkpoint) when --steps or this comes first
-    )
+    max_time: float | None = None  # minutes: stop (evaluated, checkpointed) unless --steps comes first
     # evaluation, logging, checkpoints
     val_fraction: float = 0.1
     eval_interval: int = 250
