@@ -360,6 +360,9 @@ def load_model_dir(
     if target is not None and not isinstance(config, TWO_VOCABULARIES):
         raise QkvError(f"{directory} has a {TARGET_TOKENIZER_FILE} but holds a {config.kind} model: remove that file")
     check_vocab(config, tokenizer, target, directory)
+    from qkv.models.memory import check_fits
+
+    check_fits(config, device)  # a config.json asking for more memory than there is: the figure, not a crash
     model = build_model(config)
     if (directory / QUANTIZATION_FILE).is_file():
         info = read_json(directory / QUANTIZATION_FILE, what="quantization description")

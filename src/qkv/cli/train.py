@@ -210,6 +210,7 @@ def run(args: argparse.Namespace) -> int:
         best = f"{result.best:.4f}" if result.best is not None else "-"
         metric = {"lm": "validation loss", "word2vec": "evaluation loss"}.get(config.task, "validation score")
         print(f"\n{result.stopped} at step {result.step}; best {metric} {best}; run: {result.run_dir}", file=sys.stderr)
+        print(next_commands(config.task, result.run_dir, result.stopped), file=sys.stderr)
     if not args.no_samples and result.stopped != "interrupted" and _is_main():
         if config.task == "translate":
             print_translations(result.run_dir, dates=config.data in (None, "dates"))
@@ -218,6 +219,18 @@ def run(args: argparse.Namespace) -> int:
         else:
             print_samples(result.run_dir, length=args.sample_length)
     return 0
+
+
+def next_commands(task: str, run_dir, stopped: str) -> str:
+    """What to run next with the run just trained (its real path in every command)."""
+    use = {
+        "translate": f'qkv translate {run_dir} "a sentence to translate"',
+        "word2vec": f"qkv embeddings {run_dir} --neighbours WORD",
+    }.get(task, f'qkv generate {run_dir} --prompt "Once upon a time"')
+    lines = ["next:", f"  {use}", f"  qkv plot {run_dir}            # the loss curve"]
+    if stopped in ("interrupted", "time limit"):
+        lines.append(f"  qkv train --resume {run_dir}   # continue where it stopped")
+    return "\n".join(lines)
 
 
 def _default_warmup(config: TrainConfig) -> int:

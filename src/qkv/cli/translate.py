@@ -60,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.beam < 1 or args.n_best < 1 or args.n_best > args.beam:
         raise QkvError("--beam must be >= 1 and --n-best between 1 and --beam")
+    if args.batch_size < 1 or args.max_len_b < 0 or args.max_len_a < 0:
+        raise QkvError("--batch-size must be at least 1, and --max-len-a and --max-len-b not negative")
     if args.model and args.run_dir:  # `qkv translate --model X "sentence"`: the first sentence, not a run dir
         args.sentences, args.run_dir = [args.run_dir, *args.sentences], None
     bundle = load_for_use(model_path(args), expect="transformer", device=use_device(args), quantize=args.quantize)

@@ -27,6 +27,7 @@ from qkv.errors import QkvError
 from qkv.model_dir import CONFIG_FILE, TOKENIZER_FILE
 from qkv.models import GPT, GPTConfig, make_config
 from qkv.models.config import BaseConfig
+from qkv.models.memory import check_fits
 from qkv.tokenizers import Tokenizer, load_tokenizer
 from qkv.training.config import TrainConfig
 from qkv.training.launch import Prepared, run_training
@@ -119,6 +120,7 @@ def prepare_language_model(
     batches = TokenBatches(
         data.shards(), context_length=model_config.context_length, val_fraction=config.val_fraction, seed=config.seed
     )
+    check_fits(model_config, session.device, batch_size=config.batch_size)  # before allocating anything
     model = GPT(model_config).to(session.device)
     task = LanguageModelTask(
         batches,
