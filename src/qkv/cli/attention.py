@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, use_device
+from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, note_unknown, use_device
 from qkv.errors import QkvError
 from qkv.models.config import TRANSLATORS
 
@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     bundle = load_any(model_path(args), device=use_device(args))
     if args.target is not None and bundle.config.kind not in TRANSLATORS:
         raise QkvError("--target is for translators: a GPT or an encoder reads one text")
+    note_unknown(bundle.tokenizer, args.text, what="the text")
     maps = attention_maps(bundle, args.text, target=args.target)
     if args.part is not None and args.part not in maps.groups:
         raise QkvError(f"a {maps.kind} model has no {args.part} attention: choose --part from {', '.join(maps.groups)}")

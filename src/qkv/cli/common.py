@@ -138,3 +138,13 @@ def use_device(args) -> str:
 
     set_threads(getattr(args, "threads", None))
     return str(resolve_device(getattr(args, "device", "cpu")))
+
+
+def note_unknown(tokenizer, text: str, what: str = "the text") -> None:
+    """Print (to stderr) how many tokens of ``text`` became <unk>, if any: one shared line for every verb."""
+    from qkv.tokenizers.base import unknown_note
+
+    if text:
+        note = unknown_note(tokenizer, text, what)
+        if note:
+            print(note, file=sys.stderr)

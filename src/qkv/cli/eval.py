@@ -12,6 +12,7 @@ from qkv.cli.common import (
     add_quantize_argument,
     load_for_use,
     model_path,
+    note_unknown,
     use_device,
 )
 from qkv.errors import QkvError
@@ -41,7 +42,9 @@ def run(args: argparse.Namespace) -> int:
     from qkv.training.perplexity import score_text
 
     bundle = load_for_use(model_path(args), expect="gpt", device=use_device(args), quantize=args.quantize)
-    score = score_text(bundle.model, bundle.tokenizer, read_text(args.file))
+    text = read_text(args.file)
+    note_unknown(bundle.tokenizer, text, what=args.file)
+    score = score_text(bundle.model, bundle.tokenizer, text)
     if args.json:
         print(json.dumps(score.as_dict()))
     else:

@@ -19,6 +19,7 @@ from qkv.cli.common import (
     add_quantize_argument,
     load_for_use,
     model_path,
+    note_unknown,
     use_device,
 )
 from qkv.errors import QkvError
@@ -49,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     args.device = use_device(args)
     bundle = load_for_use(model_path(args), expect="gpt", device=args.device, quantize=args.quantize)
     tokenizer, model = bundle.tokenizer, bundle.model
+    note_unknown(tokenizer, args.prompt, what="the prompt")
     prompt = tokenizer.encode(args.prompt) if args.prompt else []
     if not prompt:
         prompt = [tokenizer.bos_id] if tokenizer.bos_id is not None else tokenizer.encode("\n")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, use_device
+from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, note_unknown, use_device
 from qkv.errors import QkvError
 from qkv.models.config import TRANSLATORS
 
@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     bundle = load_any(model_path(args), device=use_device(args))
     if args.target and bundle.config.kind not in TRANSLATORS:
         raise QkvError("--target is for translators: a GPT continues the prompt itself")
+    note_unknown(bundle.tokenizer, args.text, what="the text")
     result = next_token(
         bundle,
         args.text,

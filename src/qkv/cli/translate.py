@@ -16,6 +16,7 @@ from qkv.cli.common import (
     add_quantize_argument,
     load_for_use,
     model_path,
+    note_unknown,
     use_device,
 )
 from qkv.errors import QkvError
@@ -67,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     bundle = load_for_use(model_path(args), expect="transformer", device=use_device(args), quantize=args.quantize)
     translator = Translator.from_bundle(bundle, engine=args.engine)
     sentences = read_sentences(args)
+    note_unknown(bundle.tokenizer, "\n".join(sentences), what="the sentences")
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         results = translator.translate_n_best(
