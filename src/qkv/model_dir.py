@@ -26,13 +26,14 @@ file behind, and every problem with the files is a :class:`~qkv.errors.QkvError`
 
 from __future__ import annotations
 
+import errno
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
@@ -113,7 +114,14 @@ def save_tensors(path: str | Path, tensors: dict[str, Tensor], metadata: dict[st
         storage = (tensor.untyped_storage().data_ptr(), tensor.untyped_storage().nbytes())
         ready[name] = tensor.clone() if storage in seen and tensor.numel() else tensor
         seen.add(storage)
-    atomic_write(path, lambda tmp: save_file(ready, tmp, metadata=metadata))
+
+    def write(tmp: str) -> None:
+        try:
+            save_file(ready, tmp, metadata=metadata)
+        except SafetensorError as error:  # a full or read-only disk: an OSError naming the file, like any write
+            raise OSError(errno.EIO, str(error), str(path)) from None
+
+    atomic_write(path, write)
 
 
 def save_weights(model: nn.Module, path: str | Path, *, state: dict[str, Tensor] | None = None) -> None:
