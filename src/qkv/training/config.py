@@ -176,6 +176,12 @@ class TrainConfig:
                 if choices
                 else f"--arch {self.arch!r}: --task {self.task} trains one kind of model: drop --arch"
             )
+        vocab = sorted(set(self.model) & {"vocab_size", "src_vocab_size", "tgt_vocab_size"})
+        if vocab:
+            raise QkvError(
+                f"[model] {vocab[0]} comes from the tokenizer trained on the data: drop it (for word and bpe "
+                "tokenizers, set --vocab-size instead)"
+            )
         self._validate_word2vec()
 
     def _validate_word2vec(self) -> None:
