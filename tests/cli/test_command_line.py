@@ -1,0 +1,57 @@
+"""The command line people expect: options anywhere, --device/--threads on every verb that runs a model."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+
+from qkv.cli import VERBS, build_parser, parse
+from qkv.cli.common import use_device
+
+
+def test_options_anywhere() -> None:
+    parser = build_parser()
+    args = parse(parser, ["translate", "RUN", "--beam", "1", "I am hungry.", "Where is the station?"])
+    assert (args.run_dir, args.sentences, args.beam) == ("RUN", ["I am hungry.", "Where is the station?"], 1)
+    args = parse(parser, ["embed", "--model", "M", "a cat", "--json", "a dog"])
+    assert (args.model, args.run_dir, args.sentences, args.json) == ("M", "a cat", ["a dog"], True)
+    args = parse(parser, ["generate", "--max-new-tokens", "5", "RUN", "--temperature", "0"])
+    assert (args.run_dir, args.max_new_tokens, args.temperature) == ("RUN", 5, 0.0)
+
+
+def test_every_verb_parses_intermixed() -> None:
+    parser = build_parser()
+    for verb in VERBS:
+        with pytest.raises(SystemExit) as stop:
+            parse(parser, [verb, "--help"])
+        assert stop.value.code == 0
+
+
+MODEL_VERBS = ("generate", "translate", "embed", "eval", "explain", "attention", "next", "embeddings", "lens")
+MODEL_VERBS += ("attribute", "patch", "heads", "serve")
+
+
+@pytest.mark.parametrize("verb", MODEL_VERBS)
+def test_device_auto_and_threads_on_every_model_verb(verb) -> None:
+    subparsers = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)][0]
+    options = {o: a for a in subparsers.choices[verb]._actions for o in a.option_strings}
+    assert options["--device"].default == "auto"
+    assert "--threads" in options
+
+
+@pytest.mark.parametrize("verb", ["quantize", "export"])
+def test_threads_on_the_writers(verb) -> None:
+    subparsers = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)][0]
+    assert "--threads" in {o for a in subparsers.choices[verb]._actions for o in a.option_strings}
+
+
+def test_use_device_resolves_auto_and_sets_threads() -> None:
+    before = torch.get_num_threads()
+    try:
+        device = use_device(argparse.Namespace(device="auto", threads=1))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    assert device == ("cuda:0" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu")
