@@ -29,7 +29,8 @@ def parameter_count(config) -> int:
     """Parameters of the model ``config`` describes, counted without allocating them."""
     from qkv.model_dir import build_model
 
-    stacks = [name for name in LAYER_FIELDS if hasattr(config, name)]
+    own = {f.name for f in dataclasses.fields(config)}  # (RNNSearch has n_*_layers properties, not fields)
+    stacks = [name for name in LAYER_FIELDS if name in own]
 
     def count(**layers: int) -> int:
         try:
@@ -73,7 +74,8 @@ def activation_numbers(config, batch_size: int) -> int:
     d_ff = getattr(config, "d_ff", None) or 4 * d_model
     heads = getattr(config, "n_heads", 1)
     length = getattr(config, "context_length", 1)
-    blocks = sum(getattr(config, name, 0) for name in LAYER_FIELDS) or 1
+    own = {f.name for f in dataclasses.fields(config)}
+    blocks = sum(getattr(config, name) for name in LAYER_FIELDS if name in own) or 1
     vocab = getattr(config, "vocab_size", None) or getattr(config, "tgt_vocab_size", 0)
     per_token = blocks * (16 * d_model + 2 * d_ff + 3 * heads * length) + 3 * vocab
     return batch_size * length * per_token
