@@ -55,3 +55,24 @@ def test_use_device_resolves_auto_and_sets_threads() -> None:
     finally:
         torch.set_num_threads(before)
     assert device == ("cuda:0" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu")
+
+
+def test_word_level_generate_prints_what_the_tokenizer_decodes(tmp_path, capsys) -> None:
+    from qkv.cli import main
+    from qkv.decoding import stream
+    from qkv.model_dir import load_model_dir
+    from tests.cli.test_bad_input import GOOD_TEXT, train_args
+
+    data = tmp_path / "data.txt"
+    data.write_text(GOOD_TEXT)
+    run = tmp_path / "run"
+    assert main(train_args(data, run, "--tokenizer", "word", "--context-length", "16")) == 0
+    capsys.readouterr()
+    prompt = "this is a small"
+    assert main(["generate", str(run), "--prompt", prompt, "--temperature", "0", "--max-new-tokens", "6"]) == 0
+    printed = capsys.readouterr().out.removesuffix("\n")
+    bundle = load_model_dir(run)
+    ids = bundle.tokenizer.encode(prompt)
+    new = list(stream(bundle.model, ids, max_new_tokens=6, temperature=0.0, eos_id=bundle.tokenizer.eos_id))
+    assert printed == bundle.tokenizer.decode(ids + new)
+    assert printed.startswith(prompt + " ")  # the first new word is not glued to the prompt

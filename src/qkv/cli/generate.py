@@ -71,8 +71,11 @@ def run(args: argparse.Namespace) -> int:
     for i in range(args.num_samples):
         if args.num_samples > 1:
             print(f"--- sample {i + 1} ---")
-        streamer = TextStreamer(tokenizer)
-        sys.stdout.write(args.prompt)
+        # The prompt as the tokenizer decodes it, and the new text joined to it as the tokenizer joins tokens
+        # (a word-level tokenizer puts a space between words: "Mr. Darcy is over", not "isover").
+        shown = prompt if args.prompt else []
+        streamer = TextStreamer(tokenizer, prompt_ids=shown)
+        sys.stdout.write(tokenizer.decode(shown))
         for token in stream(
             model,
             prompt,
