@@ -76,3 +76,21 @@ def test_word_level_generate_prints_what_the_tokenizer_decodes(tmp_path, capsys)
     new = list(stream(bundle.model, ids, max_new_tokens=6, temperature=0.0, eos_id=bundle.tokenizer.eos_id))
     assert printed == bundle.tokenizer.decode(ids + new)
     assert printed.startswith(prompt + " ")  # the first new word is not glued to the prompt
+
+
+def test_explain_fits_80_columns(tmp_path, capsys, monkeypatch) -> None:
+    import re
+
+    from qkv.cli import main
+    from tests.cli.test_bad_input import GOOD_TEXT, train_args
+
+    data = tmp_path / "data.txt"
+    data.write_text(GOOD_TEXT)
+    assert main(train_args(data, tmp_path / "run")) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["explain", "hello world, this is a small corpus", "--run", str(tmp_path / "run")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert not [line for line in lines if re.search(r"\d…", line)]  # no number cut short ("0.05…")
+    assert "COLUMNS=160" in " ".join(lines[-3:])  # how to widen
