@@ -1,5 +1,5 @@
 """Look at a model's token embeddings W_E: nearest neighbours by cosine similarity, analogies a - b + c
-(the seeds' E(king) - E(man) + E(woman)), a labelled 2-D map (PCA) of the embeddings, and a picture of the
+(E(king) - E(man) + E(woman)), a labelled 2-D map (PCA) of the embeddings, and a picture of the
 positional-encoding table.
 
 With --neighbours, --analogy or --analogies the answers are printed (pictures only if --plot/--positions

@@ -114,7 +114,7 @@ def render_explanation(
     for note in e.notes:
         console.print(Text(f"note: {note}", style="dim"))
 
-    _heading(console, "1", "Tokens: the text broken into little pieces (seed 000)")
+    _heading(console, "1", "Tokens: the text broken into little pieces")
     console.print(Text("  " + "  ".join(f"[{i}] {t}" for i, t in enumerate(e.query_tokens))))
     if e.key_tokens != e.query_tokens:
         keys = "  ".join(f"[{j}] {t}" for j, t in enumerate(e.key_tokens))
