@@ -1,7 +1,7 @@
 """Sentence embeddings from an encoder (e.g. a BERT-family model such as all-MiniLM-L6-v2): one vector per
 sentence (the mean of its token vectors, normalised if the model says so) and the cosine-similarity
-matrix between the sentences. Similar meanings point in similar directions (the GPT notes after 3Blue1Brown's videos: the dot product
-measures how well two vectors align)."""
+matrix between the sentences. Similar meanings point in similar directions (the GPT notes after
+3Blue1Brown's videos: the dot product measures how well two vectors align)."""
 
 from __future__ import annotations
 
