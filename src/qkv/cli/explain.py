@@ -45,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument(
         "--example",
         choices=("004", "003", "003-weights"),
-        help="a worked example: 004 (the notes on Attention Is All You Need), 003 or 003-weights (Raschka, Build a Large Language Model (From Scratch), sections 3.3.1 and 3.4); see docs/references.md",
+        help="a worked example: 004 (the notes on Attention Is All You Need), 003 or 003-weights (Raschka, "
+        "Build a Large Language Model (From Scratch), sections 3.3.1 and 3.4); see docs/references.md",
     )
     which = parser.add_argument_group("which head and query")
     which.add_argument("--layer", type=int, default=0, help="layer of a real model (default 0)")
