@@ -94,3 +94,19 @@ def test_explain_fits_80_columns(tmp_path, capsys, monkeypatch) -> None:
     assert max(len(line) for line in lines) <= 80
     assert not [line for line in lines if re.search(r"\d…", line)]  # no number cut short ("0.05…")
     assert "COLUMNS=160" in " ".join(lines[-3:])  # how to widen
+
+
+def test_a_translator_prints_sample_translations_and_the_next_commands(tmp_path, capsys) -> None:
+    from qkv.cli import main
+    from tests.training.tasks.test_translation import write_pairs
+
+    data, run = tmp_path / "pairs.tsv", tmp_path / "run"
+    write_pairs(data)
+    args = ["train", "--task", "translate", "--data", str(data), "--out-dir", str(run), "--steps", "4"]
+    args += ["--warmup-steps", "1", "--eval-interval", "4", "--bleu-sentences", "2", "--d-model", "32"]
+    args += ["--n-heads", "2", "--d-ff", "64", "--max-len", "48"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "sample translations of validation sentences" in captured.out
+    assert captured.out.count("reference: ") == 8
+    assert f'qkv translate {run} "a sentence to translate"' in captured.err

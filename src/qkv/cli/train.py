@@ -213,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
         print(next_commands(config.task, result.run_dir, result.stopped), file=sys.stderr)
     if not args.no_samples and result.stopped != "interrupted" and _is_main():
         if config.task == "translate":
-            print_translations(result.run_dir, dates=config.data in (None, "dates"))
+            print_translations(result.run_dir, config)
         elif config.task == "word2vec":
             print_neighbours(result.run_dir)
         else:
@@ -276,13 +276,21 @@ def print_samples(run_dir, *, length: int, temperatures: tuple[float, ...] = (0.
         sys.stdout.write(streamer.flush() + "\n")
 
 
-def print_translations(run_dir, *, dates: bool, count: int = 8) -> None:
-    """Translate a few examples the model has never seen (fresh dates for the built-in task)."""
+def print_translations(run_dir, config: TrainConfig, *, count: int = 8) -> None:
+    """Translate a few examples the model has never seen: fresh dates for the built-in task, else the first
+    validation pairs (greedy), each with its reference."""
     from qkv.data.dates import held_out_pairs
     from qkv.decoding.translator import Translator
 
     translator = Translator.load(run_dir)
-    if not dates:
+    if config.data not in (None, "dates"):
+        from qkv.training.tasks.translation import load_translation_data
+
+        _, val, _ = load_translation_data(config)
+        sources, targets = val.sources[:count], val.targets[:count]
+        print("\nsample translations of validation sentences (greedy; qkv translate for beam search):")
+        for source, output, target in zip(sources, translator.translate(sources, beam=1), targets, strict=True):
+            print(f"  {source}\n    -> {output}\n    reference: {target}")
         return
     fresh = held_out_pairs(1000, seed=987_654)
     outputs = translator.translate(fresh.sources, beam=1)
