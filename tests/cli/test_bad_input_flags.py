@@ -8,7 +8,6 @@ import json
 import pytest
 import torch
 
-from qkv.cli import main
 from tests.cli.test_bad_input import GOOD_TEXT, assert_one_line_error, run_cli, train_args
 
 # (extra train flags, a fragment of the one line they get)
@@ -66,13 +65,9 @@ def test_a_gpt_preset_for_a_translator(tmp_path, capsys) -> None:
     assert_one_line_error(code, err, "gpt")
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("flags")
-    data = root / "data.txt"
-    data.write_text(GOOD_TEXT)
-    assert main(train_args(data, root / "run")) == 0
-    return root / "run"
+@pytest.fixture
+def run_dir(tiny_run):
+    return tiny_run
 
 
 MODEL_VERBS = [

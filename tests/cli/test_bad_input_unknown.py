@@ -8,16 +8,11 @@ import pytest
 from qkv.cli import main
 from qkv.tokenizers.base import count_unknown, unknown_note
 from qkv.tokenizers.char import CharTokenizer
-from tests.cli.test_bad_input import GOOD_TEXT, train_args
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("unknown")
-    data = root / "data.txt"
-    data.write_text(GOOD_TEXT)
-    assert main(train_args(data, root / "run")) == 0
-    return root / "run"
+@pytest.fixture
+def run_dir(tiny_run):
+    return tiny_run
 
 
 def test_count_unknown_against_the_tokenizers_own_ids() -> None:

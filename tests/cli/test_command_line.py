@@ -78,18 +78,14 @@ def test_word_level_generate_prints_what_the_tokenizer_decodes(tmp_path, capsys)
     assert printed.startswith(prompt + " ")  # the first new word is not glued to the prompt
 
 
-def test_explain_fits_80_columns(tmp_path, capsys, monkeypatch) -> None:
+def test_explain_fits_80_columns(tiny_run, capsys, monkeypatch) -> None:
     import re
 
     from qkv.cli import main
-    from tests.cli.test_bad_input import GOOD_TEXT, train_args
 
-    data = tmp_path / "data.txt"
-    data.write_text(GOOD_TEXT)
-    assert main(train_args(data, tmp_path / "run")) == 0
     capsys.readouterr()
     monkeypatch.setenv("COLUMNS", "80")
-    assert main(["explain", "hello world, this is a small corpus", "--run", str(tmp_path / "run")]) == 0
+    assert main(["explain", "hello world, this is a small corpus", "--run", str(tiny_run)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in lines) <= 80
     assert not [line for line in lines if re.search(r"\d…", line)]  # no number cut short ("0.05…")
