@@ -375,6 +375,12 @@ def load_model_dir(
     if (directory / QUANTIZATION_FILE).is_file():
         info = read_json(directory / QUANTIZATION_FILE, what="quantization description")
         apply_quantization(model, info, where=f"{QUANTIZATION_FILE} in {directory}")
-    load_weights(model, Path(weights_path) if weights_path is not None else directory / weights_name, device=device)
+    weights = Path(weights_path) if weights_path is not None else directory / weights_name
+    load_weights(model, weights, device=device)
+    if any(p.is_floating_point() and not torch.isfinite(p).all() for p in model.parameters()):
+        raise QkvError(
+            f"the weights in {weights} hold NaN or infinite values (the training diverged before they were "
+            "saved): use an earlier checkpoint, or train again with a lower --lr"
+        )
     model.eval()
     return ModelBundle(model=model, config=config, tokenizer=tokenizer, target_tokenizer=target, path=directory)
