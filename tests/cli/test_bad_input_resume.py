@@ -158,3 +158,19 @@ def test_short_runs_fit_the_default_warmup(tmp_path, capsys) -> None:
     assert "warmup shortened to 4 steps" in capsys.readouterr().err
     settings = json.loads((tmp_path / "run" / "train_config.json").read_text())["train"]
     assert settings["warmup_steps"] == 4
+
+
+def test_a_relative_data_path_that_no_longer_resolves(tiny_run, tmp_path, capsys, monkeypatch) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    settings = json.loads((run / "train_config.json").read_text())
+    settings["train"]["data"] = "data.txt"  # as if started with --data data.txt in tiny_run's parent
+    (run / "train_config.json").write_text(json.dumps(settings))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    code, err = run_cli(capsys, "train", "--resume", str(run), "--steps", "6", "--quiet", "--no-samples")
+    assert_one_line_error(code, err, "is a relative path that does not exist from")
+    assert "give its path with --data" in err
+    assert main(["train", "--resume", str(run), "--steps", "6", "--quiet", "--no-samples"]
+                + ["--data", str(tiny_run.parent / "data.txt")]) == 0  # fmt: skip

@@ -192,6 +192,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args, base)
     if args.resume:
         check_resume_steps(args.resume, config.steps)
+        check_resume_data(config.data, given="data" in vars(args))
     elif "warmup_steps" not in vars(args) and config.warmup_steps != _default_warmup(config) and not args.quiet:
         print(
             f"note: warmup shortened to {config.warmup_steps} steps (a tenth of --steps {config.steps}) so that it "
@@ -248,6 +249,19 @@ def check_resume_steps(run_dir: str, steps: int) -> None:
     at = step_of(latest) if latest is not None else None
     if at is not None and steps < at:
         raise QkvError(f"{run_dir} is at step {at}, past --steps {steps}: give --steps above {at} to train on")
+
+
+def check_resume_data(data: str | None, *, given: bool) -> None:
+    """A resumed run reads its data again from the saved path; a relative one may not resolve from here."""
+    from pathlib import Path
+
+    if given or data is None or Path(data).is_absolute() or any(c in data for c in "*?[:"):
+        return
+    if not Path(data).exists() and ("/" in data or "." in data):
+        raise QkvError(
+            f"the run's data {data!r} is a relative path that does not exist from {Path.cwd()}: run from the "
+            "folder the run was started in, or give its path with --data"
+        )
 
 
 def _is_main() -> bool:
