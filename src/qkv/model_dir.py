@@ -26,13 +26,14 @@ file behind, and every problem with the files is a :class:`~qkv.errors.QkvError`
 
 from __future__ import annotations
 
+import errno
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
@@ -113,7 +114,14 @@ def save_tensors(path: str | Path, tensors: dict[str, Tensor], metadata: dict[st
         storage = (tensor.untyped_storage().data_ptr(), tensor.untyped_storage().nbytes())
         ready[name] = tensor.clone() if storage in seen and tensor.numel() else tensor
         seen.add(storage)
-    atomic_write(path, lambda tmp: save_file(ready, tmp, metadata=metadata))
+
+    def write(tmp: str) -> None:
+        try:
+            save_file(ready, tmp, metadata=metadata)
+        except SafetensorError as error:  # a full or read-only disk: an OSError naming the file, like any write
+            raise OSError(errno.EIO, str(error), str(path)) from None
+
+    atomic_write(path, write)
 
 
 def save_weights(model: nn.Module, path: str | Path, *, state: dict[str, Tensor] | None = None) -> None:
@@ -360,10 +368,19 @@ def load_model_dir(
     if target is not None and not isinstance(config, TWO_VOCABULARIES):
         raise QkvError(f"{directory} has a {TARGET_TOKENIZER_FILE} but holds a {config.kind} model: remove that file")
     check_vocab(config, tokenizer, target, directory)
+    from qkv.models.memory import check_fits
+
+    check_fits(config, device)  # a config.json asking for more memory than there is: the figure, not a crash
     model = build_model(config)
     if (directory / QUANTIZATION_FILE).is_file():
         info = read_json(directory / QUANTIZATION_FILE, what="quantization description")
         apply_quantization(model, info, where=f"{QUANTIZATION_FILE} in {directory}")
-    load_weights(model, Path(weights_path) if weights_path is not None else directory / weights_name, device=device)
+    weights = Path(weights_path) if weights_path is not None else directory / weights_name
+    load_weights(model, weights, device=device)
+    if any(p.is_floating_point() and not torch.isfinite(p).all() for p in model.parameters()):
+        raise QkvError(
+            f"the weights in {weights} hold NaN or infinite values (the training diverged before they were "
+            "saved): use an earlier checkpoint, or train again with a lower --lr"
+        )
     model.eval()
     return ModelBundle(model=model, config=config, tokenizer=tokenizer, target_tokenizer=target, path=directory)

@@ -204,3 +204,18 @@ def test_long_sources_are_cropped_with_a_warning(translator, capsys) -> None:
     run, _ = translator
     assert main(["translate", str(run), "one " * 40, "--beam", "1"]) == 0
     assert "cropped" in capsys.readouterr().err
+
+
+def test_options_anywhere(translator, capsys) -> None:
+    run, _ = translator
+    assert main(["translate", str(run), "--beam", "1", "one two three", "four five"]) == 0
+    intermixed = capsys.readouterr().out.splitlines()
+    assert main(["translate", str(run), "one two three", "four five", "--beam", "1"]) == 0
+    assert capsys.readouterr().out.splitlines() == intermixed and len(intermixed) == 2
+
+
+def test_unknown_characters_are_counted(translator, capsys) -> None:
+    run, _ = translator
+    assert main(["translate", str(run), "--beam", "1", "ΩΩ ΩΩ"]) == 0
+    err = capsys.readouterr().err
+    assert "became <unk>" in err and "Traceback" not in err

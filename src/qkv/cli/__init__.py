@@ -47,9 +47,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Options anywhere: the verb's own parser reads its flags and positionals intermixed, so
+    ``qkv translate RUN --beam 1 "a" "b"`` gives both sentences (argparse alone stops the positionals at the
+    first flag)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # (not next(): importing the verb modules binds qkv.cli.next, the `qkv next` module, over the builtin)
+    verbs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)][0].choices
+    if argv and argv[0] in verbs:
+        args = verbs[argv[0]].parse_intermixed_args(argv[1:])
+        args.verb = argv[0]
+        return args
+    return parser.parse_args(argv)  # --help, a misspelt verb: argparse's own messages
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     try:
         return args.run(args) or 0
     except QkvError as error:

@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from qkv.cli.common import add_model_argument, load_any, model_path
+from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, note_unknown, use_device
 from qkv.errors import QkvError
 from qkv.models.config import TRANSLATORS
 
@@ -24,6 +24,7 @@ HELP = "draw attention heatmaps (all layers x heads, or one) as PNG and a standa
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
+    add_device_arguments(parser)
     parser.add_argument("text", help="the text to run the model on (a translator's source sentence)")
     parser.add_argument("--target", help="a translator's target text (default: its own greedy translation)")
     parser.add_argument("--part", choices=("encoder", "decoder", "cross"), help="draw only this kind of attention")
@@ -49,9 +50,10 @@ def run(args: argparse.Namespace) -> int:
     from qkv.inspect.figures import draw_attention
     from qkv.inspect.html_view import write_attention_html
 
-    bundle = load_any(model_path(args))
+    bundle = load_any(model_path(args), device=use_device(args))
     if args.target is not None and bundle.config.kind not in TRANSLATORS:
         raise QkvError("--target is for translators: a GPT or an encoder reads one text")
+    note_unknown(bundle.tokenizer, args.text, what="the text")
     maps = attention_maps(bundle, args.text, target=args.target)
     if args.part is not None and args.part not in maps.groups:
         raise QkvError(f"a {maps.kind} model has no {args.part} attention: choose --part from {', '.join(maps.groups)}")

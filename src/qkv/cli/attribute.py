@@ -14,13 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import add_model_argument, load_any, model_path
+from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, use_device
 
 HELP = "direct logit attribution: each layer's and head's push on one token's logit (table + chart)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
+    add_device_arguments(parser)
     parser.add_argument("text", help="the text (a translator's source sentence)")
     parser.add_argument("--target", metavar="TOKEN", help="the token whose logit is explained (default: the top one)")
     parser.add_argument("--foil", metavar="TOKEN", help="explain logit(target) - logit(foil) instead")
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from qkv.inspect.circuit_figures import draw_attribution
     from qkv.inspect.trace import check_range
 
-    bundle = load_any(model_path(args))
+    bundle = load_any(model_path(args), device=use_device(args))
     result = attribute(bundle, args.text, target=args.target, foil=args.foil, position=args.position,
                        prefix=args.prefix)  # fmt: skip
     check_range("decoder", result.n_layers, result.heads.shape[1], args.layer, None)

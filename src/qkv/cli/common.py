@@ -118,3 +118,33 @@ def add_engine_argument(parser) -> None:
         "model (the model's own forward, the reference), static, compiled (torch.compile; slow to start), "
         "graph or compiled-graph (CUDA only)",
     )
+
+
+def add_device_arguments(parser, *, device: bool = True) -> None:
+    """--device (default auto) and --threads: where the model runs, for every verb that runs one."""
+    if device:
+        parser.add_argument(
+            "--device",
+            default="auto",
+            help="auto (the default: a CUDA GPU, then Apple's MPS, then the CPU), cpu, cuda, cuda:N or mps",
+        )
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads torch may use (default: all cores)")
+
+
+def use_device(args) -> str:
+    """Apply --threads and resolve --device (QkvError for a device that is absent or not a device); returns
+    the device name to load the model on, e.g. "cpu" or "cuda:0"."""
+    from qkv.training.device import resolve_device, set_threads
+
+    set_threads(getattr(args, "threads", None))
+    return str(resolve_device(getattr(args, "device", "cpu")))
+
+
+def note_unknown(tokenizer, text: str, what: str = "the text") -> None:
+    """Print (to stderr) how many tokens of ``text`` became <unk>, if any: one shared line for every verb."""
+    from qkv.tokenizers.base import unknown_note
+
+    if text:
+        note = unknown_note(tokenizer, text, what)
+        if note:
+            print(note, file=sys.stderr)

@@ -1,7 +1,7 @@
 """Sentence embeddings from an encoder (e.g. a BERT-family model such as all-MiniLM-L6-v2): one vector per
 sentence (the mean of its token vectors, normalised if the model says so) and the cosine-similarity
-matrix between the sentences. Similar meanings point in similar directions (seed 000: the dot product
-measures how well two vectors align)."""
+matrix between the sentences. Similar meanings point in similar directions (the GPT notes after
+3Blue1Brown's videos: the dot product measures how well two vectors align)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ import json
 
 import torch
 
-from qkv.cli.common import add_model_argument, add_quantize_argument, load_for_use, model_path
+from qkv.cli.common import (
+    add_device_arguments,
+    add_model_argument,
+    add_quantize_argument,
+    load_for_use,
+    model_path,
+    use_device,
+)
 from qkv.errors import QkvError
 
 HELP = "embed sentences with an encoder and print their cosine similarities"
@@ -20,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser, what="an encoder: a qkv run directory or (with --model) a pretrained BERT folder")
     parser.add_argument("sentences", nargs="*", metavar="SENTENCE")
     parser.add_argument("--json", action="store_true", help="print the embeddings and similarities as JSON")
-    parser.add_argument("--device", default="cpu")
+    add_device_arguments(parser)
     add_quantize_argument(parser)
 
 
@@ -29,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         args.sentences, args.run_dir = [args.run_dir, *args.sentences], None
     if not args.sentences:
         raise QkvError('give one or more sentences to embed, e.g. qkv embed --model DIR "A man is eating."')
-    bundle = load_for_use(model_path(args), expect="encoder", device=args.device, quantize=args.quantize)
+    bundle = load_for_use(model_path(args), expect="encoder", device=use_device(args), quantize=args.quantize)
     from qkv.pretrained import embed_sentences
 
     vectors = embed_sentences(bundle, args.sentences)  # the model's own pooling (mean for qkv encoders)

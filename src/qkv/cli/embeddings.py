@@ -1,5 +1,5 @@
 """Look at a model's token embeddings W_E: nearest neighbours by cosine similarity, analogies a - b + c
-(the seeds' E(king) - E(man) + E(woman)), a labelled 2-D map (PCA) of the embeddings, and a picture of the
+(E(king) - E(man) + E(woman)), a labelled 2-D map (PCA) of the embeddings, and a picture of the
 positional-encoding table.
 
 With --neighbours, --analogy or --analogies the answers are printed (pictures only if --plot/--positions
@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import load_any
+from qkv.cli.common import add_device_arguments, load_any, use_device
 from qkv.errors import QkvError
 
 HELP = "nearest neighbours, analogies and a 2-D map of token embeddings; the positional table"
@@ -25,6 +25,7 @@ HELP = "nearest neighbours, analogies and a 2-D map of token embeddings; the pos
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", nargs="?", help="a run directory written by `qkv train`")
     parser.add_argument("--model", help="a pretrained model instead: a Hugging Face folder or a Hub name")
+    add_device_arguments(parser)
     parser.add_argument("--neighbours", nargs="+", metavar="TOKEN", help="nearest tokens to each TOKEN by cosine")
     parser.add_argument("--analogy", nargs=3, metavar=("A", "B", "C"), help="tokens nearest to A - B + C")
     parser.add_argument(
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     asked = bool(args.neighbours or args.analogy or args.analogies)
     if path is None and (asked or args.plot or not args.positions):
         raise QkvError("which model? give a run directory (RUN_DIR) or --model; only --positions works without one")
-    bundle = load_any(path) if path else None
+    bundle = load_any(path, device=use_device(args)) if path else None
     has_positions = bundle is None or bundle.config.kind != "word2vec"
     plot = args.plot or (None if asked else "embeddings.png")
     positions = args.positions or (None if asked or not has_positions else "positions.png")

@@ -6,7 +6,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import add_model_argument, add_quantize_argument, load_for_use, model_path
+from qkv.cli.common import (
+    add_device_arguments,
+    add_model_argument,
+    add_quantize_argument,
+    load_for_use,
+    model_path,
+    note_unknown,
+    use_device,
+)
 from qkv.errors import QkvError
 from qkv.io import read_text
 
@@ -20,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ref", help="reference translations, one per line (translators)")
     parser.add_argument("--beam", type=int, default=4, help="beam size for translators (default 4)")
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
-    parser.add_argument("--device", default="cpu")
+    add_device_arguments(parser)
     add_quantize_argument(parser)
 
 
@@ -33,8 +41,10 @@ def run(args: argparse.Namespace) -> int:
         raise QkvError("give a text FILE to evaluate on: qkv eval RUN_DIR FILE")
     from qkv.training.perplexity import score_text
 
-    bundle = load_for_use(model_path(args), expect="gpt", device=args.device, quantize=args.quantize)
-    score = score_text(bundle.model, bundle.tokenizer, read_text(args.file))
+    bundle = load_for_use(model_path(args), expect="gpt", device=use_device(args), quantize=args.quantize)
+    text = read_text(args.file)
+    note_unknown(bundle.tokenizer, text, what=args.file)
+    score = score_text(bundle.model, bundle.tokenizer, text)
     if args.json:
         print(json.dumps(score.as_dict()))
     else:
@@ -57,7 +67,7 @@ def evaluate_translator_from_cli(args: argparse.Namespace) -> int:
 
     if not (args.src and args.ref):
         raise QkvError("give both --src (source sentences) and --ref (reference translations)")
-    bundle = load_for_use(model_path(args), expect="transformer", device=args.device, quantize=args.quantize)
+    bundle = load_for_use(model_path(args), expect="transformer", device=use_device(args), quantize=args.quantize)
     translator = Translator.from_bundle(bundle)
     sources, references = _lines(args.src, "source file"), _lines(args.ref, "reference file")
     if len(sources) != len(references):

@@ -10,10 +10,12 @@ Where the numbers come from (give at most one):
   --embeddings FILE              your embeddings X (and W_q, W_k, W_v, W_o if the file has them; the
                                  missing ones are torch.rand with --seed)
   --example 004 | 003 | 003-weights
-                                 a seed's worked example (004 is the default: "The quick brown fox jumps"
-                                 with the seed's Q, K, V; 003 is "Your journey starts with one step"
-                                 without trainable weights; 003-weights adds W = torch.rand after
-                                 torch.manual_seed(123), the book's section 3.4)
+                                 a worked example (004, the default: "The quick brown fox jumps"
+                                 with its Q, K, V, from notes on "Attention Is All You Need"; 003:
+                                 "Your journey starts with one step" without trainable weights, from
+                                 Raschka's Build a Large Language Model (From Scratch), section 3.3.1;
+                                 003-weights adds W = torch.rand after torch.manual_seed(123), the
+                                 book's section 3.4; see docs/references.md)
 
 Any other TEXT without a model or file gets random 4-dimensional embeddings and random weights (--seed),
 which shows the mechanism but not a trained model's numbers. --json prints every number instead.
@@ -25,6 +27,7 @@ import argparse
 import json
 import sys
 
+from qkv.cli.common import add_device_arguments
 from qkv.errors import QkvError
 
 HELP = "print one attention head's computation step by step, with real numbers"
@@ -35,10 +38,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("text", nargs="?", help='the text, e.g. "The quick brown fox jumps" (the default example)')
     source = parser.add_argument_group("where the numbers come from")
     source.add_argument("--run", dest="run_dir", metavar="RUN_DIR", help="a run directory written by `qkv train`")
+    add_device_arguments(source)
     source.add_argument("--model", help="a pretrained model: a Hugging Face folder (GPT-2, BERT, Marian) or Hub name")
     source.add_argument("--qkv", metavar="FILE", help="Q, K, V per token from a .json or .csv file")
     source.add_argument("--embeddings", metavar="FILE", help="embeddings X (and optionally W_q, W_k, W_v, W_o)")
-    source.add_argument("--example", choices=("004", "003", "003-weights"), help="a seed's worked example")
+    source.add_argument(
+        "--example",
+        choices=("004", "003", "003-weights"),
+        help="a worked example: 004 (the notes on Attention Is All You Need), 003 or 003-weights (Raschka, "
+        "Build a Large Language Model (From Scratch), sections 3.3.1 and 3.4); see docs/references.md",
+    )
     which = parser.add_argument_group("which head and query")
     which.add_argument("--layer", type=int, default=0, help="layer of a real model (default 0)")
     which.add_argument("--head", type=int, default=0, help="head to show (default 0)")
@@ -46,7 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--part", choices=("encoder", "decoder", "cross"), help="a translator's attention (default encoder)"
     )
     which.add_argument("--target", help="a translator's target text (default: its own greedy translation)")
-    which.add_argument("--query", help="focus on this token (its text or its index); the examples focus on the seed's")
+    which.add_argument(
+        "--query", help="focus on this token (its text or its index); the examples focus on their source's"
+    )
     which.add_argument(
         "--causal", action=argparse.BooleanOptionalAction, default=None,
         help="hide later tokens (default: as the model does; no mask for the examples and files)",
@@ -77,11 +88,12 @@ def _explain(args: argparse.Namespace):
     query = args.query
     causal = bool(args.causal)
     if args.run_dir or args.model:
-        from qkv.cli.common import load_any
+        from qkv.cli.common import load_any, note_unknown, use_device
 
         if not args.text:
             raise QkvError('give the text to run the model on, e.g. qkv explain "The quick brown fox" --run RUN_DIR')
-        bundle = load_any(args.run_dir or args.model)
+        bundle = load_any(args.run_dir or args.model, device=use_device(args))
+        note_unknown(bundle.tokenizer, args.text, what="the text")
         return explain_model(
             bundle, args.text, layer=args.layer, head=args.head, part=args.part, causal=args.causal, query=query,
             target=args.target,

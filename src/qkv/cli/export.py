@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qkv.cli.common import add_model_argument, load_any, model_path
+from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, use_device
 from qkv.errors import QkvError
 
 HELP = "export a model to ONNX (GPT with its KV cache, encoder, encoder-decoder)"
@@ -19,6 +19,7 @@ HELP = "export a model to ONNX (GPT with its KV cache, encoder, encoder-decoder)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser, what="the model to export: a run directory (or --model for a pretrained one)")
+    add_device_arguments(parser, device=False)  # written from the CPU
     parser.add_argument("--onnx", metavar="FILE", help="write the ONNX graph(s) here (a name ending in .onnx)")
 
 
@@ -29,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
 
     from qkv.export.onnx import check_exportable, export_onnx, sentence_head_of
 
-    bundle = load_any(model_path(args))
+    bundle = load_any(model_path(args), device=use_device(args))
     check_exportable(bundle.model, Path(args.onnx))
     head = sentence_head_of(bundle) if bundle.config.kind == "encoder" else {}
     print(f"qkv export: tracing the {bundle.config.kind} model (a minute for GPT-2 small)...", file=sys.stderr)

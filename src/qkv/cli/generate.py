@@ -12,7 +12,16 @@ import sys
 
 import torch
 
-from qkv.cli.common import add_engine_argument, add_model_argument, add_quantize_argument, load_for_use, model_path
+from qkv.cli.common import (
+    add_device_arguments,
+    add_engine_argument,
+    add_model_argument,
+    add_quantize_argument,
+    load_for_use,
+    model_path,
+    note_unknown,
+    use_device,
+)
 from qkv.errors import QkvError
 
 HELP = "generate text with a trained GPT"
@@ -27,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", type=float, default=None, help="sample only from the nucleus of mass p")
     parser.add_argument("--seed", type=int, default=None, help="random seed, for repeatable samples")
     parser.add_argument("--num-samples", type=int, default=1, help="how many samples (default 1)")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or mps (default cpu)")
+    add_device_arguments(parser)
     add_quantize_argument(parser)
     parser.add_argument("--no-cache", action="store_true", help="recompute every step instead of using the KV cache")
     add_engine_argument(parser)
@@ -38,12 +47,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.num_samples < 1:
         raise QkvError("--num-samples must be at least 1")
+    args.device = use_device(args)
     bundle = load_for_use(model_path(args), expect="gpt", device=args.device, quantize=args.quantize)
     tokenizer, model = bundle.tokenizer, bundle.model
+    note_unknown(tokenizer, args.prompt, what="the prompt")
     prompt = tokenizer.encode(args.prompt) if args.prompt else []
     if not prompt:
         prompt = [tokenizer.bos_id] if tokenizer.bos_id is not None else tokenizer.encode("\n")
-    generator = torch.Generator(device=args.device)
+    generator = torch.Generator(device=use_device(args))
     generator.manual_seed(args.seed if args.seed is not None else torch.seed())
     warned = False
 
@@ -60,8 +71,11 @@ def run(args: argparse.Namespace) -> int:
     for i in range(args.num_samples):
         if args.num_samples > 1:
             print(f"--- sample {i + 1} ---")
-        streamer = TextStreamer(tokenizer)
-        sys.stdout.write(args.prompt)
+        # The prompt as the tokenizer decodes it, and the new text joined to it as the tokenizer joins tokens
+        # (a word-level tokenizer puts a space between words: "Mr. Darcy is over", not "isover").
+        shown = prompt if args.prompt else []
+        streamer = TextStreamer(tokenizer, prompt_ids=shown)
+        sys.stdout.write(tokenizer.decode(shown))
         for token in stream(
             model,
             prompt,

@@ -14,13 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import add_model_argument, load_any, model_path
+from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, use_device
 
 HELP = "head detector: previous-token, first-token, induction and duplicate-token scores of every head"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
+    add_device_arguments(parser)
     parser.add_argument("--length", type=int, help="random tokens per sequence, repeated twice (default 50 or less)")
     parser.add_argument("--batch", type=int, default=8, help="random sequences averaged over (default 8)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random tokens (default 0)")
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     from qkv.inspect.circuit_figures import draw_head_scores
     from qkv.inspect.heads import detect_heads
 
-    bundle = load_any(model_path(args))
+    bundle = load_any(model_path(args), device=use_device(args))
     detection = detect_heads(bundle, length=args.length, batch=args.batch, seed=args.seed, bos=args.bos)
     parts = [detection.part(args.part)] if args.part else detection.parts
     fitting = [p for p in parts if _fits(p, args.layer, args.head)]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import add_model_argument, load_any, model_path
+from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, use_device
 from qkv.errors import QkvError
 
 HELP = "logit lens: every layer's top next tokens, read through the final norm and W_U (table + heatmap)"
@@ -23,6 +23,7 @@ HELP = "logit lens: every layer's top next tokens, read through the final norm a
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
+    add_device_arguments(parser)
     parser.add_argument("text", help="the text (a translator's source sentence)")
     parser.add_argument("--target", help="a translator's target text (default: its own greedy translation)")
     parser.add_argument("--position", default="-1", help="the position the table shows: index or token (default -1)")
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from qkv.inspect.tokens import find_position
     from qkv.inspect.trace import check_range
 
-    bundle = load_any(model_path(args))
+    bundle = load_any(model_path(args), device=use_device(args))
     if args.target is not None and bundle.config.kind != "transformer":
         raise QkvError("--target is for translators: a GPT reads one text")
     lens = logit_lens(bundle, args.text, target=args.target, top=args.top)

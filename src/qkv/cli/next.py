@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import add_model_argument, load_any, model_path
+from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, note_unknown, use_device
 from qkv.errors import QkvError
 from qkv.models.config import TRANSLATORS
 
@@ -22,6 +22,7 @@ HELP = "show the next-token distribution at several temperatures (table + bar ch
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
+    add_device_arguments(parser)
     parser.add_argument("text", help="the prompt (a translator's source sentence)")
     parser.add_argument("--target", default="", help="a translator's target prefix (default: none, just <bos>)")
     parser.add_argument("--top", type=int, default=10, help="how many tokens to show (default 10)")
@@ -45,9 +46,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.digits < 0:
         raise QkvError("--digits must be >= 0")
-    bundle = load_any(model_path(args))
+    bundle = load_any(model_path(args), device=use_device(args))
     if args.target and bundle.config.kind not in TRANSLATORS:
         raise QkvError("--target is for translators: a GPT continues the prompt itself")
+    note_unknown(bundle.tokenizer, args.text, what="the text")
     result = next_token(
         bundle,
         args.text,

@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import add_model_argument, load_any, model_path
+from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, use_device
 
 HELP = "activation patching: which layers, positions and heads carry the answer (heatmaps)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
+    add_device_arguments(parser)
     parser.add_argument("--clean", required=True, help="the prompt whose answer is the target")
     parser.add_argument("--corrupt", required=True, help="a prompt of the same token length with another answer")
     parser.add_argument("--target", metavar="TOKEN", help="the clean answer (default: the clean run's top token)")
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from qkv.inspect.circuit_figures import draw_patching
     from qkv.inspect.patching import patch
 
-    bundle = load_any(model_path(args))
+    bundle = load_any(model_path(args), device=use_device(args))
     bar, update = _progress()
     if bar is not None:
         bar.start()

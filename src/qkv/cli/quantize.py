@@ -8,13 +8,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qkv.cli.common import add_model_argument, load_any, model_path
+from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, use_device
 
 HELP = "save an int8 copy of a model (weight-only, a scale per output channel)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser, what="the model to quantize: a run directory (or --model for a pretrained one)")
+    add_device_arguments(parser, device=False)  # written from the CPU
     parser.add_argument("--out", required=True, metavar="DIR", help="folder for the quantized copy (new or empty)")
     parser.add_argument("--scheme", default="int8", help="quantization scheme: int8 (the default and only one)")
 
@@ -23,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from qkv.quantization import check_scheme, save_quantized, weight_bytes
 
     check_scheme(args.scheme)
-    bundle = load_any(model_path(args))
+    bundle = load_any(model_path(args), device=use_device(args))
     before = weight_bytes(bundle.model)
     out = save_quantized(bundle, args.out, args.scheme)
     after = weight_bytes(bundle.model)

@@ -16,7 +16,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qkv.cli.common import add_model_argument, add_quantize_argument, load_any, model_path
+from qkv.cli.common import (
+    add_device_arguments,
+    add_model_argument,
+    add_quantize_argument,
+    load_any,
+    model_path,
+    use_device,
+)
 from qkv.errors import QkvError
 
 HELP = "serve a model over HTTP, with a web playground"
@@ -46,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--allow-host", action="append", default=[], metavar="NAME",
         help="also answer requests whose Host header is NAME (repeatable; '*' for any name)",
     )  # fmt: skip
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or mps (default cpu)")
+    add_device_arguments(parser)
     add_quantize_argument(parser)
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
@@ -74,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         raise QkvError(f"{error}: check the --max-* and --queue-timeout flags") from None
     if not 0 <= args.port <= 65535:
         raise QkvError(f"--port {args.port} is not a port number: use 1-65535, or 0 for a free one")
-    bundle = load_any(model_path(args), device=args.device, quantize=args.quantize)
+    bundle = load_any(model_path(args), device=use_device(args), quantize=args.quantize)
     hosts = allowed_hosts(args.host, args.allow_host)
     app = create_app(bundle, limits, hosts=hosts)
     service = app.state.service

@@ -46,7 +46,11 @@ TRAIN_HELP = {
     "beta1": "AdamW beta1",
     "beta2": "AdamW beta2",
     "grad_clip": "clip the gradient norm to this (0: off)",
-    "label_smoothing": "label smoothing of the loss",
+    "label_smoothing": "label smoothing of the loss (a regulariser for language models and translators alike)",
+    "max_time": "stop after this many minutes of training (with an evaluation and a checkpoint), if --steps has "
+    "not come first; the schedule still spans --steps",
+    "val_data": "translate: validation pairs (a TSV file or SRC,TGT files; default: split off the data)",
+    "max_tokens": "translate: batch by a budget of tokens per batch instead of a sentence count",
     "val_fraction": "fraction of the text held out for validation (the end of the text)",
     "eval_interval": "evaluate every N steps",
     "eval_batches": "batches per evaluation",
@@ -79,6 +83,9 @@ FLAG_TYPES = {
     "arch": str,
     "vocab_size": int,
     "min_lr": float,
+    "max_time": float,
+    "val_data": str,
+    "max_tokens": int,
     "checkpoint_interval": int,
     "threads": int,
     "epochs": int,
@@ -152,7 +159,10 @@ def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = Non
     settings["model"] = dict(settings.get("model", {}))
     if args.config:
         file_settings = read_toml(args.config)
-        settings["model"].update(file_settings.pop("model", {}))
+        model = file_settings.pop("model", {})
+        if not isinstance(model, dict):
+            raise QkvError(f"{args.config}: model = {model!r} must be a [model] table, e.g. [model] d_model = 256")
+        settings["model"].update(model)
         settings.update(file_settings)
     if "steps" in vars(args) and "epochs" not in vars(args):  # an explicit --steps replaces the epochs
         settings["epochs"] = None
@@ -167,6 +177,8 @@ def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = Non
 def run(args: argparse.Namespace) -> int:
     from qkv.training.run import load_run_config
 
+    if args.sample_length < 1:
+        raise QkvError(f"--sample-length must be at least 1 token, got {args.sample_length}")
     base = None
     if args.resume:
         saved, _ = load_run_config(args.resume)
@@ -178,6 +190,15 @@ def run(args: argparse.Namespace) -> int:
                 f"a resumed run keeps its model; drop {', '.join('--' + g.replace('_', '-') for g in given)}"
             )
     config = config_from_args(args, base)
+    if args.resume:
+        check_resume_steps(args.resume, config.steps)
+        check_resume_data(config.data, given="data" in vars(args))
+    elif "warmup_steps" not in vars(args) and config.warmup_steps != _default_warmup(config) and not args.quiet:
+        print(
+            f"note: warmup shortened to {config.warmup_steps} steps (a tenth of --steps {config.steps}) so that it "
+            "fits the run; set --warmup-steps to choose",
+            file=sys.stderr,
+        )
     if config.task == "translate":
         from qkv.training.tasks.translation import train_translator as train
     elif config.task == "word2vec":
@@ -190,14 +211,57 @@ def run(args: argparse.Namespace) -> int:
         best = f"{result.best:.4f}" if result.best is not None else "-"
         metric = {"lm": "validation loss", "word2vec": "evaluation loss"}.get(config.task, "validation score")
         print(f"\n{result.stopped} at step {result.step}; best {metric} {best}; run: {result.run_dir}", file=sys.stderr)
+        print(next_commands(config.task, result.run_dir, result.stopped), file=sys.stderr)
     if not args.no_samples and result.stopped != "interrupted" and _is_main():
         if config.task == "translate":
-            print_translations(result.run_dir, dates=config.data in (None, "dates"))
+            print_translations(result.run_dir, config)
         elif config.task == "word2vec":
             print_neighbours(result.run_dir)
         else:
             print_samples(result.run_dir, length=args.sample_length)
     return 0
+
+
+def next_commands(task: str, run_dir, stopped: str) -> str:
+    """What to run next with the run just trained (its real path in every command)."""
+    use = {
+        "translate": f'qkv translate {run_dir} "a sentence to translate"',
+        "word2vec": f"qkv embeddings {run_dir} --neighbours WORD",
+    }.get(task, f'qkv generate {run_dir} --prompt "Once upon a time"')
+    lines = ["next:", f"  {use}", f"  qkv plot {run_dir}            # the loss curve"]
+    if stopped in ("interrupted", "time limit"):
+        lines.append(f"  qkv train --resume {run_dir}   # continue where it stopped")
+    return "\n".join(lines)
+
+
+def _default_warmup(config: TrainConfig) -> int:
+    from qkv.training.config import _DEFAULTS, ARCH_DEFAULTS, TASK_DEFAULTS
+
+    defaults = {**_DEFAULTS, **TASK_DEFAULTS.get(config.task, {}), **ARCH_DEFAULTS.get((config.task, config.arch), {})}
+    return defaults["warmup_steps"]
+
+
+def check_resume_steps(run_dir: str, steps: int) -> None:
+    """Refuse a resume whose --steps is behind the checkpoint (it would resume at step 40 of 10 and stop)."""
+    from qkv.training.checkpoint import latest_checkpoint, step_of
+
+    latest = latest_checkpoint(run_dir)
+    at = step_of(latest) if latest is not None else None
+    if at is not None and steps < at:
+        raise QkvError(f"{run_dir} is at step {at}, past --steps {steps}: give --steps above {at} to train on")
+
+
+def check_resume_data(data: str | None, *, given: bool) -> None:
+    """A resumed run reads its data again from the saved path; a relative one may not resolve from here."""
+    from pathlib import Path
+
+    if given or data is None or Path(data).is_absolute() or any(c in data for c in "*?[:"):
+        return
+    if not Path(data).exists() and ("/" in data or "." in data):
+        raise QkvError(
+            f"the run's data {data!r} is a relative path that does not exist from {Path.cwd()}: run from the "
+            "folder the run was started in, or give its path with --data"
+        )
 
 
 def _is_main() -> bool:
@@ -226,13 +290,21 @@ def print_samples(run_dir, *, length: int, temperatures: tuple[float, ...] = (0.
         sys.stdout.write(streamer.flush() + "\n")
 
 
-def print_translations(run_dir, *, dates: bool, count: int = 8) -> None:
-    """Translate a few examples the model has never seen (fresh dates for the built-in task)."""
+def print_translations(run_dir, config: TrainConfig, *, count: int = 8) -> None:
+    """Translate a few examples the model has never seen: fresh dates for the built-in task, else the first
+    validation pairs (greedy), each with its reference."""
     from qkv.data.dates import held_out_pairs
     from qkv.decoding.translator import Translator
 
     translator = Translator.load(run_dir)
-    if not dates:
+    if config.data not in (None, "dates"):
+        from qkv.training.tasks.translation import load_translation_data
+
+        _, val, _ = load_translation_data(config)
+        sources, targets = val.sources[:count], val.targets[:count]
+        print("\nsample translations of validation sentences (greedy; qkv translate for beam search):")
+        for source, output, target in zip(sources, translator.translate(sources, beam=1), targets, strict=True):
+            print(f"  {source}\n    -> {output}\n    reference: {target}")
         return
     fresh = held_out_pairs(1000, seed=987_654)
     outputs = translator.translate(fresh.sources, beam=1)

@@ -9,7 +9,16 @@ import argparse
 import sys
 import warnings
 
-from qkv.cli.common import add_engine_argument, add_model_argument, add_quantize_argument, load_for_use, model_path
+from qkv.cli.common import (
+    add_device_arguments,
+    add_engine_argument,
+    add_model_argument,
+    add_quantize_argument,
+    load_for_use,
+    model_path,
+    note_unknown,
+    use_device,
+)
 from qkv.errors import QkvError
 from qkv.io import read_text
 
@@ -26,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="sentences decoded together (32)")
     parser.add_argument("--max-len-a", type=float, default=1.5, help="output length limit: a x source length + b")
     parser.add_argument("--max-len-b", type=int, default=10, help="see --max-len-a")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or mps (default cpu)")
+    add_device_arguments(parser)
     add_quantize_argument(parser)
     add_engine_argument(parser)
 
@@ -52,11 +61,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.beam < 1 or args.n_best < 1 or args.n_best > args.beam:
         raise QkvError("--beam must be >= 1 and --n-best between 1 and --beam")
+    if args.batch_size < 1 or args.max_len_b < 0 or args.max_len_a < 0:
+        raise QkvError("--batch-size must be at least 1, and --max-len-a and --max-len-b not negative")
     if args.model and args.run_dir:  # `qkv translate --model X "sentence"`: the first sentence, not a run dir
         args.sentences, args.run_dir = [args.run_dir, *args.sentences], None
-    bundle = load_for_use(model_path(args), expect="transformer", device=args.device, quantize=args.quantize)
+    bundle = load_for_use(model_path(args), expect="transformer", device=use_device(args), quantize=args.quantize)
     translator = Translator.from_bundle(bundle, engine=args.engine)
     sentences = read_sentences(args)
+    note_unknown(bundle.tokenizer, "\n".join(sentences), what="the sentences")
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         results = translator.translate_n_best(

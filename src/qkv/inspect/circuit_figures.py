@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qkv.inspect.figures import Picture, _pyplot, _ticks, save
+from qkv.inspect.figures import SIGNED_CMAP, UNIT_CMAP, Picture, _pyplot, _ticks, save
 
 if TYPE_CHECKING:
     from qkv.inspect.attribution import Attribution
@@ -50,7 +50,7 @@ def draw_logit_lens(lens: LogitLens, path: str | Path, *, color: str = "final", 
     width = min(24.0, max(6.0, 0.62 * n_cols + 3.0))
     height = min(20.0, max(3.5, 0.42 * n_rows + 2.2))
     fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
-    image = ax.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", origin="lower",
+    image = ax.imshow(values, vmin=0.0, vmax=1.0, cmap=UNIT_CMAP, aspect="auto", origin="lower",
                       interpolation="nearest")  # fmt: skip
     if n_cols <= 40 and n_rows <= 40:
         texts = [[_short(lens.top_tokens[r][c][0]) for c in range(n_cols)] for r in range(n_rows)]
@@ -69,7 +69,7 @@ def draw_logit_lens(lens: LogitLens, path: str | Path, *, color: str = "final", 
 
 
 def _diverging(ax, values: np.ndarray, limit: float):
-    return ax.imshow(values, cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest")
+    return ax.imshow(values, cmap=SIGNED_CMAP, vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest")
 
 
 def draw_attribution(result: Attribution, path: str | Path, *, title: str = "") -> Picture:
@@ -159,7 +159,7 @@ def draw_head_scores(detection: HeadDetection, path: str | Path, *, title: str =
         for c, name in enumerate(names):
             ax = axes[r][c]
             values = part.scores[name]
-            image = ax.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", interpolation="nearest")
+            image = ax.imshow(values, vmin=0.0, vmax=1.0, cmap=UNIT_CMAP, aspect="auto", interpolation="nearest")
             ax.set_title(name if len(parts) == 1 else f"{part.part}: {name}", fontsize=9)
             ax.set_xticks(range(part.n_heads), [str(h) for h in range(part.n_heads)], fontsize=7)
             ax.set_yticks(range(part.n_layers), [str(i) for i in range(part.n_layers)], fontsize=7)

@@ -54,9 +54,11 @@ SEED_003_INPUTS = [
 ]
 
 EXAMPLES = {
-    "004": "seed 004: one head on 'The quick brown fox jumps' with the seed's given Q, K, V",
-    "003": "seed 003, section 3.3.1: attention without trainable weights on 'Your journey starts with one step'",
-    "003-weights": "seed 003, section 3.4: W_query, W_key, W_value = torch.rand(3, 2) after torch.manual_seed(123)",
+    "004": "the notes on Attention Is All You Need: one head on 'The quick brown fox jumps' with their given Q, K, V",
+    "003": "Raschka, Build a Large Language Model (From Scratch), section 3.3.1: attention without trainable "
+    "weights on 'Your journey starts with one step'",
+    "003-weights": "Raschka, Build a Large Language Model (From Scratch), section 3.4: W_query, W_key, W_value = "
+    "torch.rand(3, 2) after torch.manual_seed(123)",
 }
 DEFAULT_QUERY = {"004": "quick", "003": "journey", "003-weights": "journey"}
 

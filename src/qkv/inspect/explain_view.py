@@ -32,11 +32,19 @@ def matrix_table(
     bold_row: int | None = None,
     title: str | None = None,
     row_sums: bool = False,
+    width: int | None = None,
 ) -> Table:
-    """A rich table of ``matrix`` (R, C) with one labelled row per token; at most ``max_columns`` columns."""
+    """A rich table of ``matrix`` (R, C) with one labelled row per token; at most ``max_columns`` columns,
+    and no more than fit ``width`` terminal columns (the rest become one "… +N" column)."""
     n_cols = matrix.shape[1]
     columns = columns or [str(j) for j in range(n_cols)]
-    shown = list(range(min(n_cols, max_columns)))
+    fit = n_cols
+    if width is not None:
+        cell = max([digits + 3] + [len(c) for c in columns[: min(n_cols, max_columns)]]) + 3  # "-0.0123" + " │ "
+        label = max([len(r) for r in rows] + [0]) + 1
+        fit = max(1, (width - label - 9 - (cell if row_sums else 0)) // cell)  # 9: the "… +N" column
+        fit = n_cols if fit >= n_cols - 1 and (width - label - (cell if row_sums else 0)) // cell >= n_cols else fit
+    shown = list(range(min(n_cols, max_columns, fit)))
     table = Table(
         title=None if title is None else Text(title, style="italic"),
         title_justify="left",
@@ -99,14 +107,14 @@ def render_explanation(
 ) -> None:
     """Print every step of ``e`` to ``console`` (default: a new stdout console)."""
     console = console or Console()
-    kw = dict(digits=digits, max_columns=max_columns)
+    kw = dict(digits=digits, max_columns=max_columns, width=console.width)
     bold = e.query
     console.print(Text(e.title or "Scaled dot-product attention, one head", style="bold"))
     console.print(Text("Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V", style="italic"))
     for note in e.notes:
         console.print(Text(f"note: {note}", style="dim"))
 
-    _heading(console, "1", "Tokens: the text broken into little pieces (seed 000)")
+    _heading(console, "1", "Tokens: the text broken into little pieces")
     console.print(Text("  " + "  ".join(f"[{i}] {t}" for i, t in enumerate(e.query_tokens))))
     if e.key_tokens != e.query_tokens:
         keys = "  ".join(f"[{j}] {t}" for j, t in enumerate(e.key_tokens))
@@ -185,3 +193,11 @@ def render_explanation(
         title = f"concat W_o{bias}: the layer's output ({h.output.shape[1]} columns)"
         console.print(matrix_table(h.output, e.query_tokens, title=title, bold_row=bold, **kw))
     console.print()
+    if console.width < 120:
+        console.print(
+            Text(
+                f"(tables cut to fit {console.width} columns: widen the terminal or set COLUMNS=160, lower --digits, "
+                "or use --json for every number)",
+                style="dim",
+            )
+        )

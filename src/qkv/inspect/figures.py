@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     from qkv.inspect.attention_maps import AttentionGroup
 
 DPI = 100
+# One colour map per kind of quantity, in every picture: weights and probabilities in [0, 1], and signed
+# values (red positive, blue negative, white zero).
+UNIT_CMAP = "viridis"
+SIGNED_CMAP = "RdBu_r"
 
 
 @dataclass
@@ -118,7 +122,7 @@ def draw_attention(
         for c, h in enumerate(heads):
             ax = axes[r][c]
             weights = group.weights[l, h]  # (Tq, Tk)
-            image = ax.imshow(weights, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto", interpolation="nearest")
+            image = ax.imshow(weights, vmin=0.0, vmax=1.0, cmap=UNIT_CMAP, aspect="auto", interpolation="nearest")
             ax.set_title(f"layer {l}, head {h}", fontsize=10 if single else 8)
             if r == n_rows - 1:
                 _ticks(ax, group.key_tokens, "x", fontsize)
@@ -207,7 +211,7 @@ def draw_positional_table(table: np.ndarray, path: str | Path, *, title: str = "
     length, width = table.shape
     fig, ax = plt.subplots(figsize=(min(12.0, 3.0 + width * 0.05), min(8.0, 2.5 + length * 0.04)), layout="constrained")
     limit = float(np.abs(table).max()) or 1.0
-    image = ax.imshow(table, cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest")
+    image = ax.imshow(table, cmap=SIGNED_CMAP, vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest")
     ax.set_xlabel("dimension i of the encoding vector")
     ax.set_ylabel("position in the sequence")
     ax.set_title(title or "positional encoding PE[position, i]", fontsize=11)

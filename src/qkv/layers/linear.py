@@ -3,11 +3,9 @@
 Every projection in the Transformer (W_q, W_k, W_v, W_o, the FFN's W_1 and W_2, the unembedding W_U) is
 one. In training, x holds thousands of token vectors and the product is arithmetic-bound. When decoding,
 x holds one vector per sequence: each product reads the whole matrix to do two FLOPs per weight, so its
-speed is how fast the matrix streams from memory. On the 2-core machine qkv is developed on, torch's
-matrix-vector kernel streamed GPT-2's matrices at about 15 GB/s, while the same product written as a
-batched matmul over the matrix's rows cut into one block per thread streamed at about 20-24 GB/s: both
-cores read at once. (Handing the product to NumPy's OpenBLAS was faster still in isolation, but its
-threads and torch's fought over the two cores inside a real forward pass: 4x slower.)
+speed is how fast the matrix streams from memory. Written as a batched matmul over the matrix's rows cut
+into one block per thread, every core reads at once (the measurements behind this choice are in
+docs/generation.md, "Matrix-vector products on the CPU").
 
 :func:`linear` takes the batched path on the CPU, without gradients, for at most :data:`FEW_ROWS` input
 vectors and a matrix of at least :data:`LARGE_MATRIX` weights. Each output is the same dot product either

@@ -332,3 +332,24 @@ def train_tokenizer(kind: str, texts: str | Iterable[str], vocab_size: int | Non
     if vocab_size is not None:
         kw["vocab_size"] = vocab_size
     return trainable[kind].train(texts, **kw)  # type: ignore[attr-defined]
+
+
+def count_unknown(tokenizer: Tokenizer, text: str) -> tuple[int, int]:
+    """How many of the tokens of ``text`` are ``<unk>`` (characters or words the tokenizer never saw), and
+    how many tokens there are. (0, n) for a tokenizer without ``<unk>``, such as byte-level BPE."""
+    ids = tokenizer.encode(text)
+    unk = tokenizer.unk_id
+    return (0 if unk is None else sum(i == unk for i in ids)), len(ids)
+
+
+def unknown_note(tokenizer: Tokenizer, text: str, what: str = "the text") -> str | None:
+    """One line for the user when ``text`` has tokens the tokenizer does not know (else None): the model sees
+    <unk> in their place, so a score or a continuation says nothing about them."""
+    unknown, total = count_unknown(tokenizer, text)
+    if not unknown:
+        return None
+    every = "all" if unknown == total else f"{unknown} of"
+    return (
+        f"note: {every} {total} tokens of {what} became <unk> (not in the tokenizer's vocabulary, learnt from the "
+        "training data): the model sees <unk> in their place"
+    )

@@ -59,7 +59,7 @@ def step_dir_name(step: int) -> str:
     return f"step-{step:06d}"
 
 
-def _step_of(path: Path) -> int | None:
+def step_of(path: Path) -> int | None:
     match = _STEP_DIR.fullmatch(path.name)
     return int(match.group(1)) if match else None
 
@@ -72,8 +72,8 @@ def _step_dirs(root: Path) -> list[Path]:
     """The step-NNNNNN folders under ``root``, oldest step first."""
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and _step_of(p) is not None]
-    return sorted(found, key=lambda p: _step_of(p))  # type: ignore[arg-type, return-value]
+    found = [p for p in root.iterdir() if p.is_dir() and step_of(p) is not None]
+    return sorted(found, key=lambda p: step_of(p))  # type: ignore[arg-type, return-value]
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
@@ -92,7 +92,7 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
         except (QkvError, KeyError, TypeError):
             problem = f"{latest} is damaged"
         else:
-            if isinstance(name, str) and _step_of(candidate) is not None and _is_complete(candidate):
+            if isinstance(name, str) and step_of(candidate) is not None and _is_complete(candidate):
                 return candidate
             problem = f"{latest} points to {name!r}, which is missing or incomplete"
     complete = [p for p in _step_dirs(root) if _is_complete(p)]
@@ -272,6 +272,25 @@ def save_training_checkpoint(
     return final
 
 
+def clean_leftovers(run_dir: str | Path) -> list[Path]:
+    """Delete what a killed process left half-written: ``.NAME.*.tmp`` files of atomic writes (in the run
+    directory and checkpoints/) and ``.tmp-step-*`` folders of unfinished checkpoints. Returns what was deleted.
+    Finished files are never among them: an atomic write renames its temporary file only when complete."""
+    run_dir = Path(run_dir)
+    removed = []
+    for folder in (run_dir, run_dir / CHECKPOINTS_DIR):
+        if not folder.is_dir():
+            continue
+        for path in folder.iterdir():
+            if path.is_file() and re.fullmatch(r"\..+\.tmp", path.name):
+                path.unlink(missing_ok=True)
+                removed.append(path)
+            elif path.is_dir() and re.fullmatch(r"\.tmp-step-\d+-.*", path.name):
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+    return removed
+
+
 def _prune(root: Path, step: int, keep: int | None) -> None:
     """Delete leftovers of interrupted saves and all but the newest ``keep`` folders up to ``step``.
 
@@ -283,7 +302,7 @@ def _prune(root: Path, step: int, keep: int | None) -> None:
             shutil.rmtree(path, ignore_errors=True)
     if keep is None:
         return
-    done = [p for p in _step_dirs(root) if _step_of(p) <= step]  # type: ignore[operator]
+    done = [p for p in _step_dirs(root) if step_of(p) <= step]  # type: ignore[operator]
     for path in done[:-keep]:
         shutil.rmtree(path, ignore_errors=True)
 

@@ -65,6 +65,7 @@ class TrainConfig:
     beta2: float = 0.99
     grad_clip: float = 1.0  # 0 disables clipping
     label_smoothing: float = 0.0
+    max_time: float | None = None  # minutes: stop (evaluated, checkpointed) unless --steps comes first
     # evaluation, logging, checkpoints
     val_fraction: float = 0.1
     eval_interval: int = 250
@@ -96,7 +97,12 @@ class TrainConfig:
             from qkv.data.shards import prepared_tokenizer_settings
 
             defaults.update(prepared_tokenizer_settings(settings.get("data")))
-        return cls.from_dict({**defaults, **settings})
+        merged = {**defaults, **settings}
+        if "warmup_steps" not in settings and merged.get("schedule", cls.schedule) != "noam":
+            steps = merged.get("steps", cls.steps)
+            if isinstance(steps, int) and not isinstance(steps, bool):
+                merged["warmup_steps"] = scaled_warmup(steps, merged.get("warmup_steps", cls.warmup_steps))
+        return cls.from_dict(merged)
 
     def __post_init__(self) -> None:
         if self.min_lr is None:
@@ -138,6 +144,19 @@ class TrainConfig:
             raise QkvError(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
         if not 0 <= self.label_smoothing < 1:
             raise QkvError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise QkvError(f"--{name} must be in [0, 1), got {getattr(self, name)}: AdamW uses 0.9 and 0.99")
+        if not self.muon_lr > 0:
+            raise QkvError(f"--muon-lr must be above 0, got {self.muon_lr}: e.g. 0.02")
+        if self.early_stop < 0:
+            raise QkvError(f"--early-stop must be 0 (never) or a positive number of evaluations, got {self.early_stop}")
+        if not 0 <= self.seed < 2**63:
+            raise QkvError(f"--seed must be a whole number between 0 and 2^63 - 1, got {self.seed}")
+        if self.threads is not None and self.threads < 1:
+            raise QkvError(f"--threads must be a positive whole number, got {self.threads}: e.g. --threads 2")
+        if self.max_time is not None and not self.max_time > 0:
+            raise QkvError(f"--max-time is in minutes and must be above 0, got {self.max_time}")
         if self.grad_clip < 0 or self.weight_decay < 0:
             raise QkvError("--grad-clip and --weight-decay must not be negative")
         if self.task == "lm" and (self.val_data or self.max_tokens):
@@ -156,6 +175,12 @@ class TrainConfig:
                 f"--arch {self.arch!r} is not an architecture of --task {self.task}: choose one of {', '.join(choices)}"
                 if choices
                 else f"--arch {self.arch!r}: --task {self.task} trains one kind of model: drop --arch"
+            )
+        vocab = sorted(set(self.model) & {"vocab_size", "src_vocab_size", "tgt_vocab_size"})
+        if vocab:
+            raise QkvError(
+                f"[model] {vocab[0]} comes from the tokenizer trained on the data: drop it (for word and bpe "
+                "tokenizers, set --vocab-size instead)"
             )
         self._validate_word2vec()
 
@@ -199,6 +224,9 @@ class TrainConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise QkvError(f"unknown training settings {unknown}: check the spelling (see `qkv train --help`)")
+        for f in fields(cls):
+            if f.name in data:
+                check_type(f.name, data[f.name], f.type)
         return cls(**data)
 
     def replace(self, **changes: Any) -> TrainConfig:
@@ -248,6 +276,32 @@ _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 ARCH_DEFAULTS: dict[tuple[str, str | None], dict[str, Any]] = {
     ("translate", "rnnsearch"): dict(preset="rnnsearch-small", optimizer="adamw"),
 }
+
+
+_TYPE_WORDS = {"int": "a whole number", "float": "a number", "str": "a string", "bool": "true or false"}
+
+
+def check_type(name: str, value: Any, annotation: str) -> None:
+    """QkvError naming the setting when ``value`` does not have the field's type (a TOML ``lr = "fast"``)."""
+    wanted = [part.strip() for part in str(annotation).split("|")]
+    if value is None and "None" in wanted:
+        return
+    base = wanted[0]
+    ok = {
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, int | float) and not isinstance(value, bool),
+        "str": isinstance(value, str) or (name == "compile" and isinstance(value, bool)),  # TOML's compile = true
+        "bool": isinstance(value, bool),
+    }.get(base, isinstance(value, dict) if base.startswith("dict") else True)
+    if not ok:
+        raise QkvError(
+            f"setting {name} = {value!r} must be {_TYPE_WORDS.get(base, 'a table')}: fix it in the TOML file or flag"
+        )
+
+
+def scaled_warmup(steps: int, warmup: int) -> int:
+    """The default warmup, fitted to a short run: a tenth of ``steps`` when the default would not fit."""
+    return warmup if warmup < steps else steps // 10
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:

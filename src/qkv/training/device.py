@@ -16,8 +16,19 @@ import torch
 from qkv.errors import QkvError
 
 
+def set_threads(threads: int | None) -> None:
+    """Let torch use ``threads`` CPU threads (None: leave its default, all cores)."""
+    if threads is None:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise QkvError(f"--threads must be a positive whole number, got {threads!r}: e.g. --threads 2")
+    torch.set_num_threads(threads)
+
+
 def resolve_device(name: str = "auto", *, local_rank: int = 0) -> torch.device:
     """A torch.device for ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``; QkvError if it is absent."""
+    if not isinstance(name, str):
+        raise QkvError(f"--device must be a name such as auto, cpu or cuda, got {name!r}")
     if name == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda", local_rank)
@@ -30,8 +41,12 @@ def resolve_device(name: str = "auto", *, local_rank: int = 0) -> torch.device:
         raise QkvError("--device mps was asked for but MPS is not available: use --device cpu or auto")
     try:
         device = torch.device(name)
-    except RuntimeError:
+    except (RuntimeError, ValueError):
         raise QkvError(f"--device {name!r} is not a device: use auto, cpu, cuda or mps") from None
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise QkvError(f"--device {name!r} is not a device qkv runs on: use auto, cpu, cuda or mps")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise QkvError(f"--device {name} names a GPU that is absent ({torch.cuda.device_count()} found): use cuda:0")
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", local_rank)
     return device

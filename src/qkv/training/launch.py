@@ -17,13 +17,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from qkv.errors import QkvError
 from qkv.model_dir import save_model_dir
 from qkv.tokenizers import Tokenizer
+from qkv.training.checkpoint import clean_leftovers
 from qkv.training.config import TrainConfig
 from qkv.training.distributed import broadcast_object, shutdown_distributed
 from qkv.training.plot import plot_losses
 from qkv.training.run import Session, check_same_data, load_run_config, new_run_dir, save_run_config, start_session
-from qkv.training.trainer import Task, Trainer, TrainResult
+from qkv.training.trainer import Task, Trainer, TrainResult, resume_available
 
 
 @dataclass
@@ -40,6 +42,20 @@ class Prepared:
 
 # prepare(config, resume_dir or None, session, say) -> Prepared; say.enabled is False when say prints nothing
 Prepare = Callable[[TrainConfig, Path | None, Session, Callable[[str], None]], Prepared]
+
+
+def disk_error(error: OSError, run_dir: Path) -> QkvError:
+    """The one line for a write that failed mid-run: which path, what the system said, that the last checkpoint
+    is whole (checkpoints are written to a temporary folder and renamed only when complete), how to go on."""
+    from qkv.training.checkpoint import latest_checkpoint
+
+    path = error.filename or run_dir
+    kept = latest_checkpoint(run_dir)
+    where = f"the last checkpoint {kept} is intact" if kept else "no checkpoint had been saved yet"
+    return QkvError(
+        f"could not write {path} ({error.strerror or error}); {where}: free some space or make {run_dir} "
+        f"writable, then continue with `qkv train --resume {run_dir}`"
+    )
 
 
 def run_training(
@@ -100,10 +116,19 @@ def run_training(
             quiet=quiet,
             on_step=on_step,
         )
-        if resume_dir is not None:
+        if resume_dir is not None and is_main:
+            for path in clean_leftovers(run_dir):
+                say(f"removed {path}, left half-written when the run was stopped")
+        if resume_dir is not None and resume_available(run_dir):
             trainer.resume()
             say(f"resuming at step {trainer.state.step} of {config.steps}")
-        result = trainer.fit()
+        elif resume_dir is not None:  # stopped before its first checkpoint: start it again, from the same seed
+            trainer.metrics.truncate_after(0)
+            say(f"{run_dir} was stopped before its first checkpoint: starting it again from step 0")
+        try:
+            result = trainer.fit()
+        except OSError as error:  # a full or read-only disk while writing metrics, the best model or a checkpoint
+            raise disk_error(error, run_dir) from None
         if is_main:
             plot_losses(run_dir, required=False)  # a run stopped before its first log line has no curve
         return result

@@ -19,16 +19,19 @@ CSV_FILE = "metrics.csv"
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """All rows of a run's metrics log (an absent log is empty); a damaged last line is skipped."""
+    """All rows of a run's metrics log (an absent log is empty); a damaged line (cut short by a crash, or
+    bytes that are not UTF-8) is skipped."""
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return []
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line cut short by a crash
+        if isinstance(row, dict):
+            rows.append(row)
     return rows
 
 

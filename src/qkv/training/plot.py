@@ -17,6 +17,8 @@ def plot_losses(run_dir: str | Path, out: str | Path | None = None, *, required:
     when not ``required``.
     """
     run_dir = Path(run_dir)
+    if required and not run_dir.is_dir():
+        raise QkvError(f"{run_dir} does not exist: give the run directory `qkv train` wrote (see its last line)")
     rows = read_metrics(run_dir)
     train = [(r["step"], r["train_loss"]) for r in rows if "train_loss" in r]
     val = [(r["step"], r["val_loss"]) for r in rows if "val_loss" in r]

@@ -28,7 +28,7 @@ from qkv.errors import QkvError
 from qkv.io import atomic_write_json, read_json
 from qkv.model_dir import QUANTIZATION_FILE
 from qkv.training.config import TrainConfig
-from qkv.training.device import Precision, resolve_device, resolve_precision
+from qkv.training.device import Precision, resolve_device, resolve_precision, set_threads
 from qkv.training.distributed import DistInfo, init_distributed
 
 RUN_CONFIG_FILE = "train_config.json"
@@ -97,8 +97,7 @@ class Session:
 
 def start_session(config: TrainConfig) -> Session:
     """Pick the device and precision, join the process group (under torchrun), set threads and seeds."""
-    if config.threads:
-        torch.set_num_threads(config.threads)
+    set_threads(config.threads)
     preliminary = resolve_device(config.device)
     dist = init_distributed(preliminary.type)
     device = resolve_device(config.device, local_rank=dist.local_rank)

@@ -23,7 +23,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -85,6 +85,9 @@ class TrainState:
     tokens: int = 0
     elapsed: float = 0.0
     last_eval: dict[str, float] = field(default_factory=dict)
+    # The loss window since the last metrics row (sum and count), so a resumed run logs the same mean loss.
+    window_loss_sum: float = 0.0
+    window_steps: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -93,7 +96,7 @@ class TrainState:
 @dataclass
 class TrainResult:
     step: int
-    stopped: str  # "finished", "interrupted" or "early stop"
+    stopped: str  # "finished", "interrupted", "early stop" or "time limit"
     best: float | None
     last_eval: dict[str, float]
     run_dir: Path
@@ -193,6 +196,12 @@ class Trainer:
         )
         shard_optimizer_state(self.optimizer)  # under FSDP: each process keeps its rows of the whole tensors
         self.task.load_state_dict(state.pop("data"))
+        known = {f.name for f in fields(TrainState)}
+        if not isinstance(state, dict) or not set(state) <= known:
+            raise QkvError(
+                f"the trainer state of {latest_checkpoint(self.run_dir)} is damaged (unknown fields "
+                f"{sorted(set(state) - known)}): remove that checkpoint folder to resume from the one before"
+            )
         self.state = TrainState(**state)
         self.metrics.truncate_after(self.state.step)
 
@@ -278,6 +287,10 @@ class Trainer:
             raise self._diverged(value, lr, step)
         return last
 
+    def _keep_window(self, window: LossWindow) -> None:
+        """Put the (read) loss window's partial sums into the state a checkpoint saves."""
+        self.state.window_loss_sum, self.state.window_steps = window.loss_sum, window.steps
+
     def evaluate(self) -> dict[str, float]:
         with eval_mode(self.model), self.precision.autocast():
             return self.task.evaluate(self.model)
@@ -311,8 +324,12 @@ class Trainer:
         )
         self.model.train()
         stopped = "finished"
-        window = LossWindow(first_step=self.state.step + 1)
+        # A resumed run continues the averaging window it saved, so its metrics rows equal an uninterrupted run's.
+        window = LossWindow(
+            first_step=self.state.step + 1, loss_sum=self.state.window_loss_sum, steps=self.state.window_steps
+        )
         first_step, shown_loss, speed = self.state.step + 1, float("nan"), 0.0
+        session_start = time.perf_counter()
         try:
             with self._interrupts_stop_cleanly():
                 while self.state.step < cfg.steps:
@@ -325,9 +342,13 @@ class Trainer:
                     n_tokens *= self.dist.world_size
                     self.state.tokens += n_tokens
                     window.add(loss, lr, n_tokens)
-                    log = step % cfg.log_interval == 0 or step == cfg.steps
-                    evaluate = step % cfg.eval_interval == 0 or step == cfg.steps
-                    save = step % cfg.checkpoint_interval == 0 or step == cfg.steps
+                    out_of_time = cfg.max_time is not None and any_rank(
+                        time.perf_counter() - session_start >= cfg.max_time * 60, self.dist, self.device
+                    )
+                    last_step = step == cfg.steps or out_of_time
+                    log = step % cfg.log_interval == 0 or last_step
+                    evaluate = step % cfg.eval_interval == 0 or last_step
+                    save = step % cfg.checkpoint_interval == 0 or last_step
                     compiled_first = self.training_model.compiled and step == first_step
                     if log or evaluate or save or compiled_first:
                         last = self._read_losses(window)
@@ -348,10 +369,16 @@ class Trainer:
                     if evaluate:
                         stop_early = self._after_eval(self.evaluate(), progress)
                     if save:
+                        self._keep_window(window)
                         self.save_checkpoint()
+                    if out_of_time and not stop_early:
+                        stopped = "time limit"
+                        progress.note(f"--max-time {cfg.max_time:g} minutes reached at step {step}: stopping")
+                        break
                     if stop_early:
                         stopped = "early stop"
                         progress.note(f"no improvement in {cfg.early_stop} evaluations: stopping early")
+                        self._keep_window(window)
                         self.save_checkpoint()
                         break
                     # Under torchrun the processes agree on stopping at logging steps (a collective).
@@ -359,6 +386,7 @@ class Trainer:
                         continue
                     if any_rank(self._stop_requested, self.dist, self.device):
                         self._read_losses(window)  # nothing not finite goes into the checkpoint
+                        self._keep_window(window)
                         stopped = "interrupted"
                         path = self.save_checkpoint()
                         progress.note(f"interrupted at step {self.state.step}: checkpoint saved to {path}")

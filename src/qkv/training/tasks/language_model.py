@@ -27,6 +27,7 @@ from qkv.errors import QkvError
 from qkv.model_dir import CONFIG_FILE, TOKENIZER_FILE
 from qkv.models import GPT, GPTConfig, make_config
 from qkv.models.config import BaseConfig
+from qkv.models.memory import check_fits
 from qkv.tokenizers import Tokenizer, load_tokenizer
 from qkv.training.config import TrainConfig
 from qkv.training.launch import Prepared, run_training
@@ -43,8 +44,17 @@ class LanguageModelTask:
 
     higher_is_better = False
 
-    def __init__(self, batches: TokenBatches, *, batch_size: int, eval_batches: int, device: torch.device) -> None:
+    def __init__(
+        self,
+        batches: TokenBatches,
+        *,
+        batch_size: int,
+        eval_batches: int,
+        device: torch.device,
+        label_smoothing: float = 0.0,
+    ) -> None:
         self.batches, self.batch_size, self.eval_batches, self.device = batches, batch_size, eval_batches, device
+        self.label_smoothing = label_smoothing  # the training loss only: evaluation reports the plain cross-entropy
         self.metric = "val_loss" if batches.n_val_tokens else "train_eval_loss"
 
     def state_dict(self) -> dict:
@@ -59,7 +69,7 @@ class LanguageModelTask:
 
     def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int]:
         x, y = batch
-        return next_token_loss(model(x), y), y.numel()
+        return next_token_loss(model(x), y, label_smoothing=self.label_smoothing), y.numel()
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
@@ -110,9 +120,14 @@ def prepare_language_model(
     batches = TokenBatches(
         data.shards(), context_length=model_config.context_length, val_fraction=config.val_fraction, seed=config.seed
     )
+    check_fits(model_config, session.device, batch_size=config.batch_size)  # before allocating anything
     model = GPT(model_config).to(session.device)
     task = LanguageModelTask(
-        batches, batch_size=config.batch_size, eval_batches=config.eval_batches, device=session.device
+        batches,
+        batch_size=config.batch_size,
+        eval_batches=config.eval_batches,
+        device=session.device,
+        label_smoothing=config.label_smoothing,
     )
     source = data.manifest["source"]
     return Prepared(

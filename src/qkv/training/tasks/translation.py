@@ -38,6 +38,7 @@ from qkv.errors import QkvError
 from qkv.model_dir import CONFIG_FILE, TARGET_TOKENIZER_FILE, TOKENIZER_FILE, build_model
 from qkv.models import make_config
 from qkv.models.config import TRANSLATORS, ModelConfig, RNNSearchConfig
+from qkv.models.memory import check_fits
 from qkv.models.presets import PRESETS, check_overrides
 from qkv.tokenizers import Tokenizer, load_tokenizer, train_tokenizer
 from qkv.training.config import TrainConfig
@@ -245,6 +246,7 @@ def prepare_translator(
             f"warning: {batches.n_cropped} training pairs were longer than the model's context_length="
             f"{model_config.context_length} tokens and were cropped (raise --context-length to keep them whole)"
         )
+    check_fits(model_config, session.device, batch_size=config.batch_size)  # before allocating anything
     model = build_model(model_config).to(session.device)
     task = TranslationTask(
         batches,

@@ -35,6 +35,7 @@ from qkv.data.word2vec import (
 from qkv.errors import QkvError
 from qkv.model_dir import CONFIG_FILE, TOKENIZER_FILE
 from qkv.models.config import ModelConfig, Word2VecConfig
+from qkv.models.memory import check_fits
 from qkv.models.presets import make_config
 from qkv.models.word2vec import Word2Vec, Word2VecBatch
 from qkv.tokenizers import Tokenizer, WordTokenizer, load_tokenizer
@@ -197,6 +198,7 @@ def prepare_word2vec(
     )
     if config.epochs is not None:
         config.steps = config.epochs * -(-batches.n_chunks // session.dist.world_size)
+    check_fits(model_config, session.device)  # before allocating anything
     model = Word2Vec(model_config).to(session.device)
 
     def step_size(step: int) -> float:

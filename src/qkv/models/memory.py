@@ -1,0 +1,103 @@
+"""The memory a model needs, worked out before anything is allocated, so that a size the machine cannot hold
+is refused with the figure (a QkvError) instead of failing deep inside the allocator.
+
+- Parameters are counted on PyTorch's ``meta`` device (shapes, no storage). Every block of a stack has the
+  same parameters, so a model is built with one and with two blocks per stack and the count extrapolated:
+  a config with 100,000 layers costs no time.
+- Using a model needs its float32 weights: 4 bytes per parameter.
+- Training needs per parameter the weight, its gradient and two optimizer moments (AdamW's m and v; Muon
+  keeps fewer): 16 bytes. Activations kept for the backward pass, per token of the batch, in float32: per
+  block about ``16 d_model + 2 d_ff + 3 h n`` numbers (the inputs of the projections, norms and
+  feed-forward, and the attention probabilities over the n positions of the context), plus ``3 V`` for
+  the logits, their softmax and its gradient. These are lower bounds: what is refused surely does not fit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import torch
+
+from qkv.errors import QkvError
+
+LAYER_FIELDS = ("n_layers", "n_encoder_layers", "n_decoder_layers")
+GIB = 2**30
+
+
+def parameter_count(config) -> int:
+    """Parameters of the model ``config`` describes, counted without allocating them."""
+    from qkv.model_dir import build_model
+
+    own = {f.name for f in dataclasses.fields(config)}  # (RNNSearch has n_*_layers properties, not fields)
+    stacks = [name for name in LAYER_FIELDS if name in own]
+
+    def count(**layers: int) -> int:
+        try:
+            with torch.device("meta"):
+                model = build_model(dataclasses.replace(config, **layers))
+        except RuntimeError as error:  # a tensor of more than 2^63 bytes
+            raise QkvError(f"this model does not fit any machine ({error}): use smaller sizes") from None
+        return sum(p.numel() for p in model.parameters())
+
+    ones = dict.fromkeys(stacks, 1)
+    total = base = count(**ones)
+    for name in stacks:  # each stack's per-block parameters, times its extra blocks
+        total += (count(**{**ones, name: 2}) - base) * (getattr(config, name) - 1)
+    return total
+
+
+def available_memory(device: torch.device | str) -> int | None:
+    """Bytes free for a new allocation on ``device``: the GPU's free memory, or the machine's available RAM
+    (None where it cannot be read, e.g. Apple's MPS)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def activation_numbers(config, batch_size: int) -> int:
+    """Numbers kept for the backward pass of one batch (a lower bound; see the module docstring)."""
+    d_model = getattr(config, "d_model", None) or getattr(config, "d_hidden", 0)
+    d_ff = getattr(config, "d_ff", None) or 4 * d_model
+    heads = getattr(config, "n_heads", 1)
+    length = getattr(config, "context_length", 1)
+    own = {f.name for f in dataclasses.fields(config)}
+    blocks = sum(getattr(config, name) for name in LAYER_FIELDS if name in own) or 1
+    vocab = getattr(config, "vocab_size", None) or getattr(config, "tgt_vocab_size", 0)
+    per_token = blocks * (16 * d_model + 2 * d_ff + 3 * heads * length) + 3 * vocab
+    return batch_size * length * per_token
+
+
+def check_fits(config, device: torch.device | str, *, batch_size: int | None = None) -> None:
+    """QkvError when the model (and, for training, a batch of ``batch_size`` sequences) cannot fit in the
+    memory ``device`` has available; the message gives both figures and what to lower."""
+    free = available_memory(device)
+    if free is None:
+        return
+    params = parameter_count(config)
+    if batch_size is None:
+        need, what = 4 * params, f"its {params:,} parameters need {4 * params / GIB:.1f} GiB"
+        fix = "use a smaller model, or a machine (or --device) with more memory"
+    else:
+        weights, activations = 16 * params, 4 * activation_numbers(config, batch_size)
+        need = weights + activations
+        what = (
+            f"training it needs at least {need / GIB:.1f} GiB ({params:,} parameters with gradients and optimizer "
+            f"state: {weights / GIB:.1f} GiB; activations of a batch of {batch_size}: {activations / GIB:.1f} GiB)"
+        )
+        fix = "lower --batch-size (raise --grad-accum to keep the batch), --context-length or the model size"
+    if need > free:
+        raise QkvError(f"this model does not fit: {what}, but {device} has {free / GIB:.1f} GiB available: {fix}")
