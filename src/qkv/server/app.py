@@ -38,6 +38,7 @@ from qkv.model_dir import ModelBundle
 from qkv.server.completion import CompletionJob, check_request, choice_dict
 from qkv.server.errors import ServiceError, error_body
 from qkv.server.guard import RequestGuard, allowed_hosts
+from qkv.server.notes import NoteHeader
 from qkv.server.schemas import (
     AttentionRequest,
     AttentionResponse,
@@ -123,6 +124,7 @@ def create_app(
     service = Service(bundle, limits, name=name)
     app = FastAPI(title=f"qkv: {service.name}", description="The Transformer, served.", version="0.1.0")
     app.state.service = service
+    app.add_middleware(NoteHeader)
     app.add_middleware(
         RequestGuard, hosts=allowed_hosts() if hosts is None else hosts, max_bytes=service.limits.max_request_bytes
     )

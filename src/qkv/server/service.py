@@ -34,6 +34,7 @@ from qkv.model_dir import ModelBundle
 from qkv.models.config import TRANSLATORS
 from qkv.server.completion import CompletionJob, check_request, read_prompts
 from qkv.server.errors import ServiceError
+from qkv.server.notes import add_note
 from qkv.server.schemas import (
     AttentionRequest,
     AttentionResponse,
@@ -51,6 +52,7 @@ from qkv.server.schemas import (
     TranslationResponse,
     Usage,
 )
+from qkv.tokenizers.base import unknown_note
 
 ENDPOINTS = {
     "gpt": ["/v1/completions", "/v1/next-token", "/v1/attention"],
@@ -208,8 +210,10 @@ class Service:
 
     def encode(self, text: str, what: str = "prompt", *, target: bool = False) -> list[int]:
         """Token ids of ``text``, or 413 when it has more than --max-prompt-tokens tokens."""
-        ids = (self.target_tokenizer if target else self.tokenizer).encode(text)
+        tokenizer = self.target_tokenizer if target else self.tokenizer
+        ids = tokenizer.encode(text)
         self.check_length(len(ids), what)
+        add_note(unknown_note(tokenizer, text, f"the {what}"))
         return ids
 
     def check_length(self, n: int, what: str) -> None:
