@@ -2,6 +2,7 @@
 
     python bench/prepare.py            # 100 MB and 1 GB (about 10 minutes on 2 cores)
     python bench/prepare.py --quick    # 5 MB and 20 MB, a smoke run
+    python bench/prepare.py --only train   # just the training memory comparison (about 2 minutes)
 
 Builds corpora from the text at hand (the built-in corpus and ../shared/data: paragraphs shuffled and
 repeated, written as a folder of 10 MB .txt files) in a temporary folder that is deleted at the end. Each
@@ -36,6 +37,7 @@ from pathlib import Path
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FILE_BYTES = 10_000_000
+PARTS = ["prepare", "bpe", "cores", "train"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,6 +47,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--large-mb", type=float, help="the larger corpus (default 1000, quick 20)")
     parser.add_argument("--steps", type=int, help="training steps for the memory comparison (default 50, quick 5)")
     parser.add_argument("--tmp", help="where to build the corpora (default: the system's temporary folder)")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=PARTS,
+        default=PARTS,
+        help="the parts to run (default: all): prepare (char, both sizes, and the old way), bpe, cores "
+        "(encoding on every core), train (memory from the large corpus vs 1 MB; prepares the large one quietly)",
+    )
     return parser.parse_args(argv)
 
 
@@ -209,39 +219,46 @@ def main(argv: list[str] | None = None) -> None:
         tiny.write_text((root / "small" / "part-0000.txt").read_text(encoding="utf-8")[:1_000_000], encoding="utf-8")
         print(f"corpora built in {time.perf_counter() - started:.0f} s under {root} (cpu count {os.cpu_count()})")
 
-        print("\nprepare, char tokenizer (the main job's), 100 MB tokenizer sample:")
-        small = prepare(root / "small", root / "p-small")
-        row("small corpus", small)
-        large = prepare(root / "large", root / "p-large")
-        row("large corpus", large)
-        print(
-            f"  memory large / small: RSS {large['rss_mb'] / small['rss_mb']:.2f}x, tree "
-            f"{large['tree_mb'] / small['tree_mb']:.2f}x for {large['text_mb'] / small['text_mb']:.1f}x the text"
-        )
-        old = child(["-c", OLD_WAY, str(root / "small")])
-        print(
-            f"  in memory, the old way (small corpus: one string, then int64 ids): {old['seconds']:.1f} s, "
-            f"peak RSS {old['rss_mb']:.0f} MB ({old['rss_mb'] / small['rss_mb']:.1f}x the prepared path's)"
-        )
+        if "prepare" in args.only:
+            print("\nprepare, char tokenizer (the main job's), 100 MB tokenizer sample:")
+            small = prepare(root / "small", root / "p-small")
+            row("small corpus", small)
+            large = prepare(root / "large", root / "p-large")
+            row("large corpus", large)
+            print(
+                f"  memory large / small: RSS {large['rss_mb'] / small['rss_mb']:.2f}x, tree "
+                f"{large['tree_mb'] / small['tree_mb']:.2f}x for {large['text_mb'] / small['text_mb']:.1f}x the text"
+            )
+            old = child(["-c", OLD_WAY, str(root / "small")])
+            print(
+                f"  in memory, the old way (small corpus: one string, then int64 ids): {old['seconds']:.1f} s, "
+                f"peak RSS {old['rss_mb']:.0f} MB ({old['rss_mb'] / small['rss_mb']:.1f}x the prepared path's)"
+            )
 
-        print(f"\nprepare, BPE with {bpe_vocab} entries (8192: the issue's configuration):")
-        row("small corpus", prepare(root / "small", root / "p-bpe", "--tokenizer", "bpe", "--vocab-size", bpe_vocab))
+        if "bpe" in args.only:
+            print(f"\nprepare, BPE with {bpe_vocab} entries (8192: the issue's configuration):")
+            bpe_flags = ("--tokenizer", "bpe", "--vocab-size", bpe_vocab)
+            row("small corpus", prepare(root / "small", root / "p-bpe", *bpe_flags))
 
-        print(f"\nencoding on every core ({sizes['side'] / 1e6:.0f} MB, best of 2, interleaved):")
-        side, word, bpe = root / "side", ["--tokenizer", "word"], ["--tokenizer", "bpe", "--vocab-size", bpe_vocab]
-        pool = f"a pool of {os.cpu_count()}"
-        interleaved("word", side, root, ("1 process", [*word, "--workers", "1"], None), (pool, word, None))
-        interleaved("char", side, root, (pool, ["--workers", str(os.cpu_count())], None), ("1 process", [], None))
-        off, on = {"TOKENIZERS_PARALLELISM": "false"}, {"TOKENIZERS_PARALLELISM": "true"}
-        interleaved("bpe (the library's threads)", side, root, ("threads off", bpe, off), ("threads on", bpe, on))
+        if "cores" in args.only:
+            print(f"\nencoding on every core ({sizes['side'] / 1e6:.0f} MB, best of 2, interleaved):")
+            side, word, bpe = root / "side", ["--tokenizer", "word"], ["--tokenizer", "bpe", "--vocab-size", bpe_vocab]
+            pool = f"a pool of {os.cpu_count()}"
+            interleaved("word", side, root, ("1 process", [*word, "--workers", "1"], None), (pool, word, None))
+            interleaved("char", side, root, (pool, ["--workers", str(os.cpu_count())], None), ("1 process", [], None))
+            off, on = {"TOKENIZERS_PARALLELISM": "false"}, {"TOKENIZERS_PARALLELISM": "true"}
+            interleaved("bpe (the library's threads)", side, root, ("threads off", bpe, off), ("threads on", bpe, on))
 
-        print(f"\ntraining, {steps} steps of the default model (gpt-micro), char tokenizer:")
-        prepare(tiny, root / "p-tiny", "--tokenizer", str(root / "p-large" / "tokenizer.json"))
-        one = train_peak(root / "p-tiny", root / "run-tiny", steps)
-        big = train_peak(root / "p-large", root / "run-large", steps)
-        print(f"  from 1 MB:   peak RSS {one['rss_mb']:6.0f} MB ({one['seconds']:.1f} s)")
-        print(f"  from {large['text_mb']:,.0f} MB: peak RSS {big['rss_mb']:6.0f} MB ({big['seconds']:.1f} s)")
-        print(f"  ratio: {big['rss_mb'] / one['rss_mb']:.3f}x (target <= 1.10)")
+        if "train" in args.only:
+            print(f"\ntraining, {steps} steps of the default model (gpt-micro), char tokenizer:")
+            if not (root / "p-large" / "manifest.json").is_file():
+                large = prepare(root / "large", root / "p-large")
+            prepare(tiny, root / "p-tiny", "--tokenizer", str(root / "p-large" / "tokenizer.json"))
+            one = train_peak(root / "p-tiny", root / "run-tiny", steps)
+            big = train_peak(root / "p-large", root / "run-large", steps)
+            print(f"  from 1 MB:   peak RSS {one['rss_mb']:6.0f} MB ({one['seconds']:.1f} s)")
+            print(f"  from {large['text_mb']:,.0f} MB: peak RSS {big['rss_mb']:6.0f} MB ({big['seconds']:.1f} s)")
+            print(f"  ratio: {big['rss_mb'] / one['rss_mb']:.3f}x (target <= 1.10)")
         print(f"\ntotal {time.perf_counter() - started:.0f} s")
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -4,6 +4,7 @@ windows gathered across shard boundaries, and damaged folders caught with one cl
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +49,7 @@ def test_dtype_follows_the_vocabulary() -> None:
     assert token_dtype(65_536) == np.uint16 and token_dtype(65_537) == np.uint32
 
 
-def test_writer_rolls_over_and_the_maps_read_back_the_sequence(tmp_path: Path) -> None:
+def test_writer_rolls_over_and_the_maps_read_back_the_sequence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ids = np.arange(50) * 13 % 997
     shards = write_folder(tmp_path, ids)
     assert [s["tokens"] for s in shards.manifest["shards"]] == [7] * 7 + [1]
@@ -57,9 +58,13 @@ def test_writer_rolls_over_and_the_maps_read_back_the_sequence(tmp_path: Path) -
     assert len(shards) == 50 and torch.equal(shards[0:50], torch.from_numpy(ids))
     assert torch.equal(shards[5:23], torch.from_numpy(ids[5:23])) and shards[10:10].numel() == 0
     starts = torch.tensor([0, 6, 13, 40, 49 - 9])  # windows inside one shard and across two or three
-    windows = shards.windows(starts, 10)
-    assert windows.dtype == torch.int64
-    assert torch.equal(windows, torch.from_numpy(np.stack([ids[s : s + 10] for s in starts.tolist()])))
+    for pread in (True, False):  # read from the files, or gathered from the maps
+        monkeypatch.setattr(shards_module, "_PREAD", pread and hasattr(os, "preadv"))
+        windows = shards.windows(starts, 10)
+        assert windows.dtype == torch.int64
+        assert torch.equal(windows, torch.from_numpy(np.stack([ids[s : s + 10] for s in starts.tolist()])))
+        with pytest.raises(IndexError):
+            shards.windows(torch.tensor([45]), 10)
 
 
 def test_uint32_shards(tmp_path: Path) -> None:
@@ -78,7 +83,32 @@ def test_memory_maps_are_read_only(tmp_path: Path) -> None:
     assert torch.equal(reopened[0:30], shards[0:30])
 
 
+def mapped_kb(folder: Path) -> int:
+    """Resident kB of this process's mappings of files in ``folder`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if fields and "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
+            inside = len(fields) >= 6 and fields[5].startswith(str(folder))
+        elif inside and fields[0] == "Rss:":
+            total += int(fields[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").is_file() or not shards_module._PREAD, reason="Linux's smaps")
+def test_windows_map_no_pages_of_the_shards_into_the_process(tmp_path: Path) -> None:
+    ids = np.arange(4_000_000) % 65_000  # 8 MB of uint16
+    shards = write_folder(tmp_path, ids, vocab_size=65_536, shard_tokens=1_500_000)
+    starts = torch.randint(len(ids) - 65, (2000,), generator=torch.Generator().manual_seed(0))
+    windows = shards.windows(starts, 65)
+    assert torch.equal(windows, torch.from_numpy(ids[starts[:, None].numpy() + np.arange(65)]))
+    assert mapped_kb(tmp_path) == 0  # the file cache holds the pages, not this process
+    shards[0:1_000_000]  # a range goes through the map  # noqa: B018
+    assert mapped_kb(tmp_path) > 0  # (so the measurement above can see mapped pages)
+
+
 def test_releasing_pages_keeps_the_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shards_module, "_PREAD", False)  # windows from the maps, as without os.preadv
     monkeypatch.setattr(shards_module, "RELEASE_WINDOWS", 3)
     ids = np.arange(200) % 251
     shards = write_folder(tmp_path, ids, shard_tokens=64)

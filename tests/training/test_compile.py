@@ -1,5 +1,7 @@
-"""torch.compile: every model's training step (forward, loss, backward) is one graph with no break; a run
-compiled with --compile saves plain names and resumes exactly; capture() keeps working on the plain module.
+"""torch.compile: every model's training step (forward, loss, backward) and decode step (a GPT's and an
+encoder-decoder's next-token step over the static cache, an encoder's embedding pass) is one graph with no
+break; a run compiled with --compile saves plain names and resumes exactly; capture() keeps working on the
+plain module.
 
 The training runs compile with the ``aot_eager`` backend: the same Dynamo graph capture and AOTAutograd
 forward/backward split as the default inductor backend, without generating C++ kernels (minutes on this
@@ -18,6 +20,9 @@ from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from qkv.data.pair_batches import TranslationBatch
+from qkv.decoding.decode_step import cross_attention_keys
+from qkv.decoding.encoder_pass import encoder_hidden
+from qkv.decoding.engine import StepBuffers, engine_for
 from qkv.layers.capture import capture
 from qkv.models import GPT, Encoder, Transformer, make_config
 from qkv.models.encoder import mean_pool
@@ -95,6 +100,40 @@ def test_the_training_step_of_every_model_is_one_graph(name) -> None:
     assert explanation.graph_break_count == 0, [b.reason for b in explanation.break_reasons]
     assert explanation.break_reasons == [] and explanation.graph_count == 1
     assert all(p.grad is not None for p in model.parameters() if p.requires_grad)  # the backward ran
+
+
+def decode_step_and_inputs(name: str, model: nn.Module, ids: Tensor) -> tuple:
+    """The function decoding compiles for ``model`` and its arguments, with the cache filled up to position 5."""
+    engine = engine_for(model)
+    if name == "encoder":  # no steps: one pass over the whole (padded) sentences
+        return encoder_hidden, (model, engine.projections, ids, PADDING)
+    cross = None
+    if name == "transformer":
+        memory = model.encode(ids, src_padding_mask=PADDING)  # (B, T, d_model)
+        cross = cross_attention_keys(model, memory, PADDING, pad_to=16, fixed=True)
+    buffers = StepBuffers(engine, B, 16, cross)
+    buffers.cache.buffer.normal_()  # keys and values of earlier positions
+    buffers.position.fill_(5)
+    buffers.tokens.copy_(ids[:, 5])
+    return engine.step, (buffers.tokens, buffers.position, buffers.cache.buffer, buffers.cross_args(), 1)
+
+
+@pytest.mark.parametrize("name", ["gpt", "encoder", "transformer"])
+def test_the_decode_step_of_every_model_is_one_graph(name) -> None:
+    model = models_and_inputs()[name][0].eval()
+    ids = torch.randint(3, V, (B, T))
+    with torch.no_grad():
+        step, inputs = decode_step_and_inputs(name, model, ids)
+        eager = step(*inputs)
+        dynamo.reset()
+        explanation = dynamo.explain(step)(*inputs)
+        assert explanation.graph_break_count == 0, [b.reason for b in explanation.break_reasons]
+        assert explanation.break_reasons == [] and explanation.graph_count == 1
+        compiled = torch.compile(step, backend="aot_eager", fullgraph=True)(*inputs)
+    torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=1e-5)
+    if name == "encoder":  # the embedding pass gives the model's own vectors
+        with torch.no_grad():
+            torch.testing.assert_close(eager, model(ids, padding_mask=PADDING), atol=1e-5, rtol=1e-5)
 
 
 def test_capture_records_on_the_plain_module_of_a_compiled_model() -> None:

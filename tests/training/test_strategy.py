@@ -1,6 +1,7 @@
 """DDP and FSDP on two CPU processes (gloo) train like one process with the same global batch, write the
 same checkpoints as one process, and an FSDP run resumes exactly (also in one process); Muon's shared
-Newton-Schulz equals one process's.
+Newton-Schulz equals one process's; on a folder written by ``qkv prepare`` the two DDP processes train on
+disjoint windows, together the global batch one process draws.
 
 One ``torchrun`` launch (tests/training/distributed_worker.py) makes every two-process run; the
 single-process runs they are compared with are made here. Tolerances: two processes differ from one only
@@ -23,6 +24,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from qkv.data.prepare import prepare
 from qkv.training import train_language_model
 from qkv.training.checkpoint import latest_checkpoint
 from qkv.training.metrics import read_metrics
@@ -35,6 +37,8 @@ WORKER = Path(worker.__file__)
 def runs(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("strategies")
     (out / "text.txt").write_text(worker.TEXT)
+    (out / "random.txt").write_text(worker.RANDOM_TEXT)
+    prepare(str(out / "random.txt"), out / worker.PREPARED, quiet=True)
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", str(WORKER), str(out)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     done = subprocess.run(launcher, capture_output=True, text=True, env=env, timeout=900)
@@ -117,3 +121,16 @@ def test_shared_newton_schulz_equals_one_process(runs) -> None:
     result = load_file(str(runs / "newton_schulz.safetensors"))
     assert result["shared"].shape == (5, 24, 16)
     torch.testing.assert_close(result["shared"], result["alone"], atol=1e-6, rtol=0)
+
+
+def test_ddp_ranks_read_disjoint_windows_of_prepared_shards(runs, monkeypatch) -> None:
+    ranks = [load_file(str(runs / f"windows-rank{r}.safetensors"))["windows"] for r in range(2)]  # (steps, 2, T)
+    with worker.recorded_windows() as seen:
+        config = worker.settings(runs, "one-prepared", data=str(runs / worker.PREPARED), batch_size=4, threads=None)
+        single = train_language_model(config, quiet=True).run_dir
+    assert len(seen) == 6 and ranks[0].shape == (6, 2, 16)
+    for step, whole in enumerate(seen):  # rank r trains on rows 2r, 2r + 1 of one process's batch
+        assert torch.equal(torch.cat([ranks[0][step], ranks[1][step]]), whole)
+    rows = [{tuple(w.tolist()) for w in r.flatten(0, 1)} for r in ranks]
+    assert len(rows[0]) == len(rows[1]) == 12 and not rows[0] & rows[1]  # no window read by both processes
+    assert_same_weights(weights(runs / "ddp-prepared"), weights(single))

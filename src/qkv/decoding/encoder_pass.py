@@ -6,7 +6,8 @@ recorded and nothing is trained, so this pass differs in two ways only:
 - W_q, W_k and W_v run as one product (:func:`qkv.layers.fused.fuse_linears`), whose output viewed as
   (B, T, 3, h, d_k) holds q, k and v, each (B, h, T, d_k) by a permutation of axes (no copy);
 - the zeroing of attention rows with no key to attend to (a sequence made only of padding) is done only
-  when such a row exists, which is checked once per batch rather than in every layer.
+  when such a row exists, which is checked once per batch rather than in every layer (under
+  ``torch.compile`` it is always done: the check would read a tensor in Python, a graph break).
 
 Everything else is the model's own modules, called as the model calls them (embeddings, LayerNorms, the
 feed-forward network, out_proj), so a Linear replaced by another module (an int8 linear) is used here too.
@@ -63,7 +64,7 @@ def encoder_hidden(
     if padding_mask is not None:
         mask = ~padding_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
         empty = ~mask.any(dim=-1, keepdim=True)  # (B, 1, 1, 1)
-        if not bool(empty.any()):
+        if not torch.compiler.is_compiling() and not bool(empty.any()):  # compiled: always mask, no break
             empty = None
     rotary = model.rotary_angles(length)
     for block, projection in zip(model.encoder.blocks, projections, strict=True):
