@@ -261,6 +261,12 @@ def test_the_walkthrough_in_the_playground(gpt, page, tmp_path) -> None:
     shown = page.locator("#wt-final .pct").all_inner_texts()
     expected = gpt.client.post("/v1/next-token", json={"prompt": text, "n": 15, "temperature": 0.5}).json()
     assert shown == [f"{100 * t['prob']:.1f}%" for t in expected["tokens"]]
+    # A new text redraws every step and keeps the picked head and the slider settings.
+    page.focus("#prompt")
+    page.keyboard.press("End")
+    page.keyboard.type("!")
+    page.wait_for_function(f"document.querySelectorAll('.wt-chip').length === {T + 1}")
+    assert page.input_value("#wt-block-1 select.wt-head") == "2" and page.input_value("#wt-temperature") == "0.5"
     path = tmp_path / "walkthrough.png"
     page.locator("#walkthrough-section").screenshot(path=str(path))
     assert path.stat().st_size > 10_000

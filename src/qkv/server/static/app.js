@@ -5,7 +5,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { info: null, attention: null, chartSeq: 0, attentionSeq: 0, walkthroughSeq: 0, generation: null };
+const state = { info: null, attention: null, chartSeq: 0, attentionSeq: 0, walkthroughSeq: 0, walkthroughText: null, generation: null };
 
 // ------------------------------------------------------------------------------------------ helpers
 
@@ -360,12 +360,14 @@ function toggleAttention() {
 // ---------------------------------------------------------------------------------- walk-through
 
 async function updateWalkthrough() {
-  const seq = ++state.walkthroughSeq;
+  const prompt = $("prompt").value;
   const view = $("walkthrough-view");
+  if (prompt === state.walkthroughText) return;  // already shown (or on its way) for this very text
+  state.walkthroughText = prompt;
+  const seq = ++state.walkthroughSeq;
   view.dataset.state = "loading";
   $("walkthrough-status").textContent = "Running the model…";
   try {
-    const prompt = $("prompt").value;
     if (!prompt) throw new Error("Type some text first.");
     const data = await post("/v1/walkthrough", { text: prompt });
     if (seq !== state.walkthroughSeq) return;
@@ -377,6 +379,7 @@ async function updateWalkthrough() {
     view.dataset.state = "shown";
   } catch (error) {
     if (seq !== state.walkthroughSeq) return;
+    state.walkthroughText = null;  // let the same text be tried again
     view.dataset.state = "error";
     $("walkthrough-status").textContent = error.message;
   }
@@ -386,6 +389,7 @@ function toggleWalkthrough() {
   const view = $("walkthrough-view");
   const open = view.hidden;
   view.hidden = !open;
+  if (!open) state.walkthroughText = null;  // reopening runs the model again
   $("show-walkthrough").setAttribute("aria-expanded", String(open));
   $("show-walkthrough").textContent = open ? "Hide the walk-through" : "Walk through";
   if (open) updateWalkthrough();

@@ -170,12 +170,13 @@ const QkvWalkthrough = (() => {
       detail);
   }
 
-  function blockStep(data, block, maxNorm) {
+  function blockStep(data, block, maxNorm, head) {
     const detail = el("p", { class: "wt-detail", "aria-live": "polite", text: "Click a cell, a bar or a row for its numbers." });
     const heads = block.attention;
     const picker = el("select", { class: "wt-head", "aria-label": `block ${block.layer} head` });
     heads.forEach((_, h) => picker.append(new Option(`head ${h}`, String(h))));
     picker.append(new Option("all heads (mean)", "mean"));
+    if ([...picker.options].some((o) => o.value === head)) picker.value = head;
     const rows = data.tokens.map((t, i) => `${i} ${t}`);
     const holder = el("div", { class: "wt-attention" });
     const matrixFor = (value) => (value === "mean"
@@ -215,9 +216,10 @@ const QkvWalkthrough = (() => {
       detail);
   }
 
-  function finalStep(data, probabilities) {
+  function finalStep(data, probabilities, previous) {
     const slider = (id, label, attrs) => {
       const input = el("input", { id, type: "range", ...attrs });
+      if (previous && previous[id] !== undefined) input.value = previous[id];
       const out = el("output", { for: id });
       return [el("div", { class: "control" }, el("label", { for: id }, `${label} `, out), input), input, out];
     };
@@ -280,9 +282,13 @@ const QkvWalkthrough = (() => {
    * settings {temperature, top_k, top_p}.
    */
   function render(root, data, probabilities) {
+    // Redrawn for a new text, the view keeps the heads picked and the slider settings.
+    const heads = [...root.querySelectorAll("select.wt-head")].map((s) => s.value);
+    const sliders = {};
+    for (const input of root.querySelectorAll("#wt-final input[type=range]")) sliders[input.id] = input.value;
     const maxNorm = Math.max(...data.blocks.flatMap((b) => b.norms), ...data.embedding.norms);
-    root.replaceChildren(tokensStep(data), embeddingStep(data), ...data.blocks.map((b) => blockStep(data, b, maxNorm)),
-      finalStep(data, probabilities));
+    root.replaceChildren(tokensStep(data), embeddingStep(data),
+      ...data.blocks.map((b) => blockStep(data, b, maxNorm, heads[b.layer])), finalStep(data, probabilities, sliders));
   }
 
   // ------------------------------------------------- the sampling transform, for a page without a server
