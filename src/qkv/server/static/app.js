@@ -1,6 +1,7 @@
 // qkv playground: plain JavaScript, no build step, no external resources.
 // It talks to the same server's API: /v1/model, /v1/next-token, /v1/completions (streamed), /v1/translations,
-// /v1/attention and /v1/walkthrough (drawn by walkthrough.js, which `qkv lens --html` pages share). The numbers and token labels are the server's (the same `qkv next` and `qkv attention`
+// /v1/attention and /v1/walkthrough (walkthrough-panel.js asks for it; walkthrough.js, which `qkv lens --html`
+// pages share, draws it). The numbers and token labels are the server's (the same `qkv next` and `qkv attention`
 // print); this file only draws them. Each section below owns one part of the page.
 "use strict";
 
@@ -357,49 +358,9 @@ function toggleAttention() {
   if (open) updateAttention();
 }
 
-// ---------------------------------------------------------------------------------- walk-through
-
-async function updateWalkthrough() {
-  const prompt = $("prompt").value;
-  const view = $("walkthrough-view");
-  if (prompt === state.walkthroughText) return;  // already shown (or on its way) for this very text
-  state.walkthroughText = prompt;
-  const seq = ++state.walkthroughSeq;
-  view.dataset.state = "loading";
-  $("walkthrough-status").textContent = "Running the model…";
-  try {
-    if (!prompt) throw new Error("Type some text first.");
-    const data = await post("/v1/walkthrough", { text: prompt });
-    if (seq !== state.walkthroughSeq) return;
-    // The last step's numbers are the server's (qkv next's), for the same prompt.
-    const probabilities = async (s) => post("/v1/next-token", { prompt, n: 15, ...s });
-    QkvWalkthrough.render(view, data, probabilities);
-    $("walkthrough-status").textContent = `${data.tokens.length} tokens through ${data.n_layers} blocks of `
-      + `${data.n_heads} heads (d_model ${data.d_model}).`;
-    view.dataset.state = "shown";
-  } catch (error) {
-    if (seq !== state.walkthroughSeq) return;
-    state.walkthroughText = null;  // let the same text be tried again
-    view.dataset.state = "error";
-    $("walkthrough-status").textContent = error.message;
-  }
-}
-
-function toggleWalkthrough() {
-  const view = $("walkthrough-view");
-  const open = view.hidden;
-  view.hidden = !open;
-  if (!open) state.walkthroughText = null;  // reopening runs the model again
-  $("show-walkthrough").setAttribute("aria-expanded", String(open));
-  $("show-walkthrough").textContent = open ? "Hide the walk-through" : "Walk through";
-  if (open) updateWalkthrough();
-}
-
 // ---------------------------------------------------------------------------------------- wiring
 
 const updateAttentionSoon = debounce(() => { if (!$("attention-view").hidden) updateAttention(); }, 400);
-
-const updateWalkthroughSoon = debounce(() => { if (!$("walkthrough-view").hidden) updateWalkthrough(); }, 500);
 
 function onTextChanged() {
   updateChartSoon();
