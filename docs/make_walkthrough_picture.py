@@ -3,9 +3,9 @@
     python docs/make_walkthrough_picture.py RUN_DIR ["prompt"]
 
 RUN_DIR is any GPT run or model folder (the committed picture: `qkv train --preset gpt-nano --data
-tinyshakespeare/input.txt --steps 200 --warmup-steps 20 --seed 1337`, about 80 s on 2 CPU cores). It serves the model on a loopback port, opens the
-playground, types the prompt, opens the walk-through and saves the section as a PNG. Needs Debian's
-chromium and the playwright package (the test extra).
+tinyshakespeare/input.txt --steps 200 --warmup-steps 20 --seed 1337`, about 80 s on 2 CPU cores). It serves
+the model on a loopback port, opens the playground, types the prompt, opens the walk-through and saves the
+section as a PNG. Needs Debian's chromium and the playwright package (the test extra).
 """
 
 from __future__ import annotations
