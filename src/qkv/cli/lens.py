@@ -8,6 +8,10 @@ a column per position, coloured by the probability of the final prediction (--co
 top token), with each row's top token written in. In a post-LN model (the paper's translators, Marian) every
 block already ends in a LayerNorm, so W_U reads each block's output directly. A translator's TEXT is the
 source sentence; the lens reads its decoder on --target (default: its own greedy translation).
+
+--html FILE also writes the playground's walk-through of a GPT on TEXT as one standalone page (no network
+needed): tokens and ids, the token and position vectors, every block's attention (head picker), residual
+norm and logit lens, then the unembedding with live temperature, top-k and top-p. Click a cell for its numbers.
 """
 
 from __future__ import annotations
@@ -33,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="colour by P(final prediction) (default) or P(the row's own top token)")  # fmt: skip
     parser.add_argument("--out", default="lens.png", help="the heatmap to write (default lens.png)")
     parser.add_argument("--no-plot", action="store_true", help="do not draw the heatmap")
+    parser.add_argument(
+        "--html", metavar="FILE",
+        help="also write the walk-through of the whole forward pass (GPT models) as one standalone HTML page",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print every number as JSON")
 
 
@@ -73,16 +81,30 @@ def run(args: argparse.Namespace) -> int:
     bundle = load_any(model_path(args), device=use_device(args))
     if args.target is not None and bundle.config.kind != "transformer":
         raise QkvError("--target is for translators: a GPT reads one text")
+    if args.html is not None and bundle.config.kind != "gpt":
+        raise QkvError(
+            f"--html writes the walk-through, which is for GPT models (decoder only), and this is a "
+            f"{bundle.config.kind} model: leave out --html, or use `qkv attention --html` for its attention"
+        )
     lens = logit_lens(bundle, args.text, target=args.target, top=args.top)
     check_range("decoder", lens.n_rows - 1, 1, args.layer, None)
     position = find_position(lens.tokens, args.position, what="--position")
+    page = None
+    if args.html is not None:
+        from qkv.inspect.walkthrough import walkthrough
+        from qkv.inspect.walkthrough_html import write_walkthrough_html
+
+        name = f" ({bundle.path.name})" if bundle.path else ""
+        walk = walkthrough(bundle, args.text, top=args.top, vocab=True)
+        page = write_walkthrough_html(walk, args.html, title=f"Walk-through{name}")
     picture = None
     if not args.no_plot:
         where = f" ({bundle.path.name})" if bundle.path else ""
         what = "P(final prediction)" if args.color == "final" else "P(top token)"
         picture = draw_logit_lens(lens, args.out, color=args.color, title=f"logit lens{where}: colour = {what}")
     if args.json:
-        print(json.dumps({**lens.to_dict(), "plot": str(picture.path) if picture else None}, ensure_ascii=False))
+        plot = str(picture.path) if picture else None
+        print(json.dumps({**lens.to_dict(), "plot": plot, "html": str(page) if page else None}, ensure_ascii=False))
         return 0
     from rich.console import Console
     from rich.text import Text
@@ -104,4 +126,6 @@ def run(args: argparse.Namespace) -> int:
     console.print(lens_table(lens, position, args.layer))
     if picture is not None:
         console.print(Text(f"wrote {picture.path} ({picture.width}x{picture.height} pixels)"))
+    if page is not None:
+        console.print(Text(f"wrote {page} (the walk-through: open it in a browser)"))
     return 0

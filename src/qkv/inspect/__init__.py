@@ -14,7 +14,10 @@ mechanism: named activations handed back when asked), never a second implementat
 - interpretability, on the residual stream (:mod:`~qkv.inspect.residual`): the logit lens
   (:mod:`~qkv.inspect.lens`, ``qkv lens``), direct logit attribution (:mod:`~qkv.inspect.attribution`,
   ``qkv attribute``), activation patching (:mod:`~qkv.inspect.patching`, ``qkv patch``) and the head detector
-  (:mod:`~qkv.inspect.heads`, ``qkv heads``), drawn by :mod:`~qkv.inspect.circuit_figures`.
+  (:mod:`~qkv.inspect.heads`, ``qkv heads``), drawn by :mod:`~qkv.inspect.circuit_figures`;
+- :mod:`~qkv.inspect.walkthrough`: a GPT's whole forward pass step by step (tokens, embeddings, every block's
+  attention, residual norm and logit lens, the unembedding), shown by the playground and by
+  :mod:`~qkv.inspect.walkthrough_html` (``qkv lens --html``).
 
 >>> from qkv.inspect import explain_example
 >>> explain_example("004").weights[1].round(4).tolist()   # "quick" attending to each token
@@ -58,6 +61,8 @@ from qkv.inspect.lens import LogitLens, logit_lens
 from qkv.inspect.next_token import NextToken, next_token
 from qkv.inspect.patching import Patching, PatchMap, patch
 from qkv.inspect.trace import Trace, trace
+from qkv.inspect.walkthrough import Walkthrough, walkthrough
+from qkv.inspect.walkthrough_html import walkthrough_html, write_walkthrough_html
 
 __all__ = [
     "EXAMPLES",
@@ -73,6 +78,7 @@ __all__ = [
     "Patching",
     "Picture",
     "Trace",
+    "Walkthrough",
     "analogy",
     "analogy_of",
     "attention_html",
@@ -107,5 +113,8 @@ __all__ = [
     "read_matrices",
     "render_explanation",
     "trace",
+    "walkthrough",
+    "walkthrough_html",
     "write_attention_html",
+    "write_walkthrough_html",
 ]

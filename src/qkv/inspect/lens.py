@@ -27,7 +27,7 @@ from torch import nn
 from qkv.errors import QkvError
 from qkv.inspect.residual import decoder_stream, final_norm, read_out
 from qkv.inspect.tokens import token_label
-from qkv.inspect.trace import trace
+from qkv.inspect.trace import Trace, trace
 from qkv.model_dir import ModelBundle
 
 
@@ -94,9 +94,17 @@ def logit_lens(bundle: ModelBundle, text: str, *, target: str | None = None, top
     translation when None). ``top`` tokens are kept per row and position."""
     if top < 1:
         raise QkvError(f"--top {top} must be at least 1")
+    decoder_stream(bundle.model, what="the logit lens")  # an encoder has no W_U: say so before running it
+    return lens_from_trace(bundle, trace(bundle, text, target=target), top=top)
+
+
+@torch.no_grad()
+def lens_from_trace(bundle: ModelBundle, traced: Trace, *, top: int = 5) -> LogitLens:
+    """:func:`logit_lens` of a forward pass already traced (the walk-through reads it from the same pass)."""
+    if top < 1:
+        raise QkvError(f"--top {top} must be at least 1")
     model = bundle.model
     stream = decoder_stream(model, what="the logit lens")
-    traced = trace(bundle, text, target=target)
     tokenizer = bundle.tokenizer
     tokens = traced.source_tokens
     if traced.kind == "transformer":

@@ -4,6 +4,7 @@
     POST /v1/translations   translate sentences (encoder-decoder models)
     POST /v1/next-token     the next-token distribution under a temperature, top-k and top-p (`qkv next`)
     POST /v1/attention      every layer's and head's attention weights for a text (`qkv attention`)
+    POST /v1/walkthrough    a GPT's whole forward pass on a text, step by step (the playground's walk-through)
     POST /tokenize          token ids of a text;  POST /detokenize: the text of token ids
     GET  /v1/model          what the model is (kind, parameters, layers, heads, context, vocabulary, limits)
     GET  /v1/models         the model in OpenAI's list shape (and GET /v1/models/{id})
@@ -53,6 +54,7 @@ from qkv.server.schemas import (
     TokenizeResponse,
     TranslationRequest,
     TranslationResponse,
+    WalkthroughRequest,
 )
 from qkv.server.service import Gate, Limits, Service
 
@@ -222,6 +224,11 @@ def create_app(
     async def attention(body: AttentionRequest) -> AttentionResponse:
         service.require("/v1/attention")
         return await _gated(service.analyses, service.attention, body)
+
+    @app.post("/v1/walkthrough")
+    async def walkthrough(body: WalkthroughRequest) -> dict:
+        service.require("/v1/walkthrough")
+        return await _gated(service.analyses, service.walkthrough, body)
 
     @app.post("/tokenize", response_model=TokenizeResponse, response_model_exclude_none=True)
     async def tokenize(body: TokenizeRequest) -> TokenizeResponse:

@@ -219,6 +219,15 @@ class AttentionRequest(_Request):
     decimals: int = Field(4, ge=1, le=8, description="weights are rounded to keep the JSON small")
 
 
+class WalkthroughRequest(_Request):
+    """POST /v1/walkthrough: a GPT's whole forward pass on ``text`` (:func:`qkv.inspect.walkthrough`)."""
+
+    text: str = Field(..., min_length=1)
+    top: int = Field(5, ge=1, le=20, description="logit-lens tokens kept per block and position")
+    decimals: int = Field(4, ge=1, le=8, description="numbers are rounded to keep the JSON small")
+    logits: bool = Field(False, description="also send the last position's logits and every vocabulary label")
+
+
 class AttentionGroup(BaseModel):
     """The weights of one kind of attention: ``weights[layer][head][query][key]``, each row summing to 1."""
 

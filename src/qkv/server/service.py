@@ -2,7 +2,8 @@
 
 The server is a thin layer: the numbers come from the functions the command line uses. The next-token
 distribution is :func:`qkv.inspect.next_token` (``qkv next``), the attention maps
-:func:`qkv.inspect.attention_maps` (``qkv attention``), token labels :mod:`qkv.inspect.tokens`, generation
+:func:`qkv.inspect.attention_maps` (``qkv attention``), the walk-through :func:`qkv.inspect.walkthrough`
+(``qkv lens --html``), token labels :mod:`qkv.inspect.tokens`, generation
 :func:`qkv.decoding.stream` (``qkv generate``) and translation :class:`qkv.decoding.translator.Translator`
 (``qkv translate``). This module checks a request against the limits and turns their results into JSON.
 
@@ -30,6 +31,7 @@ from qkv.inspect.attention_maps import maps_from_trace
 from qkv.inspect.next_token import next_token
 from qkv.inspect.tokens import token_text
 from qkv.inspect.trace import trace
+from qkv.inspect.walkthrough import walkthrough
 from qkv.model_dir import ModelBundle
 from qkv.models.config import TRANSLATORS
 from qkv.server.completion import CompletionJob, check_request, read_prompts
@@ -51,11 +53,12 @@ from qkv.server.schemas import (
     TranslationRequest,
     TranslationResponse,
     Usage,
+    WalkthroughRequest,
 )
 from qkv.tokenizers.base import unknown_note
 
 ENDPOINTS = {
-    "gpt": ["/v1/completions", "/v1/next-token", "/v1/attention"],
+    "gpt": ["/v1/completions", "/v1/next-token", "/v1/attention", "/v1/walkthrough"],
     "transformer": ["/v1/translations", "/v1/next-token", "/v1/attention"],
     "rnnsearch": ["/v1/translations", "/v1/next-token", "/v1/attention"],
     "encoder": ["/v1/attention"],
@@ -162,6 +165,13 @@ class Service:
 
     def require(self, endpoint: str) -> None:
         """404 unless this model kind supports ``endpoint``, saying which endpoints it does support."""
+        if endpoint == "/v1/walkthrough" and endpoint not in self.endpoints:
+            raise ServiceError(
+                404,
+                f"/v1/walkthrough is for GPT models (decoder only) and this server runs {DESCRIPTIONS[self.kind]}: "
+                "use /v1/attention to see its attention",
+                code="endpoint_not_found",
+            )
         if endpoint not in self.endpoints:
             raise ServiceError(
                 404,
@@ -281,6 +291,12 @@ class Service:
         if traced.target_ids is not None:
             data["target_text"] = self.target_tokenizer.decode(traced.target_ids[1:])
         return AttentionResponse(**data)
+
+    def walkthrough(self, request: WalkthroughRequest) -> dict:
+        """:func:`qkv.inspect.walkthrough`'s numbers for the playground's walk-through (GPT models only)."""
+        self.encode(request.text, "text")
+        result = walkthrough(self.bundle, request.text, top=request.top, vocab=request.logits)
+        return {"model": self.name, **result.to_dict(request.decimals, logits=request.logits)}
 
     def translate(self, request: TranslationRequest) -> TranslationResponse:
         """Translate the request's sentences (greedy, or beam search with ``beam`` > 1)."""

@@ -1,11 +1,12 @@
 // qkv playground: plain JavaScript, no build step, no external resources.
-// It talks to the same server's API: /v1/model, /v1/next-token, /v1/completions (streamed), /v1/translations
-// and /v1/attention. The numbers and token labels are the server's (the same `qkv next` and `qkv attention`
+// It talks to the same server's API: /v1/model, /v1/next-token, /v1/completions (streamed), /v1/translations,
+// /v1/attention and /v1/walkthrough (walkthrough-panel.js asks for it; walkthrough.js, which `qkv lens --html`
+// pages share, draws it). The numbers and token labels are the server's (the same `qkv next` and `qkv attention`
 // print); this file only draws them. Each section below owns one part of the page.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { info: null, attention: null, chartSeq: 0, attentionSeq: 0, generation: null };
+const state = { info: null, attention: null, chartSeq: 0, attentionSeq: 0, walkthroughSeq: 0, walkthroughText: null, generation: null };
 
 // ------------------------------------------------------------------------------------------ helpers
 
@@ -57,6 +58,11 @@ async function loadInfo() {
   } else if (info.kind === "encoder") {
     $("prompt-label").textContent = "Text";
     $("sampling-section").hidden = $("generate-section").hidden = true;
+  }
+  if (info.kind !== "gpt") {
+    $("show-walkthrough").disabled = true;
+    $("walkthrough-status").textContent = `The walk-through is for GPT models (decoder only); this is ${info.description}. `
+      + "The attention view above shows its attention.";
   }
 }
 
@@ -268,8 +274,9 @@ function currentMap() {
 
 function fillLayerHead() {
   const map = currentMap();
-  fillSelect($("layer"), map.weights.map((_, i) => [String(i), `${i + 1} of ${map.weights.length}`]), true);
-  const heads = map.weights[0].map((_, i) => [String(i), `${i + 1} of ${map.weights[0].length}`]);
+  // Numbered from 0, as everywhere in qkv (the CLI's --layer/--head, TransformerLens, Hugging Face).
+  fillSelect($("layer"), map.weights.map((_, i) => [String(i), `${i} (of 0–${map.weights.length - 1})`]), true);
+  const heads = map.weights[0].map((_, i) => [String(i), `${i} (of 0–${map.weights[0].length - 1})`]);
   fillSelect($("head"), [...heads, ["mean", "all heads (mean)"]], true);
 }
 
@@ -338,7 +345,7 @@ function hoverAttention(event) {
   const j = Math.floor((event.clientX - box.left - g.labelW) / g.cell);
   const i = Math.floor((event.clientY - box.top - g.labelH) / g.cell);
   if (i < 0 || j < 0 || i >= g.rows.length || j >= g.cols.length) return;
-  $("attention-hover").textContent = `"${g.rows[i]}" (row ${i + 1}) looks at "${g.cols[j]}" (column ${j + 1}) `
+  $("attention-hover").textContent = `"${g.rows[i]}" (position ${i}) looks at "${g.cols[j]}" (position ${j}) `
     + `with weight ${g.matrix[i][j].toFixed(4)}`;
 }
 
@@ -358,6 +365,7 @@ const updateAttentionSoon = debounce(() => { if (!$("attention-view").hidden) up
 function onTextChanged() {
   updateChartSoon();
   updateAttentionSoon();
+  updateWalkthroughSoon();
 }
 
 function wire() {
@@ -370,6 +378,7 @@ function wire() {
   $("stop").addEventListener("click", () => state.generation && state.generation.abort());
   $("continue").addEventListener("click", continueFromOutput);
   $("show-attention").addEventListener("click", toggleAttention);
+  $("show-walkthrough").addEventListener("click", toggleWalkthrough);
   $("attention-kind").addEventListener("change", () => {
     $("attention-kind").dataset.touched = "1";
     fillLayerHead();
