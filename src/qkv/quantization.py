@@ -23,6 +23,7 @@ and speed this buys are measured by ``bench/quantize.py`` (docs/deploy.md).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -183,11 +184,45 @@ def _check_out_dir(out: Path, source: Path) -> None:
         raise QkvError(f"--out {out} already holds other files: give a new or empty folder")
 
 
-def save_quantized(bundle: Any, out_dir: str | Path, scheme: str = "int8") -> Path:
+def text_calibration(bundle: Any, text: str) -> Callable[[nn.Module], object]:
+    """A ``calibration`` feed for :func:`quantize_model` from sample text, for the model in ``bundle``.
+
+    A GPT reads ``text`` as running text (in windows of its context); an encoder embeds its non-empty lines
+    as sentences. Both run the model's own forward, so every layer sees its inputs.
+    """
+    from qkv.models import GPT, Encoder
+
+    model = bundle.model
+    if isinstance(model, GPT):
+        from qkv.training.perplexity import token_log_probs
+
+        ids = bundle.tokenizer.encode(text)
+        return lambda m: token_log_probs(m, ids)
+    if isinstance(model, Encoder):
+        from qkv.pretrained.bert import embed_sentences
+
+        lines = [line for line in text.splitlines() if line.strip()]
+
+        def embed(m: nn.Module) -> object:
+            with_model = copy.copy(bundle)
+            with_model.model = m
+            return embed_sentences(with_model, lines, engine="model")
+
+        return embed
+    raise QkvError(
+        f"calibration text works for GPT and encoder models, not a {type(model).__name__}: quantize it "
+        "without --calibrate (nearest rounding)"
+    )
+
+
+def save_quantized(
+    bundle: Any, out_dir: str | Path, scheme: str = "int8", *, calibration_text: str | None = None
+) -> Path:
     """Quantize ``bundle.model`` (a :class:`~qkv.model_dir.ModelBundle`) in place and save it as a model folder.
 
     The folder loads with :func:`qkv.model_dir.load_model_dir` like any other, int8 layers and all; a
-    sentence-transformers head (pooling, normalisation) beside the source model is copied along.
+    sentence-transformers head (pooling, normalisation) beside the source model is copied along. With
+    ``calibration_text`` the roundings are calibrated on it (:func:`text_calibration`, :mod:`qkv.gptq`).
     """
     from qkv.model_dir import save_model_dir
     from qkv.pretrained.bert import copy_sentence_head
@@ -197,7 +232,8 @@ def save_quantized(bundle: Any, out_dir: str | Path, scheme: str = "int8") -> Pa
     _check_out_dir(out, Path(bundle.path))
     if is_quantized(bundle.model):
         raise QkvError(f"{bundle.path} is quantized already: quantize the float model it was made from")
-    quantize_model(bundle.model, scheme)
+    calibration = None if calibration_text is None else text_calibration(bundle, calibration_text)
+    quantize_model(bundle.model, scheme, calibration=calibration)
     save_model_dir(out, bundle.model, bundle.tokenizer, bundle.target_tokenizer)
     copy_sentence_head(bundle.path, out)
     return out
