@@ -149,7 +149,7 @@ def train_gpt(work: Path, minutes: float, quick: bool) -> Path:
     with tempfile.TemporaryDirectory() as probe_dir:
         probe_config = {**settings, "steps": 3, "eval_interval": 100, "warmup_steps": 1, "out_dir": f"{probe_dir}/p"}
         probe = train_language_model(TrainConfig.create(**probe_config), quiet=True)
-    steps = max(30, int(minutes * 60 * 0.85 / (probe.train_seconds / probe.step)))
+    steps = 30 if quick else max(30, int(minutes * 60 * 0.85 / (probe.train_seconds / probe.step)))
     print(f"  training {shape} for {steps} steps ({probe.train_seconds / probe.step:.1f} s per step)", flush=True)
     settings.update(steps=steps, eval_interval=max(steps // 4, 1), eval_batches=8, out_dir=str(run))
     config = TrainConfig.create(**settings)
