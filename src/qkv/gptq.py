@@ -21,8 +21,7 @@ product (the "lazy batch" of the paper).
 
 :func:`input_hessians` collects H for named layers by running the float model on calibration inputs;
 :func:`gptq_round` rounds one matrix; :func:`qkv.quantization.quantize_model` takes ``calibration=`` to use
-both. On all-MiniLM-L6-v2 it raises the worst sentence's int8-vs-fp32 cosine from 0.99897 to 0.9996
-(docs/deploy.md, bench/quantize.py).
+both. What it buys is measured by bench/quantize.py (docs/deploy.md).
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from torch import Tensor, nn
 
 from qkv.layers.int8_linear import Q_MAX
 
-DAMPING = 0.1  # lambda: H + lambda mean(diag H) I (0.01 in the paper; 0.1 measured better on MiniLM)
+DAMPING = 0.1  # lambda: H + lambda mean(diag H) I (0.01 in the paper; docs/deploy.md compares the two)
 BLOCK = 128  # columns rounded before their error is pushed onto the later columns in one product
 
 
