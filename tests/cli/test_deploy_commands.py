@@ -67,6 +67,32 @@ def test_quantize_writes_a_folder_that_loads_as_int8(runs, capsys) -> None:
     assert "int8 weights" in err and "x smaller" in err
 
 
+@pytest.mark.parametrize("name", ["gpt", "encoder"])
+def test_quantize_with_calibration_text_changes_only_the_roundings(runs, capsys, name) -> None:
+    out = runs["root"] / f"{name}-calibrated"
+    assert main(["quantize", runs[name], "--out", str(out), "--calibrate", runs["text"]]) == 0
+    nearest = load_any(runs[name], quantize="int8").model
+    calibrated = load_any(str(out)).model
+    pairs = [
+        (a, b)
+        for (key, a), b in zip(nearest.state_dict().items(), calibrated.state_dict().values(), strict=True)
+        if key.endswith("qweight") and not key.startswith("unembedding")
+    ]
+    assert pairs and all(a.dtype == b.dtype == torch.int8 for a, b in pairs)
+    assert any(not torch.equal(a, b) for a, b in pairs)  # other integers ...
+    for key, value in nearest.state_dict().items():  # ... under the same scales and biases
+        if not key.endswith("qweight"):
+            torch.testing.assert_close(calibrated.state_dict()[key], value)
+
+
+def test_calibration_bad_inputs_are_one_line(runs, capsys) -> None:
+    missing = str(runs["root"] / "absent.txt")
+    err = fails(capsys, "quantize", runs["gpt"], "--out", str(runs["root"] / "c1"), "--calibrate", missing)
+    assert "calibration text" in err and "does not exist" in err
+    err = fails(capsys, "quantize", runs["translator"], "--out", str(runs["root"] / "c2"), "--calibrate", runs["text"])
+    assert "calibration text works for GPT and encoder models" in err
+
+
 def test_generate_from_the_quantized_folder_equals_generate_with_the_flag(runs, capsys) -> None:
     common = ["--prompt", "the ", "--temperature", "0", "--max-new-tokens", "20"]
     from_folder = output(capsys, "generate", runs["gpt-int8"], *common)

@@ -49,7 +49,7 @@ def test_a_row_of_zeros_gets_scale_one() -> None:
     assert torch.isfinite(dequantize(q, scale)).all()
 
 
-@pytest.mark.parametrize("leading", [(1,), (1, 1), (3, 2), (1, 8), (2, 20)])
+@pytest.mark.parametrize("leading", [(1,), (1, 1), (3, 2), (1, 16), (2, 20)])
 @pytest.mark.parametrize("bias", [True, False])
 def test_layer_equals_f_linear_on_the_dequantized_weights(monkeypatch, leading, bias) -> None:
     calls = spy_kernel(monkeypatch)
@@ -86,8 +86,8 @@ def test_kernel_path_error_is_that_of_bfloat16_inputs() -> None:
 def test_when_the_kernel_applies() -> None:
     q = torch.zeros(32, 64, dtype=torch.int8)
     assert kernel_applies(torch.randn(1, 64), q)
-    assert kernel_applies(torch.randn(2, 4, 64), q)  # 8 vectors
-    assert not kernel_applies(torch.randn(3, 3, 64), q)  # 9 vectors: BLAS on the widened matrix wins
+    assert kernel_applies(torch.randn(2, 8, 64), q)  # 16 vectors
+    assert not kernel_applies(torch.randn(1, 17, 64), q)  # 17 vectors: BLAS on the widened matrix wins
     assert not kernel_applies(torch.randn(1, 60), torch.zeros(32, 60, dtype=torch.int8))  # K % 16: unsafe loads
     assert not kernel_applies(torch.randn(1, 64, dtype=torch.float64), q)
     assert not kernel_applies(torch.randn(1, 64), q.t().contiguous().t())  # a strided matrix

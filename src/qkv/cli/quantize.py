@@ -18,15 +18,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_arguments(parser, device=False)  # written from the CPU
     parser.add_argument("--out", required=True, metavar="DIR", help="folder for the quantized copy (new or empty)")
     parser.add_argument("--scheme", default="int8", help="quantization scheme: int8 (the default and only one)")
+    parser.add_argument(
+        "--calibrate",
+        metavar="FILE",
+        help="sample text (running text for a GPT, one sentence per line for an encoder; a few hundred lines "
+        "suffice) on which to choose the int8 roundings that minimise each layer's output error (GPTQ); "
+        "default: round each weight to nearest",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    from qkv.io import read_text
     from qkv.quantization import check_scheme, save_quantized, weight_bytes
 
     check_scheme(args.scheme)
+    calibration_text = None if args.calibrate is None else read_text(args.calibrate, what="calibration text")
     bundle = load_any(model_path(args), device=use_device(args))
     before = weight_bytes(bundle.model)
-    out = save_quantized(bundle, args.out, args.scheme)
+    out = save_quantized(bundle, args.out, args.scheme, calibration_text=calibration_text)
     after = weight_bytes(bundle.model)
     print(
         f"qkv quantize: wrote {out} ({args.scheme} weights: {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB, "

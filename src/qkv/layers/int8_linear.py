@@ -22,7 +22,8 @@ float32 product it would replace. Its vector loads also need K to be a multiple 
 rows (it crashes otherwise). So :func:`int8_linear` rounds the few input vectors of a decoding step to
 bfloat16 in a fresh (aligned) tensor, passes scales of 1, and applies the float32 scales and the bias to
 the output; K % 16 != 0 takes the dequantizing path instead. The kernel tiles A in blocks of 4 rows and
-streams Q once per block, so for many rows (a prompt, a batch of sentences) it loses to BLAS: beyond
+streams Q once per block, so for many rows (a prompt, a batch of sentences) it loses to BLAS (measured by
+bench/int8_linear.py: it still wins at 16 rows, loses from about 24): beyond
 :data:`KERNEL_ROWS` rows, and on every other device (CUDA included), Q is widened to the activations'
 dtype in slices of output rows and multiplied with ``F.linear``: the same arithmetic, with bounded
 temporary memory.
@@ -37,7 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 Q_MAX = 127  # symmetric int8: -127..127 (-128 is left out so that -Q is representable)
-KERNEL_ROWS = 8  # input vectors up to which the CPU int8 kernel beats widening Q and calling BLAS
+KERNEL_ROWS = 16  # input vectors up to which the CPU int8 kernel beats widening Q and BLAS (bench/int8_linear.py)
 KERNEL_K_MULTIPLE = 16  # the kernel's vector loads read 16 weights (AVX-512) at a time, aligned
 DEQUANTIZE_SLICE = 1 << 22  # weights widened at a time on the dequantizing path (16 MB of float32)
 
