@@ -308,3 +308,14 @@ def test_the_standalone_walkthrough_page(gpt2_dir, page, tmp_path) -> None:  # n
     page.wait_for_function(f"Number(document.querySelector('#wt-final .wt-probs').dataset.version) > {version + 2}")
     assert page.locator("#wt-final .bar-row:not(.removed)").count() == 3
     page.screenshot(path=str(tmp_path / "standalone-walkthrough.png"), full_page=True)
+
+
+def test_the_translators_standalone_attention_page_opens_on_cross_attention(translator, page, tmp_path) -> None:
+    from qkv.cli import main
+
+    html = tmp_path / "attention.html"
+    argv = ["attention", str(translator.bundle.path), "one two", "--out", str(tmp_path / "a.png"), "--html", str(html)]
+    assert main(argv) == 0
+    page.goto(html.as_uri())
+    assert page.input_value("#group") == "cross"
+    assert page.locator("#group option").count() == 3  # encoder and decoder self-attention are one pick away

@@ -121,6 +121,7 @@ Object.keys(DATA.groups).forEach(function (name) {
   option.textContent = DATA.groups[name].title;
   groupSel.appendChild(option);
 });
+if ("cross" in DATA.groups) groupSel.value = "cross";  // a translator opens on its alignment, as the playground does
 groupSel.addEventListener("change", pickGroup);
 layerSel.addEventListener("change", draw);
 headSel.addEventListener("change", draw);
