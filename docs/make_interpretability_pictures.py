@@ -48,6 +48,8 @@ def toy_runs(runs: Path) -> tuple[Path, Path]:
     from qkv.model_dir import save_model_dir
     from qkv.tokenizers import CharTokenizer
 
+    if str(DOCS.parent) not in sys.path:
+        sys.path.insert(0, str(DOCS.parent))  # the test module imports its fixtures as `tests.…`
     test = load(DOCS.parent / "tests" / "inspect" / "test_heads.py", "test_heads")
     tokenizer = CharTokenizer.train("".join(chr(c) for c in range(0x30, 0x6C)))
     torch.set_num_threads(1)
@@ -81,13 +83,17 @@ def main_(argv: list[str] | None = None) -> None:
     line = "ROMEO:\nBut soft! what light through yonder window breaks?"
     qkv("lens", str(shakespeare), line, "--out", image("lens.png"))
     qkv("lens", str(shakespeare), line, "--layer", "1", "--no-plot")
+    qkv("lens", str(shakespeare), "ROMEO: To be", "--html", str(runs / "walk.html"), "--no-plot")
     qkv("attribute", str(shakespeare), line, "--out", image("attribution.png"))
     clean, corrupt = "Romeo loves Juliet. Romeo loves J", "Romeo loves Helena. Romeo loves H"
     qkv("patch", str(shakespeare), "--clean", clean, "--corrupt", corrupt, "--out", image("patch.png"))
-    qkv("heads", str(shakespeare), "--out", image("heads-shakespeare.png"))
+    qkv("heads", str(shakespeare), "--no-plot")
     qkv("heads", str(two), "--length", "16", "--out", image("heads-induction.png"))
     qkv("heads", str(one), "--length", "16", "--no-plot")
-    pictures = ["lens", "attribution", "patch", "heads-shakespeare", "heads-induction"]
+    qkv("lens", str(two), "ABCDABC", "--no-plot")  # one induction circuit, end to end
+    qkv("attribute", str(two), "ABCDABC", "--no-plot")
+    qkv("patch", str(two), "--clean", "ABCDABC", "--corrupt", "ABCEABC", "--no-plot")
+    pictures = ["lens", "attribution", "patch", "heads-induction"]
     if not args.quick:
         date = "Wednesday, 3 March 2021"
         qkv("lens", str(dates), date, "--out", image("lens-dates.png"))
