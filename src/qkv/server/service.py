@@ -223,7 +223,7 @@ class Service:
         tokenizer = self.target_tokenizer if target else self.tokenizer
         ids = tokenizer.encode(text)
         self.check_length(len(ids), what)
-        add_note(unknown_note(tokenizer, text, f"the {what}"))
+        add_note(unknown_note(tokenizer, text, f"the {what}", ids))
         return ids
 
     def check_length(self, n: int, what: str) -> None:

@@ -334,18 +334,20 @@ def train_tokenizer(kind: str, texts: str | Iterable[str], vocab_size: int | Non
     return trainable[kind].train(texts, **kw)  # type: ignore[attr-defined]
 
 
-def count_unknown(tokenizer: Tokenizer, text: str) -> tuple[int, int]:
+def count_unknown(tokenizer: Tokenizer, text: str, ids: list[int] | None = None) -> tuple[int, int]:
     """How many of the tokens of ``text`` are ``<unk>`` (characters or words the tokenizer never saw), and
-    how many tokens there are. (0, n) for a tokenizer without ``<unk>``, such as byte-level BPE."""
-    ids = tokenizer.encode(text)
+    how many tokens there are; ``ids``: the text's ids when the caller has them already (no second
+    encoding). (0, n) for a tokenizer without ``<unk>``, such as byte-level BPE."""
+    ids = tokenizer.encode(text) if ids is None else ids
     unk = tokenizer.unk_id
     return (0 if unk is None else sum(i == unk for i in ids)), len(ids)
 
 
-def unknown_note(tokenizer: Tokenizer, text: str, what: str = "the text") -> str | None:
+def unknown_note(tokenizer: Tokenizer, text: str, what: str = "the text", ids: list[int] | None = None) -> str | None:
     """One line for the user when ``text`` has tokens the tokenizer does not know (else None): the model sees
-    <unk> in their place, so a score or a continuation says nothing about them."""
-    unknown, total = count_unknown(tokenizer, text)
+    <unk> in their place, so a score or a continuation says nothing about them. ``ids``: as for
+    :func:`count_unknown`."""
+    unknown, total = count_unknown(tokenizer, text, ids)
     if not unknown:
         return None
     every = "all" if unknown == total else f"{unknown} of"
