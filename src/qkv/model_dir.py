@@ -39,7 +39,15 @@ from torch import Tensor, nn
 
 from qkv.errors import QkvError
 from qkv.io import atomic_write, atomic_write_text, read_json
-from qkv.models.config import EncoderConfig, GPTConfig, ModelConfig, RNNSearchConfig, TransformerConfig, Word2VecConfig
+from qkv.models.config import (
+    TRANSLATORS,
+    EncoderConfig,
+    GPTConfig,
+    ModelConfig,
+    RNNSearchConfig,
+    TransformerConfig,
+    Word2VecConfig,
+)
 from qkv.quantization import apply_quantization, is_quantized, quantization_info
 from qkv.sharded import local_part, placed_like
 from qkv.tokenizers import Tokenizer, load_tokenizer
@@ -49,10 +57,6 @@ CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
 TARGET_TOKENIZER_FILE = "tokenizer_target.json"
 QUANTIZATION_FILE = "quantization.json"
-
-
-# Configs of models that translate: a source vocabulary and a target vocabulary (maybe one tokenizer each).
-TWO_VOCABULARIES = (TransformerConfig, RNNSearchConfig)
 
 
 def build_model(config: ModelConfig) -> nn.Module:
@@ -263,7 +267,7 @@ class ModelBundle:
 
 def _vocab_checks(config: ModelConfig, has_target: bool) -> list[tuple[str, str]]:
     """(tokenizer file, config field) pairs whose sizes must agree."""
-    if isinstance(config, TWO_VOCABULARIES):
+    if config.kind in TRANSLATORS:
         if has_target:
             return [(TOKENIZER_FILE, "src_vocab_size"), (TARGET_TOKENIZER_FILE, "tgt_vocab_size")]
         return [(TOKENIZER_FILE, "src_vocab_size"), (TOKENIZER_FILE, "tgt_vocab_size")]
@@ -274,7 +278,7 @@ def check_vocab(
     config: ModelConfig, tokenizer: Tokenizer, target_tokenizer: Tokenizer | None, directory: str | Path
 ) -> None:
     """Raise QkvError unless the tokenizer(s) have as many tokens as the config's embedding has rows."""
-    if target_tokenizer is not None and not isinstance(config, TWO_VOCABULARIES):
+    if target_tokenizer is not None and config.kind not in TRANSLATORS:
         raise QkvError(f"a {config.kind} model has one vocabulary: drop the target tokenizer")
     tokenizers = {TOKENIZER_FILE: tokenizer, TARGET_TOKENIZER_FILE: target_tokenizer}
     for file, field in _vocab_checks(config, target_tokenizer is not None):
@@ -365,7 +369,7 @@ def load_model_dir(
     tokenizer = load_tokenizer(directory / TOKENIZER_FILE)
     target_path = directory / TARGET_TOKENIZER_FILE
     target = load_tokenizer(target_path) if target_path.is_file() else None
-    if target is not None and not isinstance(config, TWO_VOCABULARIES):
+    if target is not None and config.kind not in TRANSLATORS:
         raise QkvError(f"{directory} has a {TARGET_TOKENIZER_FILE} but holds a {config.kind} model: remove that file")
     check_vocab(config, tokenizer, target, directory)
     from qkv.models.memory import check_fits

@@ -12,9 +12,9 @@ from tests.server.test_analysis import post
 
 @pytest.fixture(scope="module")
 def rnnsearch(tmp_path_factory, one_thread):
-    """A tiny RNNSearch for the toy reversal task, 20 steps, served."""
+    """A tiny RNNSearch for the toy reversal task, 20 steps, with a source and a target vocabulary, served."""
     model = {"d_embedding": 24, "d_hidden": 24, "d_attention": 16, "d_readout": 24}
-    run = train_reversal(tmp_path_factory.mktemp("rnnsearch"), arch="rnnsearch", model=model)
+    run = train_reversal(tmp_path_factory.mktemp("rnnsearch"), arch="rnnsearch", model=model, shared_vocab=False)
     yield from serve(run)
 
 
@@ -50,8 +50,18 @@ def test_attention_is_the_alignment(rnnsearch) -> None:
 
 def test_next_token_follows_the_target_prefix(rnnsearch) -> None:
     data = post(rnnsearch, "/v1/next-token", prompt="one two", target="TW", n=5)
-    model, tokenizer = rnnsearch.bundle.model, rnnsearch.bundle.tokenizer
+    model, source, target = rnnsearch.bundle.model, rnnsearch.bundle.tokenizer, rnnsearch.bundle.target_tokenizer
     with torch.no_grad():
-        memory = model.encode(torch.tensor([tokenizer.encode("one two")]))
-        logits = model.decode(torch.tensor([[tokenizer.bos_id, *tokenizer.encode("TW")]]), memory)[0, -1]
+        memory = model.encode(torch.tensor([source.encode("one two")]))
+        logits = model.decode(torch.tensor([[target.bos_id, *target.encode("TW")]]), memory)[0, -1]
     assert data["tokens"][0]["id"] == int(logits.argmax())
+
+
+def test_tokenize_and_next_token_use_the_target_tokenizer(rnnsearch) -> None:
+    response = rnnsearch.client.post("/tokenize", json={"prompt": "TWO", "target": True})
+    assert response.status_code == 200, response.text
+    target = rnnsearch.bundle.target_tokenizer
+    assert target is not None and target.encode("TWO") != rnnsearch.bundle.tokenizer.encode("TWO")
+    assert response.json()["tokens"] == target.encode("TWO")
+    data = post(rnnsearch, "/v1/next-token", prompt="one two", target="TW", n=3)
+    assert [t["token"] for t in data["tokens"]] == [target.id_to_token(t["id"]) for t in data["tokens"]]

@@ -256,7 +256,7 @@ class Service:
             top_p=request.top_p,
         )
         probs, model_probs = result.probabilities[0], result.model_probabilities
-        tokenizer = self.target_tokenizer if self.kind == "transformer" else self.tokenizer
+        tokenizer = self.target_tokenizer if self.kind in TRANSLATORS else self.tokenizer
         return NextTokenResponse(
             tokens=[
                 TokenProbability(
@@ -352,7 +352,7 @@ class Service:
             raise ServiceError(400, str(error), param="tokens") from None
 
     def _tokenizer(self, target: bool):
-        if target and self.kind != "transformer":
+        if target and self.kind not in TRANSLATORS:
             raise ServiceError(400, "target is for translators: this model has one tokenizer", param="target")
         return self.target_tokenizer if target else self.tokenizer
 
