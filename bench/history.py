@@ -17,7 +17,7 @@ Published context (torchtext BLEU, on a GPU): a GRU with Bahdanau attention 28.1
 Transformer 36.5 on this data, at 34 s vs 14 s per epoch.
 
     python bench/history.py --quick                          # end to end in a few minutes (tiny budgets)
-    python bench/history.py --minutes 15 --parallel          # both at once, one core each
+    python bench/history.py --minutes 20 --parallel          # both at once, one core each
     python bench/history.py --minutes 30 --images docs/images  # one after the other, all cores each
 """
 
@@ -45,7 +45,7 @@ RNNSEARCH_MODEL = {"d_embedding": 256, "d_hidden": 256, "d_attention": 256, "d_r
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--minutes", type=float, default=15.0, help="training budget per model (default 15)")
+    parser.add_argument("--minutes", type=float, default=20.0, help="training budget per model (default 20)")
     parser.add_argument("--parallel", action="store_true", help="train both at once, one thread each")
     parser.add_argument("--quick", action="store_true", help="a tiny budget and 100 test sentences: runs in minutes")
     parser.add_argument("--data", default=str(DATA))
@@ -108,7 +108,12 @@ def alignment_picture(run_dir: Path, sentence: str, path: Path, arch: str) -> di
         else f"Transformer: cross-attention, last layer, mean of {cross.n_heads} heads"
     )
     group = AttentionGroup("cross", title, False, weights, cross.query_tokens, cross.key_tokens)
-    picture = draw_attention(group, path, layer=0, head=0, title=title)
+    panel = (
+        "one weight per source token for each target token"
+        if arch == "rnnsearch"
+        else f"decoder layer {cross.n_layers - 1} (the last, numbered from 0), its {cross.n_heads} heads averaged"
+    )
+    picture = draw_attention(group, path, layer=0, head=0, title=title, panel_title=panel)
     peaks = np.argmax(weights[0, 0], axis=-1)
     return {"path": str(picture.path), "target": " ".join(maps.target_tokens or []), "peaks": peaks.tolist()}
 

@@ -91,9 +91,18 @@ def _ticks(ax, labels: list[str], axis: str, fontsize: float, max_labels: int = 
 
 
 def draw_attention(
-    group: AttentionGroup, path: str | Path, *, layer: int | None = None, head: int | None = None, title: str = ""
+    group: AttentionGroup,
+    path: str | Path,
+    *,
+    layer: int | None = None,
+    head: int | None = None,
+    title: str = "",
+    panel_title: str | None = None,
 ) -> Picture:
     """Heatmaps of ``group``'s weights: all layers x heads, one layer (a row), one head (a column) or one map.
+
+    Each map is titled "layer l, head h" unless ``panel_title`` says otherwise (for a map that is not one
+    head's, such as a mean over heads).
 
     Rows of every map are query tokens and columns key tokens; colours run from 0 to 1 on one shared scale.
     A single map small enough to read also has each weight written in its cell.
@@ -123,7 +132,8 @@ def draw_attention(
             ax = axes[r][c]
             weights = group.weights[l, h]  # (Tq, Tk)
             image = ax.imshow(weights, vmin=0.0, vmax=1.0, cmap=UNIT_CMAP, aspect="auto", interpolation="nearest")
-            ax.set_title(f"layer {l}, head {h}", fontsize=10 if single else 8)
+            label = f"layer {l}, head {h}" if panel_title is None else panel_title
+            ax.set_title(label, fontsize=10 if single else 8)
             if r == n_rows - 1:
                 _ticks(ax, group.key_tokens, "x", fontsize)
             else:
