@@ -89,8 +89,10 @@ def train_gensim(sentences: list[list[str]], arch: str, epochs: int, seed: int, 
     return model, time.perf_counter() - start
 
 
-def train_qkv(corpus: Path, arch: str, epochs: int, seed: int, device: str, threads: int, out: Path, lr: float):
-    settings = {k: v for k, v in SETTINGS.items() if k != "d_model"} | {"lr": lr}
+def train_qkv(
+    corpus: Path, arch: str, epochs: int, seed: int, device: str, threads: int, out: Path, lr: float, **qkv_settings
+):
+    settings = {k: v for k, v in SETTINGS.items() if k != "d_model"} | {"lr": lr} | qkv_settings
     config = TrainConfig.create(
         task="word2vec",
         data=str(corpus),
@@ -132,6 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--threads", type=int, default=1, help="qkv's CPU threads (default 1: its batches are small, see docs)"
     )
+    parser.add_argument("--batch-size", type=int, help="qkv's words per step (default: qkv's own default)")
     parser.add_argument(
         "--lr", type=float, help="both tools' starting learning rate (default 0.025; word2vec.c uses 0.05 for CBOW)"
     )
@@ -162,7 +165,10 @@ def main(argv: list[str] | None = None) -> None:
     for arch in archs:
         lr = args.lr or SETTINGS["lr"]
         gensim_model, gensim_seconds = train_gensim(sentences, arch, epochs, args.seed, lr)
-        bundle, qkv_seconds = train_qkv(corpus, arch, epochs, args.seed, args.device, args.threads, work / arch, lr)
+        extra = {"batch_size": args.batch_size} if args.batch_size else {}
+        bundle, qkv_seconds = train_qkv(
+            corpus, arch, epochs, args.seed, args.device, args.threads, work / arch, lr, **extra
+        )
         ours = evaluate_analogies(*qkv_vectors(bundle), read_analogies(questions))
         wv = gensim_model.wv
         theirs = evaluate_analogies(wv.vectors, list(wv.index_to_key), read_analogies(questions))

@@ -103,3 +103,35 @@ def test_starts_like_word2vec_and_forward_reads_w_e() -> None:
     ids = torch.tensor([[3, 4], [5, 6]])
     assert torch.equal(model(ids), weight[ids])
     assert model.num_parameters() == 2 * 50 * 10
+
+
+@pytest.mark.parametrize("cbow", [False, True])
+@pytest.mark.parametrize("lr", [0.05, 3.0])  # 3.0: some words' steps are damped
+def test_sgd_step_equals_autograd_and_sgd(cbow: bool, lr: float) -> None:
+    torch.manual_seed(0)
+    reference, fused = Word2Vec(Word2VecConfig(vocab_size=30, d_model=8)), Word2Vec(Word2VecConfig(30, 8))
+    with torch.no_grad():
+        reference.output_embedding.weight.normal_(0, 1.0)
+        reference.token_embedding.weight.normal_(0, 1.0)
+        reference.output_embedding.weight[29] = 10.0  # scores beyond +-6 pass no gradient
+    fused.load_state_dict(reference.state_dict())
+    start = reference.token_embedding.weight.detach().clone()
+    generator = torch.Generator().manual_seed(1)
+    n_rows, block = 37, 4
+    n_blocks = -(-n_rows // block)
+    owner = torch.arange(n_rows) if not cbow else torch.randint(0, n_rows, (90,), generator=generator).sort().values
+    owner = owner if not cbow else torch.cat([torch.arange(n_rows), owner]).sort().values  # every row has one
+    contexts = torch.randint(0, 30, (owner.shape[0],), generator=generator)
+    centers = torch.randint(0, 30, (n_rows,), generator=generator)
+    negatives = torch.randint(0, 30, (n_blocks, 3), generator=generator)
+    batch = make_batch(contexts.tolist(), owner.tolist(), centers.tolist(), negatives.tolist(), block)
+    loss = reference.loss(batch, lr=lr)
+    loss.backward()
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.add_(p.grad, alpha=-lr)
+    fused_loss = fused.sgd_step(batch, lr)
+    torch.testing.assert_close(fused_loss, loss.detach())
+    for ours, theirs in zip(fused.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
+    assert (fused.token_embedding.weight - start).abs().max() > 1e-2  # the step moved the vectors

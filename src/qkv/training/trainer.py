@@ -64,6 +64,10 @@ class Task(Protocol):
 
     def evaluate(self, model: nn.Module) -> dict[str, float]: ...
 
+    # Optional: ``update(model, batch) -> (loss, n_tokens)`` applies the task's own optimizer step (Word2Vec's
+    # SGD with its gradient written out). The trainer uses it in one process; under torchrun the gradients
+    # must be all-reduced, so it uses ``loss`` and the optimizer there.
+
     def state_dict(self) -> dict[str, Any]:
         """Where the data stream stands (tensors allowed), for an exact resume."""
         ...
@@ -154,6 +158,7 @@ class Trainer:
             distributed=self.dist.enabled,
         )
         self.scaler = precision.scaler()
+        self.task_updates = callable(getattr(task, "update", None)) and not self.dist.enabled
         self.compile_seconds = 0.0
         self.metrics = MetricsLog(self.run_dir, enabled=self.dist.is_main)
         self.state = TrainState()
@@ -245,6 +250,10 @@ class Trainer:
 
     def _train_step(self) -> tuple[Tensor, int]:
         """Forward and backward over ``grad_accum`` micro-batches; returns the mean loss and token count."""
+        if self.task_updates:  # the task applies its own step (see Task)
+            batch = self.task.train_batch(self.dist.rank, self.dist.world_size)
+            loss, n_tokens = self.task.update(self.model, batch)
+            return loss.detach().float(), n_tokens
         accum = self.config.grad_accum
         total_loss, total_tokens = torch.zeros((), device=self.device), 0
         for micro in range(accum):
@@ -259,6 +268,8 @@ class Trainer:
         return total_loss / accum, total_tokens
 
     def _optimizer_step(self) -> None:
+        if self.task_updates:
+            return
         if self.config.grad_clip > 0:
             if self.scaler is not None:
                 self.scaler.unscale_(self.optimizer)

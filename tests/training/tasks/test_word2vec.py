@@ -72,7 +72,8 @@ def config(data: Path, out: Path, **changes) -> TrainConfig:
 @pytest.mark.parametrize("arch", ["skipgram", "cbow"])
 def test_learns_planted_neighbours_and_analogy(tmp_path: Path, arch: str) -> None:
     data = planted_corpus(tmp_path / "planted.txt")
-    result = train_word2vec(config(data, tmp_path / "run", arch=arch), quiet=True)
+    # seed 1: the analogy is top-1 in 19 of 20 seeds tried (CBOW, 100-109 and 0-5 all), so one fixed seed
+    result = train_word2vec(config(data, tmp_path / "run", arch=arch, seed=1), quiet=True)
     assert result.stopped == "finished"
     bundle = load_model_dir(result.run_dir)
     table = bundle.model.token_embedding.weight.detach().double().numpy()
@@ -146,3 +147,19 @@ def test_a_prepared_folder_needs_words(tmp_path: Path) -> None:
     words = prepare(text, tmp_path / "words", tokenizer="word", quiet=True).folder
     with pytest.raises(QkvError, match="min-count=1000"):
         train_word2vec(config(words, tmp_path / "run", min_count=1000), quiet=True)
+
+
+@pytest.mark.parametrize("arch", ["skipgram", "cbow"])
+def test_written_out_step_trains_like_autograd_and_sgd(tmp_path: Path, arch: str, monkeypatch) -> None:
+    """The trainer uses the task's own step (Word2Vec.sgd_step); with it taken away it falls back to
+    loss.backward() and the SGD optimizer. Both runs end with the same weights."""
+    from qkv.training.tasks.word2vec import Word2VecTask
+
+    data = planted_corpus(tmp_path / "planted.txt", sentences=200)
+    fused = train_word2vec(config(data, tmp_path / "fused", arch=arch, epochs=2), quiet=True)
+    monkeypatch.setattr(Word2VecTask, "update", None)
+    reference = train_word2vec(config(data, tmp_path / "reference", arch=arch, epochs=2), quiet=True)
+    ours, theirs = load_model_dir(fused.run_dir).model, load_model_dir(reference.run_dir).model
+    for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    assert ours.output_embedding.weight.abs().max() > 0.01  # trained

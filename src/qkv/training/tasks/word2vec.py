@@ -84,6 +84,14 @@ class Word2VecTask:
         mean = total / max(batch.n_rows, 1)
         return total + (mean - total).detach(), batch.n_words
 
+    def update(self, model: nn.Module, batch: Word2VecBatch) -> tuple[Tensor, int]:
+        """One SGD step with the gradient written out (:meth:`Word2Vec.sgd_step`, equal to ``loss`` and SGD);
+        the mean loss per row and the corpus words."""
+        if self.step_size is None:
+            raise ValueError("Word2VecTask.update needs step_size: the learning rate at each step")
+        total = model.sgd_step(batch, self.step_size(self.batches.position - 1))
+        return total / max(batch.n_rows, 1), batch.n_words
+
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         if self._fixed is None:
