@@ -135,3 +135,20 @@ def test_sgd_step_equals_autograd_and_sgd(cbow: bool, lr: float) -> None:
     for ours, theirs in zip(fused.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
     assert (fused.token_embedding.weight - start).abs().max() > 1e-2  # the step moved the vectors
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("cbow", [False, True])
+def test_sgd_step_on_cuda_equals_the_cpu(cbow: bool) -> None:
+    torch.manual_seed(0)
+    cpu = Word2Vec(Word2VecConfig(vocab_size=30, d_model=8))
+    with torch.no_grad():
+        cpu.output_embedding.weight.normal_(0, 1.0)
+    gpu = Word2Vec(Word2VecConfig(vocab_size=30, d_model=8)).cuda()
+    gpu.load_state_dict(cpu.state_dict())
+    owner = [0, 0, 1, 1, 1, 2] if cbow else [0, 1, 2]
+    contexts = [1, 2, 3, 4, 1, 5] if cbow else [1, 2, 3]
+    batch = make_batch(contexts, owner, [6, 7, 6], [[8, 9, 6], [10, 11, 4]], block=2)
+    torch.testing.assert_close(gpu.sgd_step(batch.to("cuda"), 0.5).cpu(), cpu.sgd_step(batch, 0.5))
+    for ours, theirs in zip(gpu.parameters(), cpu.parameters(), strict=True):
+        torch.testing.assert_close(ours.cpu(), theirs, atol=1e-5, rtol=1e-5)
