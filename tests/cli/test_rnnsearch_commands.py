@@ -98,3 +98,19 @@ def test_bad_architecture_flags_are_one_line(tmp_path, capsys, flags, message) -
 def test_arch_is_refused_for_a_language_model(capsys) -> None:
     assert main(["train", "--task", "lm", "--arch", "rnnsearch"]) == 2
     assert "--task lm trains one kind of model: drop --arch" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["lens", "RUN", "one two"],
+        ["attribute", "RUN", "one two"],
+        ["patch", "RUN", "--clean", "one two", "--corrupt", "two one", "--target", "TWO"],
+        ["heads", "RUN"],
+    ],
+)
+def test_residual_stream_views_name_what_rnnsearch_has_instead(rnnsearch_run, capsys, argv) -> None:
+    run, _ = rnnsearch_run
+    assert main([str(run) if a == "RUN" else a for a in argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "RNNSearch" in err[0] and "qkv attention" in err[0] and "Traceback" not in err[0]

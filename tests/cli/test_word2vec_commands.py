@@ -77,3 +77,5 @@ def test_bad_input_is_one_line(capsys, run: Path, tmp_path: Path) -> None:
     missing.write_text(": s\nzzz yyy xxx www\n")
     one_line_error(capsys, ["embeddings", str(run), "--analogies", str(missing)], "none of the 1 questions")
     one_line_error(capsys, ["generate", str(run), "--prompt", "king"], "qkv embeddings")
+    for argv in (["lens", str(run), "the king"], ["attribute", str(run), "the king"], ["heads", str(run)]):
+        one_line_error(capsys, argv, "`qkv embeddings`")

@@ -166,6 +166,10 @@ class _Side:
 
 def _sides(bundle: ModelBundle, bos: bool) -> list[_Side]:
     config, source = bundle.config, bundle.tokenizer
+    if config.kind in ("rnnsearch", "word2vec"):
+        model = "RNNSearch (GRUs and one additive alignment)" if config.kind == "rnnsearch" else "Word2Vec"
+        use = "`qkv attention` for its alignment" if config.kind == "rnnsearch" else "`qkv embeddings`"
+        raise QkvError(f"the head detector scores self-attention heads, and {model} has none: use {use}")
     if config.kind == "gpt":
         if bos and source.bos_id is None:
             raise QkvError("--bos needs a <bos> token, and this tokenizer has none: leave --bos out")
