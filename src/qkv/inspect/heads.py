@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from qkv.errors import QkvError
-from qkv.inspect.residual import device_of
+from qkv.inspect.residual import device_of, refuse_non_transformer
 from qkv.inspect.trace import check_range
 from qkv.layers.capture import capture
 from qkv.model_dir import ModelBundle
@@ -166,10 +166,7 @@ class _Side:
 
 def _sides(bundle: ModelBundle, bos: bool) -> list[_Side]:
     config, source = bundle.config, bundle.tokenizer
-    if config.kind in ("rnnsearch", "word2vec"):
-        model = "RNNSearch (GRUs and one additive alignment)" if config.kind == "rnnsearch" else "Word2Vec"
-        use = "`qkv attention` for its alignment" if config.kind == "rnnsearch" else "`qkv embeddings`"
-        raise QkvError(f"the head detector scores self-attention heads, and {model} has none: use {use}")
+    refuse_non_transformer(config.kind, "the head detector", needs="self-attention heads")
     if config.kind == "gpt":
         if bos and source.bos_id is None:
             raise QkvError("--bos needs a <bos> token, and this tokenizer has none: leave --bos out")

@@ -95,18 +95,18 @@ def decoder_stream(model: nn.Module, *, what: str) -> Stream:
     if config.kind == "transformer":
         return Stream("decoder", "tgt_embedding", "decoder", config.n_decoder_layers, config.n_heads,
                       TRANSLATOR_SUBLAYERS, config.norm_first)  # fmt: skip
-    no_stream(config.kind, what)
+    refuse_non_transformer(config.kind, what)
     raise QkvError(
         f"{what} reads the stream through the unembedding W_U, and an encoder has none (qkv imports BERT "
         "without its masked-LM head): use a GPT or a translator, or `qkv heads` for an encoder"
     )
 
 
-def no_stream(kind: str, what: str) -> None:
-    """QkvError for the models without a residual stream (RNNSearch's GRUs, Word2Vec); else nothing."""
+def refuse_non_transformer(kind: str, what: str, needs: str = "a Transformer's residual stream") -> None:
+    """QkvError for the models that have no ``needs`` (RNNSearch's GRUs, Word2Vec); else nothing."""
     if kind == "rnnsearch":
         raise QkvError(
-            f"{what} reads a Transformer's residual stream, and RNNSearch has none (GRUs carry its state): use "
+            f"{what} reads {needs}, and RNNSearch has none (GRUs and one additive alignment): use "
             "`qkv attention` for its alignment or `qkv next` for its predictions, or a Transformer translator"
         )
     if kind == "word2vec":
@@ -116,7 +116,7 @@ def no_stream(kind: str, what: str) -> None:
 def encoder_stream(model: nn.Module) -> Stream:
     """A translator's encoder stream (the source side), which its decoder reads through cross-attention."""
     config = model.config  # type: ignore[union-attr]
-    no_stream(config.kind, "this view")
+    refuse_non_transformer(config.kind, "this view")
     if config.kind != "transformer":
         raise QkvError(f"a {config.kind} model has no encoder that feeds a decoder: use a translator")
     return Stream("encoder", "src_embedding", "encoder", config.n_encoder_layers, config.n_heads,
