@@ -1,6 +1,6 @@
 """The built-in translation task: dates as people write them ─▶ ISO dates. No download needed.
 
-The seeds' encoder-decoder translates a sentence of one language into another (English to French): the
+The sources' encoder-decoder translates a sentence of one language into another (English to French): the
 encoder reads the source sentence, the decoder writes the target one token at a time from ``<bos>``,
 looking at the encoder's output through cross-attention. Real parallel corpora take hours to learn on a
 CPU; this task has the same shape and is learned in minutes::

@@ -1,6 +1,6 @@
 """Parallel text: pairs of a source sentence and its translation, what an encoder-decoder learns from.
 
-The seeds' Transformer translates English to French: the encoder reads the source sentence, and the
+The sources' Transformer translates English to French: the encoder reads the source sentence, and the
 decoder writes the target sentence one token at a time, starting from ``<bos>`` and attending to the
 encoder's output. Training needs the two sentences side by side, pair ``i`` being ``sources[i]`` and its
 translation ``targets[i]``.

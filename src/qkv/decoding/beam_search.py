@@ -1,4 +1,4 @@
-"""Translating with an encoder-decoder Transformer: greedy decoding and beam search (seed 002).
+"""Translating with an encoder-decoder Transformer: greedy decoding and beam search (the encoder-decoder study notes).
 
 The encoder reads the source sentence once; its output ("memory") never changes while the target is
 written, so :meth:`Transformer.encode` runs once per batch. The decoder then starts from ``<bos>`` and

@@ -1,7 +1,8 @@
-"""Generating text with a GPT: predict a token, append it, repeat (seed 000; seed 002's "one token at a time").
+"""Generating text with a GPT: predict a token, append it, repeat (the GPT notes; the encoder-decoder notes' "one
+token at a time").
 
 Every step runs the model on the sequence so far, keeps the logits of the last position only ("the
-computation to predict the next token relies entirely on the final vector", seed 000), and picks the next
+computation to predict the next token relies entirely on the final vector", the GPT notes), and picks the next
 token with :func:`qkv.decoding.sampling.sample_next` (greedy, temperature, top-k, top-p).
 
 **KV cache.** A causal model never lets a token see its future, so the keys and values of earlier tokens do

@@ -1,6 +1,6 @@
 """Choosing the next token from the model's logits: greedy, temperature, top-k and top-p (nucleus) sampling.
 
-Seed 000: the unembedding W_U turns the final vector into one logit per vocabulary entry and the softmax
+The GPT notes: the unembedding W_U turns the final vector into one logit per vocabulary entry and the softmax
 turns those into the next-token distribution. Dividing the logits by a temperature T before the softmax
 reshapes it: T > 1 flattens it (more varied text), T < 1 sharpens it, and T -> 0 puts all the mass on the
 largest logit, so T = 0 means greedy decoding (argmax, no randomness at all).

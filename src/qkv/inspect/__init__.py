@@ -1,11 +1,12 @@
-"""See inside: the seeds' numbers and pictures, on any qkv model, trained or not.
+"""See inside: the sources' numbers and pictures, on any qkv model, trained or not.
 
 Every view reads the model's own forward pass through :func:`qkv.layers.capture.capture` (one light
 mechanism: named activations handed back when asked), never a second implementation:
 
 - :mod:`~qkv.inspect.explain`: one attention head step by step with real numbers: tokens, embeddings
   (+ positions), Q, K, V, Q K^T, / sqrt(d_k), the causal mask, the softmax, the weighted sum of values,
-  the heads concatenated and W_o (``qkv explain``); :mod:`~qkv.inspect.examples` holds seeds 003 and 004;
+  the heads concatenated and W_o (``qkv explain``); :mod:`~qkv.inspect.examples` holds Raschka's and the Attention Is
+  All You Need notes' examples;
 - :mod:`~qkv.inspect.attention_maps`: every layer's and head's attention weights, drawn by
   :func:`~qkv.inspect.figures.draw_attention` and :mod:`~qkv.inspect.html_view` (``qkv attention``);
 - :mod:`~qkv.inspect.next_token`: the next-token distribution at several temperatures (``qkv next``);

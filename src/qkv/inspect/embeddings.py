@@ -1,6 +1,6 @@
 """Token embeddings as geometry: nearest neighbours, analogies, a 2-D map, and the positional table.
 
-Seed 000: every token is a row of the embedding matrix W_E; "words with similar meanings tend to land near
+The GPT notes: every token is a row of the embedding matrix W_E; "words with similar meanings tend to land near
 each other", the dot product "is a measure of how well they align", and differences carry meaning:
 E(king) - E(man) + E(woman) lands near E(queen).
 
@@ -12,7 +12,8 @@ E(king) - E(man) + E(woman) lands near E(queen).
   outweigh the others; ``normalize=False`` uses the raw rows.
 - :func:`pca_2d`: the rows centred and projected on their first two principal components (an SVD), so a
   picture can show which tokens sit together.
-- :func:`positional_table`: the table of positional encodings the model adds to the embeddings (seed 001:
+- :func:`positional_table`: the table of positional encodings the model adds to the embeddings (the notes on the
+mathematics of attention:
   sines and cosines of geometrically spaced frequencies), or a learned one.
 """
 
@@ -144,7 +145,7 @@ def neighbours_of(bundle: ModelBundle, token: str, *, k: int = 5, target: bool =
 def analogy_of(
     bundle: ModelBundle, a: str, b: str, c: str, *, k: int = 5, target: bool = False
 ) -> list[tuple[str, float]]:
-    """a - b + c on the model's W_E (the seeds' E(king) - E(man) + E(woman)): the nearest tokens, excluding
+    """a - b + c on the model's W_E (the sources' E(king) - E(man) + E(woman)): the nearest tokens, excluding
     a, b, c and special tokens, with their cosine similarities."""
     table, tokenizer = embedding_matrix(bundle, target=target)
     ids = [token_id(tokenizer, t) for t in (a, b, c)]

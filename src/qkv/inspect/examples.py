@@ -1,8 +1,9 @@
-"""The seeds' worked examples, and reading your own matrices from a JSON or CSV file.
+"""The sources' worked examples, and reading your own matrices from a JSON or CSV file.
 
-Seed 004 ("The quick brown fox jumps"): 4-dimensional embeddings and, instead of learned projections,
+The notes on Attention Is All You Need ("The quick brown fox jumps"): 4-dimensional embeddings and, instead of
+learned projections,
 "simplified transformations" that give 2-dimensional Q, K and V directly; the seed then focuses on the
-query of "quick". Seed 003 ("Your journey starts with one step", LLMs-from-scratch chapter 3): six tokens
+query of "quick". Raschka, ch. 3 ("Your journey starts with one step", LLMs-from-scratch chapter 3): six tokens
 embedded in 3 dimensions; section 3.3.1 attends with no trainable weights (query x^(2), "journey"), and
 section 3.4 adds W_query, W_key, W_value drawn with ``torch.manual_seed(123); torch.rand(3, 2)``.
 
@@ -11,7 +12,8 @@ File formats for your own numbers (``qkv explain --qkv FILE`` / ``--embeddings F
 - JSON, whole matrices: ``{"tokens": ["The", ...], "Q": [[0.1, 0.2], ...], "K": [...], "V": [...]}``, or
   ``{"tokens": [...], "X": [[...], ...], "W_q": [[...]], "W_k": ..., "W_v": ..., "W_o": ...}`` (each W is
   (d_in, d_out) and multiplies from the right, x W; any W left out is drawn at random).
-- JSON, one entry per token, as seed 004 lists them: ``{"The": {"Q": [0.1, 0.2], "K": [...], "V": [...]},
+- JSON, one entry per token, as the notes on Attention Is All You Need list them: ``{"The": {"Q": [0.1, 0.2], "K":
+[...], "V": [...]},
   "quick": {...}}`` (or ``{"The": [0.1, 0.2, 0.3, 0.4], ...}`` for embeddings).
 - CSV with a header: an optional first column ``token``, then numbered columns per matrix, e.g.
   ``token,q1,q2,k1,k2,v1,v2`` or ``token,x1,x2,x3``.

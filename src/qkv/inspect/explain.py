@@ -1,6 +1,6 @@
 """What one attention head does, step by step, with real numbers.
 
-Seed 001's recipe, one line per step, each kept as a matrix in an :class:`Explanation`:
+The attention-mathematics notes' recipe, one line per step, each kept as a matrix in an :class:`Explanation`:
 
     1. tokens                     "The", "quick", "brown", "fox", "jumps"
     2. embeddings (+ positions)   x_i = W_E[token_i] (+ PE_i)
@@ -12,13 +12,14 @@ Seed 001's recipe, one line per step, each kept as a matrix in an :class:`Explan
     8. weighted sum of values     z_i = sum_j alpha_ij v_j,  i.e. A V
     9. heads concatenated, W_o    concat(z^1 ... z^h) W_o + b_o                     (multi-head layers)
 
-The numbers come from four kinds of input: Q, K, V given outright (seed 004's simplified example,
-:func:`explain_given`); embeddings and weight matrices (seed 003's section 3.4, :func:`explain_projected`);
-embeddings alone, each token its own query, key and value and no scaling (seed 003's section 3.3.1,
+The numbers come from four kinds of input: Q, K, V given outright (the Attention Is All You Need notes' simplified
+example,
+:func:`explain_given`); embeddings and weight matrices (Raschka's section 3.4, :func:`explain_projected`);
+embeddings alone, each token its own query, key and value and no scaling (Raschka's section 3.3.1,
 :func:`explain_without_weights`); or a real model's layer and head, read from its own forward pass
 (:func:`qkv.inspect.explain_model.explain_model`). Steps 4-8 always run through qkv's one implementation
 (:func:`~qkv.layers.attention.attention_scores`, :func:`~qkv.layers.attention.causal_mask`,
-:func:`~qkv.layers.attention.masked_softmax`), in float64 so that the seeds' digits come out exactly.
+:func:`~qkv.layers.attention.masked_softmax`), in float64 so that the sources' digits come out exactly.
 """
 
 from __future__ import annotations
@@ -225,7 +226,8 @@ def explain_attention(
 def explain_given(
     tokens: list[str], Q: Any, K: Any, V: Any, *, causal: bool = False, query: str | int | None = None, **kw: Any
 ) -> Explanation:
-    """Seed 004: Q, K and V given outright (one row per token), as "simplified transformations" of X."""
+    """The notes on Attention Is All You Need: Q, K and V given outright (one row per token), as "simplified
+    transformations" of X."""
     q, k, v = _as_matrix(Q, "Q"), _as_matrix(K, "K"), _as_matrix(V, "V")
     explanation = explain_attention(tokens, q, k, v, causal=causal, query=query, variant="given", **kw)
     explanation.notes.append("Q, K and V are given, not computed: the example has no W_q, W_k, W_v.")
@@ -243,8 +245,8 @@ def _split(x: Tensor, n_heads: int, name: str) -> Tensor:
 def random_weights(
     d_in: int, d_out: int, seed: int, names: tuple[str, ...] = ("W_q", "W_k", "W_v")
 ) -> dict[str, Tensor]:
-    """``torch.rand(d_in, d_out)`` for each name in turn from ``seed``: seed 003's initialisation, so
-    seed 123 with the seed's inputs and d_out = 2 reproduces its section 3.4 numbers (q_2 = [0.4306, 1.4551])."""
+    """``torch.rand(d_in, d_out)`` for each name in turn from ``seed``: Raschka's initialisation, so
+    seed 123 with Raschka's inputs and d_out = 2 reproduces its section 3.4 numbers (q_2 = [0.4306, 1.4551])."""
     generator = torch.Generator().manual_seed(seed)
     return {name: torch.rand(d_in, d_out, generator=generator).double() for name in names}
 
@@ -265,7 +267,7 @@ def explain_projected(
     query: str | int | None = None,
     title: str = "",
 ) -> Explanation:
-    """Seed 003, section 3.4: Q = X W_q, K = X W_k, V = X W_v (each W is (d_in, h * d_k)), then steps 4-9.
+    """Raschka, ch. 3, section 3.4: Q = X W_q, K = X W_k, V = X W_v (each W is (d_in, h * d_k)), then steps 4-9.
 
     Weight matrices not given are drawn with :func:`random_weights` (``torch.rand``, ``seed``), h * d_k
     columns wide. With ``n_heads > 1`` the columns are split into heads and W_o (square, random unless
@@ -301,7 +303,7 @@ def explain_projected(
 def explain_without_weights(
     tokens: list[str], X: Any, *, causal: bool = False, query: str | int | None = None, title: str = ""
 ) -> Explanation:
-    """Seed 003, section 3.3.1: no trainable weights; each token is its own query, key and value.
+    """Raschka, ch. 3, section 3.3.1: no trainable weights; each token is its own query, key and value.
 
     omega = X X^T (no scaling), alpha = softmax rows, z = alpha X: the "context vectors".
     """

@@ -1,9 +1,9 @@
 """An :class:`~qkv.inspect.explain.Explanation` printed as a sequence of terminal tables (rich).
 
-Each step gets a heading that names the operation with the seeds' symbols and one table of real numbers,
+Each step gets a heading that names the operation with the sources' symbols and one table of real numbers,
 rows labelled by token. Wide matrices (a real model's d_k or d_model columns) are cut to ``max_columns``
 with a "…" column; ``qkv explain --json`` has every number. The focused query's row is drawn in bold, and a
-last table writes its dot products out term by term, as seed 004 does for "quick".
+last table writes its dot products out term by term, as the notes on Attention Is All You Need do for "quick".
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ def _heading(console: Console, step: str, text: str) -> None:
 
 
 def _focus_table(e: Explanation, digits: int) -> Table:
-    """Seed 004's step 4 for one query: q . k_j written out, scaled, softmaxed, and the weighted values."""
+    """The Attention Is All You Need notes' step 4 for one query: q . k_j written out, scaled, softmaxed, and the
+    weighted values."""
     i = e.query
     assert i is not None
     q = e.queries[i]

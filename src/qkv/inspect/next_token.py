@@ -1,6 +1,6 @@
 """The next-token distribution at several temperatures: what the model would say next, and how sure it is.
 
-Seed 000: the model maps the last vector of the context through W_U to one logit per vocabulary entry, and
+The GPT notes: the model maps the last vector of the context through W_U to one logit per vocabulary entry, and
 a softmax turns them into "a probability distribution over all potential next tokens". Dividing the logits
 by a temperature T first reshapes it: T < 1 sharpens it towards the likeliest token, T > 1 flattens it
 ("more creative generated text"). Dividing by T keeps the order of the logits, so the top tokens are the

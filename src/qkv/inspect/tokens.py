@@ -1,6 +1,6 @@
 """Tokens as people read them, and picking one token out of a sentence.
 
-Seed 000: "Break up the input into little chunks, then into vectors. These chunks are called tokens."
+The GPT notes: "Break up the input into little chunks, then into vectors. These chunks are called tokens."
 Every picture and table in :mod:`qkv.inspect` labels its rows and columns with those chunks. A character
 model's tokens include spaces and newlines, which would be invisible on an axis, so whitespace-only
 tokens are drawn with visible symbols (" " -> "␣", "\\n" -> "↵", "\\t" -> "⇥").

@@ -10,7 +10,8 @@ dotted name (TransformerLens's ``run_with_cache``), and read what they show from
     decoder.blocks.{i}.self_attn.context              (B, h, T, d_k) the weighted sums of values
     logits                                            (B, T, vocab)
 
-A model has up to three kinds of attention (seed 004, "Practical application in transformer"):
+A model has up to three kinds of attention (the notes on Attention Is All You Need, "Practical application in
+transformer"):
 
 - ``encoder``: encoder self-attention, every position sees every position (BERT, a translator's encoder);
 - ``decoder``: decoder self-attention, masked so that a position sees only itself and earlier positions

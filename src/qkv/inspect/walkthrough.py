@@ -1,6 +1,6 @@
 """The whole forward pass of a GPT on one text, step by step, with the model's own numbers (the walk-through).
 
-Seed 000's path from text to next token, read from one forward pass (:func:`~qkv.inspect.trace.trace`):
+The GPT notes' path from text to next token, read from one forward pass (:func:`~qkv.inspect.trace.trace`):
 
     tokens t_0 .. t_{T-1}                                 the tokenizer's pieces and their ids
     x_0[i] = W_E[t_i] (x sqrt(d_model) if scaled) + P[i]   token vector + position vector ("embedding.*")

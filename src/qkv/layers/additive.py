@@ -1,6 +1,7 @@
 """Additive attention (Bahdanau et al. 2015, "RNNSearch"), the attention the Transformer replaced.
 
-Seed 001: "In the original RNNSearch paper, they use what's called 'Additive Attention', where the
+The notes on the mathematics of attention: "In the original RNNSearch paper, they use what's called 'Additive
+Attention', where the
 attention values are computed from a learned feedforward neural network ... Here we use 'multiplicative'
 or dot-product attention." The feed-forward network is one tanh hidden layer scored by a vector v:
 

@@ -1,6 +1,6 @@
 """Scaled dot-product attention and multi-head attention: the one implementation every qkv model uses.
 
-The seeds' recipe (001, 003, 004): project each token vector x_i into a query q_i = x_i W_q, a key
+The recipe of the attention notes and Raschka, ch. 3: project each token vector x_i into a query q_i = x_i W_q, a key
 k_i = x_i W_k and a value v_i = x_i W_v; score every query against every key with a dot product; scale
 by 1/sqrt(d_k) so the softmax does not saturate; mask what may not be seen (future tokens get -inf, so
 their weight after the softmax is exactly 0); softmax each row into attention weights; and return the
@@ -135,7 +135,8 @@ def _stacked_linear(x: Tensor, layers: tuple[nn.Linear, ...]) -> Tensor:
 class MultiHeadAttention(nn.Module):
     """h heads of scaled dot-product attention with projections W_q, W_k, W_v and output projection W_o.
 
-    One module serves every use in the seeds: self-attention (``context=None``), causal self-attention
+    One module serves every use in the sources (docs/references.md): self-attention (``context=None``), causal
+    self-attention
     (``causal=True``, the decoder's masked attention) and cross-attention (queries from ``x``, keys and
     values from ``context``, e.g. the encoder output). ``cache`` holds keys and values of earlier
     positions for incremental decoding; ``rotary`` = (cos, sin) applies RoPE to queries and keys.

@@ -1,4 +1,4 @@
-"""Self-attention built up one step at a time, as in seed 003 (LLMs-from-scratch, chapter 3).
+"""Self-attention built up one step at a time, as in Raschka, ch. 3 (LLMs-from-scratch, chapter 3).
 
 Each step is a function or module you can call on the seed's six-token example ("Your journey starts
 with one step", embedded in 3 dimensions) and compare with the text:

@@ -1,14 +1,16 @@
 """Encoder and decoder blocks: attention and feed-forward sublayers, each with a residual connection and
 a LayerNorm.
 
-Seed 001: "the residual layer is first added to the output ... before normalizing", i.e. post-LN, as in
+The notes on the mathematics of attention: "the residual layer is first added to the output ... before normalizing",
+i.e. post-LN, as in
 the paper:
     x = LayerNorm(x + Sublayer(x))
 GPT-2 moved the norm in front of the sublayer (pre-LN), which trains more stably in deep stacks:
     x = x + Sublayer(LayerNorm(x))
 Both placements are here (``norm_first``). An encoder block has self-attention then the FFN; a decoder
 block has masked (causal) self-attention, then cross-attention to the encoder output (queries from the
-decoder, keys and values from the encoder; seed 002), then the FFN. GPT's blocks are decoder blocks
+decoder, keys and values from the encoder; the encoder-decoder study notes), then the FFN. GPT's blocks are decoder
+blocks
 without cross-attention.
 """
 

@@ -1,6 +1,6 @@
 """Dropout (Srivastava et al. 2014): during training, zero each activation with probability p and scale the
 survivors by 1/(1-p); at evaluation time, do nothing. The paper applies it to every sublayer output, the
-summed embeddings and (seed 003) the attention weights."""
+summed embeddings and (Raschka, ch. 3) the attention weights."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Token embedding W_E and unembedding W_U.
 
-Seed 000: every token id picks one row of the embedding matrix W_E, a vector that encodes the token's
+The GPT notes: every token id picks one row of the embedding matrix W_E, a vector that encodes the token's
 meaning (similar tokens land near each other; E(king) - E(man) + E(woman) lands near E(queen)). At the
 other end, the unembedding W_U maps the last vector to one score (logit) per vocabulary entry, which the
 softmax turns into the next-token distribution. GPT-2 and the paper tie the two: W_U = W_E^T.

@@ -1,6 +1,7 @@
 """The token-wise feed-forward network: FFN(x) = act(x W_1 + b_1) W_2 + b_2.
 
-Applied to every position separately and identically (seed 001: "implemented token-wise"). The paper
+Applied to every position separately and identically (the notes on the mathematics of attention: "implemented
+token-wise"). The paper
 uses ReLU and an inner width d_ff = 4 d_model (2048 for d_model = 512); GPT-2 uses GELU.
 """
 

@@ -18,7 +18,8 @@ lets z_t weigh the new state instead of the old; the two forms are equally expre
   part for all steps in one matrix product;
 - :class:`BidirectionalGRU`: a forward GRU reads the sentence left to right, a backward one right to left,
   and each token's annotation is the two states side by side [h->_j ; h<-_j]: it summarises the words
-  before and after token j (seed 001: "learning sequential dependencies not only from the right, but also
+  before and after token j (the notes on the mathematics of attention: "learning sequential dependencies not only
+  from the right, but also
   from the left").
 """
 

@@ -1,9 +1,9 @@
 """Positional encodings: telling attention where each token sits.
 
 Attention is a set of dot products, blind to order ("you are a boy" and "are you a boy" would look the
-same, seed 002). So position is mixed into the token vectors before the first block:
+same, the encoder-decoder study notes). So position is mixed into the token vectors before the first block:
 
-- sinusoidal (the paper, seed 001): a fixed table added to the embeddings,
+- sinusoidal (the paper, the notes on the mathematics of attention): a fixed table added to the embeddings,
       PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),   PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model));
 - learned absolute positions (GPT-2, BERT): a trainable row per position, added the same way;
 - rotary (RoPE): nothing is added; instead each query and key is rotated by an angle proportional to its

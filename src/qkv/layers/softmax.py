@@ -1,6 +1,6 @@
 """Softmax with temperature: scores (logits) -> a probability distribution.
 
-Seed 000: softmax(x)_i = e^{x_i} / sum_j e^{x_j} makes any list of numbers positive and summing to 1
+The GPT notes: softmax(x)_i = e^{x_i} / sum_j e^{x_j} makes any list of numbers positive and summing to 1
 ([2, 4, 5] -> [0.0351, 0.2595, 0.7054]). Dividing the logits by a temperature T first reshapes it:
 T < 1 sharpens it towards the argmax (T -> 0 is greedy), T > 1 flattens it towards uniform (more varied
 text). Subtracting the maximum before exponentiating keeps it finite for any logits.

@@ -1,6 +1,6 @@
 """Model configurations: one typed dataclass per model, validated when it is made, saved as JSON.
 
-The Transformers' fields use the seeds' names: d_model (width of every token vector), n_heads (h), d_ff
+The Transformers' fields use the sources' names: d_model (width of every token vector), n_heads (h), d_ff
 (hidden width of the token-wise feed-forward network), n_layers (N). d_k = d_v = d_model / n_heads.
 RNNSearch, the recurrent translator attention was first made for, has its own fields (the paper's m, n, l).
 """

@@ -1,10 +1,10 @@
-"""GPT: the decoder-only language model of seed 000.
+"""GPT: the decoder-only language model of the GPT notes.
 
 token ids -> W_E rows + positions -> N causal blocks -> final LayerNorm -> W_U -> logits.
 Each position's logits score every vocabulary entry as the next token; causal masking means position t
 only uses tokens 0..t, so one sequence trains T next-token predictions at once, and at generation time
 only the last position's logits matter ("the computation to predict the next token relies entirely on
-the final vector", seed 000).
+the final vector", the GPT notes).
 """
 
 from __future__ import annotations

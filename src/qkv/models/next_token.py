@@ -1,6 +1,6 @@
 """The next-token distribution: the model's answer to "what comes next?".
 
-Run the model on the context, keep the logits of the last position (seed 000: "the computation to
+Run the model on the context, keep the logits of the last position (the GPT notes: "the computation to
 predict the next token relies entirely on the final vector"), and turn them into probabilities with a
 softmax at temperature T.
 """

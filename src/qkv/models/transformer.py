@@ -1,4 +1,5 @@
-"""The paper's encoder-decoder Transformer (seeds 001, 002, 004).
+"""The paper's encoder-decoder Transformer (the notes on the mathematics of attention, the encoder-decoder study
+notes, the notes on Attention Is All You Need).
 
 The encoder reads the whole source sentence (e.g. English) with self-attention. The decoder writes the
 target (e.g. French) one token at a time, starting from ``<bos>``: masked self-attention over what it has

@@ -1,10 +1,10 @@
 """Tokenizers: text ─▶ tokens ─▶ ids (rows of the embedding matrix W_E), and back.
 
-Three tokenizers qkv trains itself, from the smallest "little pieces" (seed 000) to the ones real GPTs
+Three tokenizers qkv trains itself, from the smallest "little pieces" (the GPT notes) to the ones real GPTs
 use, plus a wrapper for pretrained Hugging Face ``tokenizer.json`` files:
 
 - :class:`CharTokenizer` (``"char"``): one token per character; tiny vocabulary, long sequences.
-- :class:`WordTokenizer` (``"word"``): one token per word or punctuation mark, as in the seeds' examples.
+- :class:`WordTokenizer` (``"word"``): one token per word or punctuation mark, as in the sources' examples.
 - :class:`BPETokenizer` (``"bpe"``): byte-level BPE subwords; any text round-trips exactly.
 - :class:`HFTokenizer` (``"hf"``): any ``tokenizers.Tokenizer`` (GPT-2 BPE, BERT WordPiece, ...).
 

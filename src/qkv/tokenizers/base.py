@@ -1,6 +1,6 @@
 """The tokenizer interface shared by every qkv tokenizer, and saving/loading them as JSON.
 
-A Transformer never sees text. The seeds (000: "Tokens are little pieces of information") start by
+A Transformer never sees text. The GPT notes ("Tokens are little pieces of information") start by
 breaking the input into little chunks called tokens; the model has a fixed vocabulary, and each token's
 id picks one row of the embedding matrix W_E. A tokenizer is exactly that map, in both directions:
 
@@ -8,7 +8,8 @@ id picks one row of the embedding matrix W_E. A tokenizer is exactly that map, i
     ids  ─▶ text                                            (decode, after the model has predicted ids)
 
 Four special tokens have fixed roles: ``<pad>`` fills batches to equal length, ``<bos>`` marks the start
-of a sequence (the decoder's start token in seed 002), ``<eos>`` marks its end, and ``<unk>`` stands for
+of a sequence (the decoder's start token in the encoder-decoder study notes), ``<eos>`` marks its end, and ``<unk>``
+stands for
 anything the vocabulary cannot express. qkv's own tokenizers give them ids 0, 1, 2, 3.
 
 Every tokenizer saves itself as one JSON file, ``{"kind": ..., "format_version": 1, ...}``, and

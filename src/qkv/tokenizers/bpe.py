@@ -1,7 +1,7 @@
 """Subword tokenizers backed by the Hugging Face ``tokenizers`` library: qkv's byte-level BPE, and a
 wrapper for any ``tokenizer.json`` (GPT-2's byte-level BPE, BERT's WordPiece, ...).
 
-Between characters and words sit subwords, the "little pieces" (seed 000) real GPTs use: frequent words
+Between characters and words sit subwords, the "little pieces" (the GPT notes) real GPTs use: frequent words
 are one token (" quick"), rare ones are spelled from a few pieces (" jump" + "s"). Byte-pair encoding
 (BPE) learns them by starting from the 256 possible bytes and repeatedly merging the most frequent
 adjacent pair into a new token, until the vocabulary has ``vocab_size`` entries. Each id indexes a row of

@@ -1,6 +1,6 @@
 """Character-level tokenizer: every character is one token.
 
-The smallest "little pieces" (seed 000) a text can be broken into. The vocabulary is the four special
+The smallest "little pieces" (the GPT notes) a text can be broken into. The vocabulary is the four special
 tokens followed by the sorted distinct characters of the training text, so with "hello" the ids are
 ``<pad>``=0, ``<bos>``=1, ``<eos>``=2, ``<unk>``=3, "e"=4, "h"=5, "l"=6, "o"=7, and each id indexes a row of
 the embedding matrix W_E. Vocabularies stay tiny (tens of entries), which makes it the tokenizer of choice

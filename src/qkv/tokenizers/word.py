@@ -1,6 +1,6 @@
 """Word-level tokenizer: every word and every punctuation mark is one token.
 
-This is the picture the seeds draw first (000: "The model has a predefined vocabulary (list of all
+This is the picture the GPT notes draw first ("The model has a predefined vocabulary (list of all
 possible words)"; 004: "The quick brown fox jumps" is five tokens). Text is split with the regular
 expression ``\\w+|[^\\w\\s]`` (runs of letters/digits/underscore, or a single punctuation mark), case is
 kept, and the vocabulary is the four special tokens followed by the words ordered by frequency (ties in

@@ -2,7 +2,7 @@
 
 The loss is the cross-entropy between the model's next-token distribution at every position and the
 token that actually follows: -log P(x_{t+1} | x_{<=t}), averaged over all positions of the batch (the
-causal mask lets one sequence of T tokens train T predictions at once, seed 000).
+causal mask lets one sequence of T tokens train T predictions at once, the GPT notes).
 
     corpus -> prepared token shards (tokenized once, memory-mapped) -> token batches -> GPT -> trainer -> run
 
