@@ -39,15 +39,8 @@ from torch import Tensor, nn
 
 from qkv.errors import QkvError
 from qkv.io import atomic_write, atomic_write_text, read_json
-from qkv.models.config import (
-    TRANSLATORS,
-    EncoderConfig,
-    GPTConfig,
-    ModelConfig,
-    RNNSearchConfig,
-    TransformerConfig,
-    Word2VecConfig,
-)
+from qkv.models.config import TRANSLATORS, ModelConfig
+from qkv.models.family import build_model
 from qkv.quantization import apply_quantization, is_quantized, quantization_info
 from qkv.sharded import local_part, placed_like
 from qkv.tokenizers import Tokenizer, load_tokenizer
@@ -57,26 +50,6 @@ CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
 TARGET_TOKENIZER_FILE = "tokenizer_target.json"
 QUANTIZATION_FILE = "quantization.json"
-
-
-def build_model(config: ModelConfig) -> nn.Module:
-    """The model a config describes, freshly initialised: GPTConfig -> GPT, EncoderConfig -> Encoder, ..."""
-    from qkv.models import GPT, Encoder, RNNSearch, Transformer, Word2Vec
-
-    if isinstance(config, GPTConfig):
-        return GPT(config)
-    if isinstance(config, EncoderConfig):
-        return Encoder(config)
-    if isinstance(config, TransformerConfig):
-        return Transformer(config)
-    if isinstance(config, Word2VecConfig):
-        return Word2Vec(config)
-    if isinstance(config, RNNSearchConfig):
-        return RNNSearch(config)
-    raise QkvError(
-        f"cannot build a model from a {type(config).__name__}: give a GPT, encoder, transformer, rnnsearch or "
-        "word2vec config"
-    )
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:

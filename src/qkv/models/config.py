@@ -17,6 +17,8 @@ from qkv.errors import QkvError
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "relu2")
 POSITIONALS = ("sinusoidal", "learned", "rope", "none")
+NORMS = ("layernorm", "rmsnorm")
+FEED_FORWARDS = ("mlp", "glu")
 
 
 def _divisors(n: int) -> list[int]:
@@ -96,8 +98,12 @@ class BaseConfig(ModelConfig):
     activation_dropout: float | None = None  # dropout inside the FFN, after the activation; default: ``dropout``
     activation: str = "gelu"
     norm_first: bool = True  # pre-LN (GPT-2) if True, post-LN (the paper) if False
-    layer_norm_eps: float = 1e-5
+    layer_norm_eps: float = 1e-5  # the epsilon of every norm, LayerNorm or RMSNorm
+    norm: str = "layernorm"  # "layernorm" (the paper, GPT-2) or "rmsnorm" (Llama: no mean, no bias)
+    feed_forward: str = "mlp"  # "mlp": W_2 act(W_1 x); "glu": W_2 (act(W_g x) * W_1 x) (SwiGLU with silu)
+    n_kv_heads: int | None = None  # key/value heads; default n_heads; fewer: grouped-query attention, 1: multi-query
     bias: bool = True
+    qkv_bias: bool | None = None  # biases on W_q, W_k, W_v; default: ``bias`` (Qwen2: only these have biases)
     positional: str = "learned"
     sinusoidal_interleaved: bool = True
     rope_base: float = 10000.0
@@ -109,7 +115,11 @@ class BaseConfig(ModelConfig):
 
     def __post_init__(self) -> None:
         if self.d_ff is None:
-            self.d_ff = 4 * self.d_model
+            self.d_ff = 4 * self.d_model if self.feed_forward == "mlp" else glu_width(self.d_model)
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+        if self.qkv_bias is None:
+            self.qkv_bias = self.bias
         if self.attention_dropout is None:
             self.attention_dropout = self.dropout
         if self.activation_dropout is None:
@@ -148,6 +158,21 @@ class BaseConfig(ModelConfig):
             )
         if self.layer_norm_eps <= 0 or self.init_std <= 0:
             raise QkvError("layer_norm_eps and init_std must be positive")
+        if self.norm not in NORMS:
+            raise QkvError(f"norm={self.norm!r} is unknown: choose one of {', '.join(NORMS)}")
+        if self.feed_forward not in FEED_FORWARDS:
+            raise QkvError(f"feed_forward={self.feed_forward!r} is unknown: choose one of {', '.join(FEED_FORWARDS)}")
+        self._require_positive("n_kv_heads")
+        if self.n_heads % self.n_kv_heads:  # type: ignore[operator]
+            raise QkvError(
+                f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads} (each key/value head "
+                f"serves n_heads/n_kv_heads query heads): use n_kv_heads in {_divisors(self.n_heads)}"
+            )
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of W_k's and W_v's output: n_kv_heads * d_k (d_model unless attention is grouped)."""
+        return self.n_kv_heads * self.head_dim  # type: ignore[operator]
 
 
 @dataclass
@@ -162,6 +187,24 @@ class GPTConfig(BaseConfig):
     def validate(self) -> None:
         super().validate()
         self._require_positive("vocab_size", "n_layers")
+
+
+@dataclass
+class LlamaConfig(GPTConfig):
+    """The decoder-only family Llama, Qwen2, SmolLM and Mistral share: a GPT built with RMSNorm before each
+    sublayer, a SwiGLU feed-forward, rotary positions (base ``rope_base``, Hugging Face's rope_theta),
+    grouped-query attention (``n_kv_heads``) and no biases (Qwen2 keeps biases on W_q, W_k, W_v:
+    ``qkv_bias``)."""
+
+    kind: ClassVar[str] = "llama"
+
+    norm: str = "rmsnorm"
+    feed_forward: str = "glu"
+    activation: str = "silu"
+    positional: str = "rope"
+    bias: bool = False
+    tie_embeddings: bool = False
+    layer_norm_eps: float = 1e-5
 
 
 @dataclass
@@ -286,11 +329,17 @@ class RNNSearchConfig(ModelConfig):
 
 
 CONFIG_CLASSES: dict[str, type[ModelConfig]] = {
-    c.kind: c for c in (GPTConfig, EncoderConfig, TransformerConfig, RNNSearchConfig, Word2VecConfig)
+    c.kind: c for c in (GPTConfig, LlamaConfig, EncoderConfig, TransformerConfig, RNNSearchConfig, Word2VecConfig)
 }
 
 # Kinds of model that read a source sentence and write a target (``qkv translate``, ``/v1/translations``).
 TRANSLATORS = ("transformer", "rnnsearch")
+
+
+def glu_width(d_model: int, multiple: int = 32) -> int:
+    """A gated feed-forward's default d_ff: 8/3 d_model (as many parameters as the 4 d_model MLP, with three
+    matrices instead of two; Shazeer 2020, Llama), rounded up to a multiple of ``multiple``."""
+    return multiple * math.ceil(8 * d_model / 3 / multiple)
 
 
 def init_scale(config: BaseConfig, n_layers: int) -> float:

@@ -27,7 +27,7 @@ GIB = 2**30
 
 def parameter_count(config) -> int:
     """Parameters of the model ``config`` describes, counted without allocating them."""
-    from qkv.model_dir import build_model
+    from qkv.models.family import build_model
 
     own = {f.name for f in dataclasses.fields(config)}  # (RNNSearch has n_*_layers properties, not fields)
     stacks = [name for name in LAYER_FIELDS if name in own]
