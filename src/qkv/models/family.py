@@ -207,7 +207,7 @@ def _predecessor_families() -> list[Family]:
         role=WORD_VECTORS,
         capabilities=frozenset({"embeddings"}),
         instead="use `qkv embeddings`",
-        embedding="input_vectors",
+        embedding="token_embedding",
     )
     return [rnnsearch, word2vec]
 
