@@ -85,7 +85,7 @@ def test_the_counter_finds_each_form_of_kind_check(tmp_path):
         "if family.has('residual stream'): pass\n"  # a question to the description: not a kind check
         "if self.kind == other.kind: pass\n"  # comparing two kinds names none
         "if tokenizer.kind == 'char': pass\n"
-        "if config.task == 'word2vec': pass\n",  # a training task is no model kind  # a tokenizer's kind is no model kind
+        "if config.task == 'word2vec': pass\n",  # a tokenizer's or a task's kind is no model kind
         encoding="utf-8",
     )
     assert python_checks(sample, tmp_path) == ["sample.py:1", "sample.py:2", "sample.py:3", "sample.py:4"]
