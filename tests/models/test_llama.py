@@ -95,3 +95,24 @@ def test_initialisation_norm_gains_one_and_residual_projections_scaled() -> None
     assert ffn.linear2.weight.std().item() == pytest.approx(residual_std, rel=0.1)
     assert ffn.gate.weight.std().item() == pytest.approx(0.02, rel=0.1)
     assert ffn.linear1.weight.std().item() == pytest.approx(0.02, rel=0.1)
+
+
+@pytest.mark.parametrize(
+    ("preset", "published"),
+    [("smollm-135m", 134_515_008), ("qwen2-0.5b", 494_032_768)],  # their model cards' and HF's counts
+)
+def test_the_pretrained_shapes_have_the_published_parameter_counts(preset: str, published: int) -> None:
+    from qkv.models import make_config
+    from qkv.models.memory import parameter_count
+
+    config = make_config(preset)
+    assert isinstance(config, LlamaConfig) and parameter_count(config) == published  # counted on the meta device
+
+
+def test_the_small_presets_build_and_group_their_heads() -> None:
+    from qkv.models import make_config
+
+    for preset in ("llama-micro", "llama-mini", "llama-small"):
+        config = make_config(preset, vocab_size=VOCAB)
+        assert config.n_kv_heads < config.n_heads and config.kind == "llama"
+    assert build_model(make_config("llama-micro", vocab_size=VOCAB)).num_parameters() < 10**6
