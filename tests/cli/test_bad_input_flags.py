@@ -118,7 +118,7 @@ def test_translate_batch_size_zero(run_dir, capsys) -> None:
 @pytest.mark.parametrize(
     ("change", "fragment"),
     [
-        ({"d_model": 10**9, "n_heads": 1}, "this model does not fit"),
+        ({"d_model": 10**9, "n_heads": 1, "n_kv_heads": 1}, "this model does not fit"),
         ({"n_layers": 10**7}, "this model does not fit: its"),
     ],
 )

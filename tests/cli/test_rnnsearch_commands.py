@@ -95,9 +95,9 @@ def test_bad_architecture_flags_are_one_line(tmp_path, capsys, flags, message) -
     assert err.strip().splitlines()[-1].startswith("qkv train: error: ") and message in err.strip().splitlines()[-1]
 
 
-def test_arch_is_refused_for_a_language_model(capsys) -> None:
+def test_a_translators_arch_is_refused_for_a_language_model(capsys) -> None:
     assert main(["train", "--task", "lm", "--arch", "rnnsearch"]) == 2
-    assert "--task lm trains one kind of model: drop --arch" in capsys.readouterr().err
+    assert "is not an architecture of --task lm: choose one of gpt, llama" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -37,3 +37,27 @@ def test_check_fits_refuses_with_the_figure() -> None:
     with pytest.raises(QkvError, match=r"does not fit: its [\d,]+ parameters need [\d.]+ GiB, but cpu has"):
         check_fits(config, torch.device("cpu"))
     check_fits(make_config("gpt-nano", vocab_size=50), torch.device("cpu"), batch_size=4)  # fits: no error
+
+
+def test_kv_cache_bytes_per_token_is_two_vectors_of_kv_dim_per_decoder_layer() -> None:
+    from qkv.models.config import EncoderConfig, LlamaConfig, TransformerConfig
+    from qkv.models.memory import kv_cache_bytes_per_token
+
+    llama = LlamaConfig(d_model=64, n_heads=8, n_kv_heads=2, n_layers=3)
+    assert kv_cache_bytes_per_token(llama) == 2 * 3 * (2 * 8) * 4  # a key and a value of h_kv d_k, float32
+    assert kv_cache_bytes_per_token(llama.replace(n_kv_heads=8), torch.bfloat16) == 2 * 3 * 64 * 2
+    assert kv_cache_bytes_per_token(TransformerConfig(d_model=32, n_heads=4, n_decoder_layers=5)) == 2 * 5 * 32 * 4
+    assert kv_cache_bytes_per_token(EncoderConfig()) == 0
+
+
+def test_the_activation_estimate_counts_grouped_keys_and_the_gates_tensors() -> None:
+    from qkv.models.config import GPTConfig
+    from qkv.models.memory import activation_numbers
+
+    base = GPTConfig(vocab_size=10, d_model=64, n_heads=8, n_layers=1, d_ff=100, context_length=4)
+
+    def per_token(config: GPTConfig) -> int:
+        return activation_numbers(config, 1) // 4  # one sequence of 4 tokens
+    assert per_token(base) == 16 * 64 + 2 * 100 + 3 * 8 * 4 + 3 * 10
+    assert per_token(base.replace(n_kv_heads=2)) == per_token(base) - 2 * (64 - 16)
+    assert per_token(base.replace(feed_forward="glu")) == per_token(base) + 2 * 100

@@ -26,6 +26,7 @@ from qkv.decoding.engine import StepBuffers, engine_for
 from qkv.layers.capture import capture
 from qkv.models import GPT, Encoder, Transformer, make_config
 from qkv.models.encoder import mean_pool
+from qkv.models.family import build_model
 from qkv.training import TrainConfig, train_language_model
 from qkv.training.checkpoint import latest_checkpoint
 from qkv.training.metrics import read_metrics
@@ -61,6 +62,11 @@ def translation_step_loss(model: nn.Module, batch: TranslationBatch) -> Tensor:
 def models_and_inputs():
     ids, targets = torch.randint(3, V, (B, T)), torch.randint(3, V, (B, T))
     gpt = GPT(make_config("gpt-nano", vocab_size=V, n_layers=1, dropout=0.1))
+    llama = build_model(  # grouped-query attention, Qwen2's q/k/v biases, RMSNorm, SwiGLU
+        make_config(
+            "llama-micro", vocab_size=V, n_layers=1, d_model=32, n_heads=4, n_kv_heads=2, qkv_bias=True, dropout=0.1
+        )
+    )
     encoder = Encoder(make_config("encoder-mini", vocab_size=V, n_layers=1, dropout=0.1))
     transformer = Transformer(
         make_config(
@@ -85,12 +91,13 @@ def models_and_inputs():
     )
     return {
         "gpt": (gpt, gpt_loss, (ids, targets)),
+        "llama": (llama, gpt_loss, (ids, targets)),
         "encoder": (encoder, encoder_loss, (ids, PADDING)),
         "transformer": (transformer, translation_step_loss, (batch,)),
     }
 
 
-@pytest.mark.parametrize("name", ["gpt", "encoder", "transformer"])
+@pytest.mark.parametrize("name", ["gpt", "llama", "encoder", "transformer"])
 def test_the_training_step_of_every_model_is_one_graph(name) -> None:
     model, loss_of, inputs = models_and_inputs()[name]
     model.train()  # dropout on
@@ -118,7 +125,7 @@ def decode_step_and_inputs(name: str, model: nn.Module, ids: Tensor) -> tuple:
     return engine.step, (buffers.tokens, buffers.position, buffers.cache.buffer, buffers.cross_args(), 1)
 
 
-@pytest.mark.parametrize("name", ["gpt", "encoder", "transformer"])
+@pytest.mark.parametrize("name", ["gpt", "llama", "encoder", "transformer"])
 def test_the_decode_step_of_every_model_is_one_graph(name) -> None:
     model = models_and_inputs()[name][0].eval()
     ids = torch.randint(3, V, (B, T))

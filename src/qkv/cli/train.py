@@ -14,20 +14,21 @@ from typing import Any
 
 from qkv.errors import QkvError
 from qkv.models.presets import PRESETS
-from qkv.training.config import TrainConfig, read_toml
+from qkv.training.config import TASK_ARCHS, TrainConfig, read_toml
 
 HELP = "train a GPT language model (or, with --task translate, a translator; --task word2vec, word vectors)"
+LM_PRESETS = [name for name, (cls, _) in PRESETS.items() if cls.kind in TASK_ARCHS["lm"]]
 
 TRAIN_HELP = {
     "task": "lm (a GPT language model), translate (an encoder-decoder) or word2vec (word vectors)",
     "data": "a text, .jsonl, .parquet or compressed file, a folder, a glob, hf:DATASET, a folder written by "
     "`qkv prepare`, or a corpus name (pydoc: built in; tinyshakespeare: downloaded)",
     "out_dir": "run directory (default runs/<task>-<date>-<time>)",
-    "preset": f"model size: {', '.join(name for name in PRESETS if name.startswith('gpt'))} "
-    "(translate: transformer-*, rnnsearch-*)",
-    "arch": "translate: transformer (the default) or rnnsearch (Bahdanau et al. 2015: GRUs with additive "
-    "attention; preset rnnsearch-small unless --preset is given); word2vec: skipgram (a word predicts its "
-    "neighbours, the default) or cbow (they predict it)",
+    "preset": f"model size: {', '.join(LM_PRESETS)} (translate: transformer-*, rnnsearch-*)",
+    "arch": f"lm: {' or '.join(TASK_ARCHS['lm'])} (llama: RMSNorm, SwiGLU, RoPE and grouped-query attention; "
+    "preset llama-micro unless --preset is given); translate: transformer (the default) or rnnsearch (Bahdanau "
+    "et al. 2015: GRUs with additive attention; preset rnnsearch-small unless --preset is given); word2vec: "
+    "skipgram (a word predicts its neighbours, the default) or cbow (they predict it)",
     "tokenizer": "char, word or bpe (trained on the data)",
     "vocab_size": "vocabulary size for word/bpe tokenizers",
     "text_field": "the text field of JSON lines, Parquet files and Hugging Face datasets",
@@ -96,10 +97,12 @@ MODEL_FLAGS: dict[str, tuple[type, str]] = {
     "n_layers": (int, "number of blocks N"),
     "d_model": (int, "width of every token vector"),
     "n_heads": (int, "attention heads h (must divide d_model)"),
-    "d_ff": (int, "hidden width of the feed-forward network (default 4 d_model)"),
+    "n_kv_heads": (int, "key/value heads (must divide n_heads; fewer: grouped-query attention, 1: multi-query)"),
+    "d_ff": (int, "hidden width of the feed-forward network (default 4 d_model; llama: 8/3 d_model)"),
     "context_length": (int, "longest sequence the model sees (a GPT's context, a translator's longest sentence)"),
     "dropout": (float, "dropout probability"),
     "positional": (str, "rope, learned, sinusoidal or none"),
+    "rope_base": (float, "base of the rotary angles (Hugging Face's rope_theta; 10000 as in RoFormer)"),
     "activation": (str, "relu, relu2 (squared ReLU), gelu, gelu_tanh or silu"),
     "norm_first": (bool, "pre-LN (true) or the paper's post-LN (false)"),
     "tie_embeddings": (bool, "share W_U with W_E"),

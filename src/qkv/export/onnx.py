@@ -99,7 +99,7 @@ class TranslatorEncoderGraph(nn.Module):
         for block in self.model.decoder.blocks:
             attention = block.cross_attn
             out += [attention.split_heads(attention.key(memory)), attention.split_heads(attention.value(memory))]
-        return tuple(out)  # (B, h, S, d_k) each: what MultiHeadAttention keeps in a static cache
+        return tuple(out)  # (B, h_kv, S, d_k) each: what MultiHeadAttention keeps in a static cache
 
 
 class TranslatorDecoderGraph(nn.Module):
@@ -132,7 +132,7 @@ def _cache_names(prefix: str, n_layers: int) -> list[str]:
 
 def _empty_like_cache(model: nn.Module, batch: int, length: int) -> list[Tensor]:
     config = model.config  # type: ignore[attr-defined]
-    return [torch.zeros(batch, config.n_heads, length, config.head_dim) for _ in range(2)]
+    return [torch.zeros(batch, config.n_kv_heads, length, config.head_dim) for _ in range(2)]  # h_kv heads
 
 
 @contextlib.contextmanager

@@ -236,8 +236,8 @@ def wrapper_to_multihead(wrapper: MultiHeadAttentionWrapper) -> MultiHeadAttenti
     ``causal=True`` and dropout off (``.eval()``), the two give the same outputs.
 
     Requires d_in == num_heads * d_out (= d_model): qkv's module maps d_model to d_model, while the
-    wrapper may change the width. qkv uses one bias flag for all four projections, so when the wrapper
-    has bias in W_o but not in W_q, W_k, W_v (the seed's default), the result gets zero q/k/v biases.
+    wrapper may change the width. The biases follow the wrapper's: on W_q, W_k, W_v (``qkv_bias``) and on
+    W_o (``bias``) separately, so the seed's default (a bias in W_o only) has no q/k/v biases here either.
     """
     heads: list[CausalAttention] = list(wrapper.heads)
     n_heads, head_dim = len(heads), heads[0].d_out
@@ -247,18 +247,18 @@ def wrapper_to_multihead(wrapper: MultiHeadAttentionWrapper) -> MultiHeadAttenti
         raise ValueError(f"MultiHeadAttention needs d_in == num_heads * d_out, got {d_in} != {n_heads}*{head_dim}")
     qkv_bias = heads[0].W_query.bias is not None
     out_bias = wrapper.out_proj is not None and wrapper.out_proj.bias is not None
-    mha = MultiHeadAttention(d_model, n_heads, dropout=heads[0].dropout.p, bias=qkv_bias or out_bias)
+    mha = MultiHeadAttention(d_model, n_heads, dropout=heads[0].dropout.p, bias=out_bias, qkv_bias=qkv_bias)
     mha.to(heads[0].W_query.weight)  # same dtype and device as the wrapper
     mha.train(wrapper.training)
     for ours, name in ((mha.query, "W_query"), (mha.key, "W_key"), (mha.value, "W_value")):
         per_head = [getattr(head, name) for head in heads]
         ours.weight.copy_(torch.cat([p.weight for p in per_head]))  # head h's rows h*d_k ... (h+1)*d_k
         if ours.bias is not None:
-            ours.bias.copy_(torch.cat([p.bias for p in per_head]) if qkv_bias else torch.zeros_like(ours.bias))
+            ours.bias.copy_(torch.cat([p.bias for p in per_head]))
     if wrapper.out_proj is None:
         mha.out_proj.weight.copy_(torch.eye(d_model, dtype=mha.out_proj.weight.dtype))
     else:
         mha.out_proj.weight.copy_(wrapper.out_proj.weight)
     if mha.out_proj.bias is not None:
-        mha.out_proj.bias.copy_(wrapper.out_proj.bias if out_bias else torch.zeros_like(mha.out_proj.bias))
+        mha.out_proj.bias.copy_(wrapper.out_proj.bias)
     return mha

@@ -7,9 +7,13 @@ is refused with the figure (a QkvError) instead of failing deep inside the alloc
 - Using a model needs its float32 weights: 4 bytes per parameter.
 - Training needs per parameter the weight, its gradient and two optimizer moments (AdamW's m and v; Muon
   keeps fewer): 16 bytes. Activations kept for the backward pass, per token of the batch, in float32: per
-  block about ``16 d_model + 2 d_ff + 3 h n`` numbers (the inputs of the projections, norms and
+  block about ``14 d_model + 2 h_kv d_k + 2 d_ff + 3 h n`` numbers (the inputs of the projections, norms and
   feed-forward, and the attention probabilities over the n positions of the context), plus ``3 V`` for
   the logits, their softmax and its gradient. These are lower bounds: what is refused surely does not fit.
+  Grouped-query attention keeps keys and values of width h_kv d_k instead of d_model; a gated feed-forward
+  keeps four d_ff-wide tensors (W_g x, its activation, W_1 x, their product) instead of two.
+- Generating keeps a KV cache: per token, a key and a value of h_kv d_k numbers in every decoder layer
+  (:func:`kv_cache_bytes_per_token`), so grouped-query attention shrinks it by h_kv / h.
 """
 
 from __future__ import annotations
@@ -72,12 +76,14 @@ def activation_numbers(config, batch_size: int) -> int:
     """Numbers kept for the backward pass of one batch (a lower bound; see the module docstring)."""
     d_model = getattr(config, "d_model", None) or getattr(config, "d_hidden", 0)
     d_ff = getattr(config, "d_ff", None) or 4 * d_model
+    kv_dim = getattr(config, "kv_dim", d_model)  # keys and values: h_kv d_k each
+    ff_tensors = 4 if getattr(config, "feed_forward", "mlp") == "glu" else 2
     heads = getattr(config, "n_heads", 1)
     length = getattr(config, "context_length", 1)
     own = {f.name for f in dataclasses.fields(config)}
     blocks = sum(getattr(config, name) for name in LAYER_FIELDS if name in own) or 1
     vocab = getattr(config, "vocab_size", None) or getattr(config, "tgt_vocab_size", 0)
-    per_token = blocks * (16 * d_model + 2 * d_ff + 3 * heads * length) + 3 * vocab
+    per_token = blocks * (14 * d_model + 2 * kv_dim + ff_tensors * d_ff + 3 * heads * length) + 3 * vocab
     return batch_size * length * per_token
 
 
@@ -101,3 +107,18 @@ def check_fits(config, device: torch.device | str, *, batch_size: int | None = N
         fix = "lower --batch-size (raise --grad-accum to keep the batch), --context-length or the model size"
     if need > free:
         raise QkvError(f"this model does not fit: {what}, but {device} has {free / GIB:.1f} GiB available: {fix}")
+
+
+def kv_cache_bytes_per_token(config, dtype: torch.dtype = torch.float32) -> int:
+    """Bytes the self-attention KV cache holds per generated token of one sequence: a key and a value of
+    n_kv_heads * d_k numbers in each decoder layer, 2 L h_kv d_k numbers (2 L d_model without grouped-query
+    attention). An encoder keeps no cache (0); a translator's cross-attention keys, computed once per source
+    sentence, are not counted."""
+    from qkv.models.family import family_of
+
+    family = family_of(config)
+    if not family.has("self-attention heads") or family.output is None:  # no decoder that generates
+        return 0
+    layers = getattr(config, "n_decoder_layers", None) or config.n_layers  # a translator's decoder, or a GPT's
+    element = torch.empty((), dtype=dtype).element_size()
+    return 2 * layers * config.kv_dim * element

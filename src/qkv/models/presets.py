@@ -1,5 +1,6 @@
 """Named model sizes, from the paper's base model and GPT-2 small down to ones that train on a laptop CPU,
-and RNNSearch, the recurrent translator that came before (at the paper's proportions and a small one).
+the Llama family (small ones, and the shapes of SmolLM-135M and Qwen2-0.5B), and RNNSearch, the recurrent
+translator that came before (at the paper's proportions and a small one).
 
 A preset fixes the architecture; the vocabulary size usually comes from the tokenizer, so
 ``make_config("gpt-mini", vocab_size=tokenizer.vocab_size)`` fills it in. Any field can be overridden.
@@ -12,7 +13,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from qkv.errors import QkvError
-from qkv.models.config import EncoderConfig, GPTConfig, ModelConfig, RNNSearchConfig, TransformerConfig, Word2VecConfig
+from qkv.models.config import (
+    EncoderConfig,
+    GPTConfig,
+    LlamaConfig,
+    ModelConfig,
+    RNNSearchConfig,
+    TransformerConfig,
+    Word2VecConfig,
+)
 
 _GPT2 = dict(
     activation="gelu_tanh",
@@ -61,6 +70,44 @@ PRESETS: dict[str, tuple[type[ModelConfig], dict[str, Any]]] = {
     "gpt2-medium": (GPTConfig, dict(_GPT2, n_layers=24, d_model=1024, n_heads=16)),
     "gpt2-large": (GPTConfig, dict(_GPT2, n_layers=36, d_model=1280, n_heads=20)),
     "gpt2-xl": (GPTConfig, dict(_GPT2, n_layers=48, d_model=1600, n_heads=25)),
+    # --- the Llama family: RMSNorm, SwiGLU (d_ff 8/3 d_model), RoPE, grouped-query attention -------
+    # The GPT sizes above with 2 key/value heads (the KV cache is a half or a quarter of the GPT's).
+    "llama-micro": (LlamaConfig, dict(n_layers=4, d_model=128, n_heads=4, n_kv_heads=2, context_length=64)),
+    "llama-mini": (LlamaConfig, dict(n_layers=4, d_model=192, n_heads=6, n_kv_heads=2, context_length=128)),
+    "llama-small": (LlamaConfig, dict(n_layers=6, d_model=256, n_heads=8, n_kv_heads=2, context_length=1024)),
+    # SmolLM-135M (Hugging Face 2024, HuggingFaceTB/SmolLM-135M): 134,515,008 parameters, embeddings tied.
+    "smollm-135m": (
+        LlamaConfig,
+        dict(
+            n_layers=30,
+            d_model=576,
+            n_heads=9,
+            n_kv_heads=3,
+            d_ff=1536,
+            vocab_size=49152,
+            context_length=2048,
+            rope_base=10000.0,
+            tie_embeddings=True,
+        ),
+    ),
+    # Qwen2-0.5B (Qwen team 2024): 494,032,768 parameters; biases on W_q, W_k, W_v only, embeddings tied.
+    # Its config allows 131,072 positions; 32,768 is the context it was trained for (and Qwen2.5-0.5B's).
+    "qwen2-0.5b": (
+        LlamaConfig,
+        dict(
+            n_layers=24,
+            d_model=896,
+            n_heads=14,
+            n_kv_heads=2,
+            d_ff=4864,
+            vocab_size=151936,
+            context_length=32768,
+            rope_base=1e6,
+            layer_norm_eps=1e-6,
+            qkv_bias=True,
+            tie_embeddings=True,
+        ),
+    ),
     # --- encoder-only (BERT family) --------------------------------------------------------------
     "bert-base": (EncoderConfig, dict(_BERT, n_layers=12, d_model=768, n_heads=12)),
     "minilm-l6": (EncoderConfig, dict(_BERT, n_layers=6, d_model=384, n_heads=12)),

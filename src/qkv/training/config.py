@@ -18,9 +18,23 @@ from qkv.errors import QkvError
 TASKS = ("lm", "translate", "word2vec")
 SCHEDULES = ("cosine", "noam", "constant", "linear")
 OPTIMIZERS = ("muon", "adamw", "sgd")
-TASK_ARCHS: dict[str, tuple[str, ...]] = {"translate": ("transformer", "rnnsearch"), "word2vec": ("skipgram", "cbow")}
-"""The values --arch takes for each task: a kind of model (a model config's ``kind``) or, for word2vec, its
-training objective. word2vec defaults to the first; translate to the kind its preset describes."""
+
+
+def _kinds(role: str) -> tuple[str, ...]:
+    """The model families (:mod:`qkv.models.family`) whose models are ``role``, in the family table's order."""
+    from qkv.models.family import families
+
+    return tuple(name for name, family in families().items() if family.role == role)
+
+
+TASK_ARCHS: dict[str, tuple[str, ...]] = {
+    "lm": _kinds("language model"),  # gpt, llama
+    "translate": _kinds("translator"),  # transformer, rnnsearch
+    "word2vec": ("skipgram", "cbow"),
+}
+"""The values --arch takes for each task: a kind of model (a model config's ``kind``, from the family table)
+or, for word2vec, its training objective. word2vec defaults to the first; lm and translate to the kind their
+preset describes (a preset of another kind than --arch is refused)."""
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 COMPILE = ("auto", "on", "off")
 STRATEGIES = ("ddp", "fsdp")
@@ -275,7 +289,23 @@ _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 # the recipe it trains best with (RNNSearch: AdamW throughout; see docs/rnnsearch.md).
 ARCH_DEFAULTS: dict[tuple[str, str | None], dict[str, Any]] = {
     ("translate", "rnnsearch"): dict(preset="rnnsearch-small", optimizer="adamw"),
+    ("lm", "llama"): dict(preset="llama-micro"),  # gpt-micro's size, grouped-query attention, SwiGLU
 }
+
+
+def check_arch(config: TrainConfig) -> None:
+    """QkvError, before any data is read, when --arch and --preset name different kinds of model or an
+    architecture flag names a field the model does not have."""
+    from qkv.models.presets import PRESETS, check_overrides
+
+    kind = PRESETS[config.preset][0].kind if config.preset in PRESETS else None
+    if config.arch is not None and kind is not None and kind != config.arch:  # no --arch: the preset decides
+        same = ", ".join(name for name, (cls, _) in PRESETS.items() if cls.kind == config.arch)
+        raise QkvError(
+            f"--arch {config.arch} does not match --preset {config.preset}, a {kind} model: "
+            f"choose one of {same}, or drop --preset"
+        )
+    check_overrides(config.preset, config.model)
 
 
 _TYPE_WORDS = {"int": "a whole number", "float": "a number", "str": "a string", "bool": "true or false"}

@@ -2,8 +2,14 @@
 
 Per token, a forward pass does about 2 multiply-adds per parameter (2N FLOPs) and the backward pass twice
 that (4N), so training costs 6N FLOPs per token; attention adds 12 * n_layers * d_model * T for the
-Q K^T and weights x V products (the PaLM appendix B / nanoGPT estimate). Position tables are lookups, not
-matmuls, so learned positions are not counted in N.
+Q K^T and weights x V products (the PaLM appendix B / nanoGPT estimate). Tables that are only looked up
+are not matmuls, so they are not counted in N: learned positions, and the token embedding W_E when W_U is
+a matrix of its own (tied, the one matrix is the unembedding's and counts once).
+
+The Llama family needs nothing more: N already holds the gated feed-forward's third matrix (3 d_model d_ff
+per block instead of 2) and grouped-query attention's narrower W_k and W_v (2 d_model h_kv d_k instead of
+2 d_model^2); the attention products stay 12 L d T, since each of the h query heads still scores T keys
+of d_k numbers and sums T values of d_k numbers, whichever key/value head it shares.
 """
 
 from __future__ import annotations
@@ -16,12 +22,15 @@ from qkv.models.gpt import GPT
 
 
 def training_flops_per_token(model: GPT) -> float:
-    """6 N + 12 L d T for a GPT (N: parameters without the position table)."""
+    """6 N + 12 L d T for a GPT or a Llama (N: parameters that take part in matmuls; see the module
+    docstring)."""
     config = model.config
     n = model.num_parameters()
     positional = getattr(model.embedding.positional_encoding, "weight", None)
     if isinstance(positional, torch.nn.Parameter):
         n -= positional.numel()
+    if not model.unembedding.tied:  # W_E is a lookup table; W_U, a matrix of its own, is the matmul
+        n -= model.embedding.token_embedding.weight.numel()
     return 6 * n + 12 * config.n_layers * config.d_model * config.context_length
 
 

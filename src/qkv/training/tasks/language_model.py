@@ -1,10 +1,11 @@
-"""Language modelling as a task: train a GPT to predict token t+1 from tokens 0..t, end to end.
+"""Language modelling as a task: train a GPT (or a Llama-style model, ``--arch llama``) to predict token t+1
+from tokens 0..t, end to end.
 
 The loss is the cross-entropy between the model's next-token distribution at every position and the
 token that actually follows: -log P(x_{t+1} | x_{<=t}), averaged over all positions of the batch (the
 causal mask lets one sequence of T tokens train T predictions at once, the GPT notes).
 
-    corpus -> prepared token shards (tokenized once, memory-mapped) -> token batches -> GPT -> trainer -> run
+    corpus -> prepared token shards (tokenized once, memory-mapped) -> token batches -> model -> trainer -> run
 
     from qkv.training import TrainConfig, train_language_model
     result = train_language_model(TrainConfig(data="input.txt", steps=500))
@@ -25,11 +26,12 @@ from qkv.data.lm import TokenBatches
 from qkv.data.prepare import PreparedData
 from qkv.errors import QkvError
 from qkv.model_dir import CONFIG_FILE, TOKENIZER_FILE
-from qkv.models import GPT, GPTConfig, make_config
+from qkv.models import GPTConfig, make_config
 from qkv.models.config import BaseConfig
+from qkv.models.family import build_model
 from qkv.models.memory import check_fits
 from qkv.tokenizers import Tokenizer, load_tokenizer
-from qkv.training.config import TrainConfig
+from qkv.training.config import TASK_ARCHS, TrainConfig, check_arch
 from qkv.training.launch import Prepared, run_training
 from qkv.training.run import Session
 
@@ -89,12 +91,15 @@ class LanguageModelTask:
 def prepare_language_model(
     config: TrainConfig, resume_dir: Path | None, session: Session, say: Callable[[str], None]
 ) -> Prepared:
-    """Map the prepared corpus (preparing it first if needed), build the GPT and its batches.
+    """Map the prepared corpus (preparing it first if needed), build the language model (the family its
+    config names: a GPT, or a Llama-style model) and its batches.
 
     ``--data`` may be a folder written by ``qkv prepare``; anything else is prepared once into the cache
     (:mod:`qkv.data.cache`) and mapped from there by every run, resume and process. A resumed run keeps its
     own tokenizer, which must be the one the data was encoded with.
     """
+    if resume_dir is None:
+        check_arch(config)
     run_tokenizer = load_tokenizer(resume_dir / TOKENIZER_FILE) if resume_dir is not None else None
     data = prepared_for_training(
         config.data,
@@ -115,13 +120,13 @@ def prepare_language_model(
     if not isinstance(model_config, GPTConfig):
         raise QkvError(
             f"preset {config.preset!r} is a {model_config.kind} model, not a language model: "
-            "choose a gpt-* preset (see `qkv train --help`)"
+            f"choose a preset of a {' or '.join(TASK_ARCHS['lm'])} model (see `qkv train --help`)"
         )
     batches = TokenBatches(
         data.shards(), context_length=model_config.context_length, val_fraction=config.val_fraction, seed=config.seed
     )
     check_fits(model_config, session.device, batch_size=config.batch_size)  # before allocating anything
-    model = GPT(model_config).to(session.device)
+    model = build_model(model_config).to(session.device)  # GPTConfig -> GPT, LlamaConfig -> Llama
     task = LanguageModelTask(
         batches,
         batch_size=config.batch_size,
@@ -141,12 +146,19 @@ def prepare_language_model(
             "prepared": str(data.folder),
         },
         summary=[
-            f"model: GPT, {model.num_parameters():,} parameters ({model_config.n_layers} layers, d_model "
-            f"{model_config.d_model}, {model_config.n_heads} heads, context {model_config.context_length})",
+            f"model: {type(model).__name__}, {model.num_parameters():,} parameters ({model_config.n_layers} "
+            f"layers, d_model {model_config.d_model}, {_heads(model_config)}, context {model_config.context_length})",
             f"data: {source['name']}, {batches.n_train_tokens:,} training / {batches.n_val_tokens:,} validation "
             f"tokens, mapped from {data.folder}",
         ],
     )
+
+
+def _heads(config: GPTConfig) -> str:
+    """"4 heads", or "4 heads sharing 2 key/value heads" under grouped-query attention."""
+    if config.n_kv_heads == config.n_heads:
+        return f"{config.n_heads} heads"
+    return f"{config.n_heads} heads sharing {config.n_kv_heads} key/value heads"
 
 
 def _check_tokenizer(
@@ -179,5 +191,6 @@ def train_language_model(
     quiet: bool = False,
     on_step: Callable | None = None,
 ):
-    """Train (or, with ``resume``, continue training) a GPT as ``config`` says; returns a TrainResult."""
+    """Train (or, with ``resume``, continue training) a language model as ``config`` says; returns a
+    TrainResult."""
     return run_training(config, prepare_language_model, resume=resume, quiet=quiet, on_step=on_step)

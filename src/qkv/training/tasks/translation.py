@@ -40,9 +40,8 @@ from qkv.model_dir import CONFIG_FILE, TARGET_TOKENIZER_FILE, TOKENIZER_FILE, bu
 from qkv.models import make_config
 from qkv.models.config import TRANSLATORS, ModelConfig, RNNSearchConfig
 from qkv.models.memory import check_fits
-from qkv.models.presets import PRESETS, check_overrides
 from qkv.tokenizers import Tokenizer, load_tokenizer, train_tokenizer
-from qkv.training.config import TrainConfig
+from qkv.training.config import TrainConfig, check_arch
 from qkv.training.launch import Prepared, run_training
 from qkv.training.run import Session, fingerprint
 
@@ -142,19 +141,6 @@ class TranslationTask:
                 outputs[index] = tokens
         order = sorted(outputs)
         return [tok.decode(outputs[i]) for i in order], [self.val_references[i] for i in order]
-
-
-def check_arch(config: TrainConfig) -> None:
-    """QkvError, before any data is read, when --arch and --preset name different kinds of model or an
-    architecture flag names a field the model does not have."""
-    kind = PRESETS[config.preset][0].kind if config.preset in PRESETS else None
-    if config.arch is not None and kind is not None and kind != config.arch:  # no --arch: the preset decides
-        same = ", ".join(name for name, (cls, _) in PRESETS.items() if cls.kind == config.arch)
-        raise QkvError(
-            f"--arch {config.arch} does not match --preset {config.preset}, a {kind} model: "
-            f"choose one of {same}, or drop --preset"
-        )
-    check_overrides(config.preset, config.model)
 
 
 def describe_translator(config: ModelConfig) -> str:
