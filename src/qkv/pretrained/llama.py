@@ -78,6 +78,9 @@ def rope_theta(hf_config: dict[str, Any], *, what: str) -> float:
         if not isinstance(value, dict) or not value:
             continue
         kind = value.get("rope_type", value.get("type", "default"))
+        nested = any(isinstance(v, dict) for v in value.values())  # one RoPE per layer type (transformers 5)
+        if nested:
+            raise _refuse(what, field, value, "qkv's Llama uses one RoPE for every layer")
         if kind != "default" or value.get("partial_rotary_factor", 1.0) != 1.0:
             raise _refuse(what, field, value, "qkv's RoPE has no scaling; use a model whose rope_type is default")
     return float(parameters.get("rope_theta") or hf_config.get("rope_theta") or 10000.0)
@@ -192,8 +195,8 @@ def load_tokenizer(folder: Path, hf_config: dict[str, Any]) -> HFTokenizer:
             f"{folder} has no tokenizer.json: qkv reads Llama and Qwen2 tokenizers from it (not from "
             "tokenizer.model); download the model's tokenizer.json into the folder"
         )
-    plain = wrap_tokenizer_json(path, {})
-    return wrap_tokenizer_json(path, special_tokens(folder, hf_config, plain))
+    plain = wrap_tokenizer_json(path, {})  # read once (Qwen2's file is 7 MB); the roles are found in it
+    return HFTokenizer(plain.hf, special_tokens(folder, hf_config, plain))
 
 
 def load_tokenizers(folder: Path, hf_config: dict[str, Any]) -> tuple[HFTokenizer, None]:
