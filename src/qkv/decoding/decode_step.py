@@ -9,19 +9,23 @@ matrix products, and with the same shapes at every position:
   and the cache write are indexed by it, so ``torch.compile`` makes one graph for every position, and a
   CUDA graph can replay it;
 - x stays (B, d_model): no time axis to add and remove;
-- W_q, W_k, W_v run as one product (:func:`qkv.layers.fused.fuse_linears`), whose output, viewed as
-  (B, 3, h, 1, d_k), holds q, k and v head by head with no reshape or transpose; k and v are written into
-  the cache (:meth:`qkv.layers.kv_cache.KVCache.allocate`, laid out (B, 2, h, L, d_k) per layer) with one
-  ``index_copy_``;
+- W_q, W_k, W_v run as one product (:func:`qkv.layers.fused.fuse_linears`) of width d_model + 2 h_kv d_k,
+  whose output holds q, then k and v, head by head: its last 2 h_kv d_k values, viewed as
+  (B, 2, h_kv, 1, d_k), are written into the cache (:meth:`qkv.layers.kv_cache.KVCache.allocate`, laid
+  out (B, 2, h_kv, L, d_k) per layer) with one ``index_copy_``, no reshape or transpose;
+- with grouped-query attention (h_kv < h key/value heads) q is viewed as (B, h_kv, h / h_kv, d_k): the
+  query heads that share a key/value head become that head's h / h_kv "positions", so one ordinary
+  attention call serves them all and no key or value is copied per query head;
 - attention reads the cache's first ``n_keys`` positions when that number is known in Python (eager
   decoding, no mask), or all L positions with the mask ``key position <= p`` built from the tensor (the
   compiled step: positions past p hold zeros and get weight exactly 0);
-- one head's output (B, h, 1, d_k) is already laid out as the concatenation of the heads, (B, d_model);
+- the heads' output (B, h_kv, h / h_kv, d_k) is already laid out as their concatenation, (B, d_model);
 - the encoder's keys and values (cross-attention) are computed once per source sentence, and the beams of
   a sentence attend to them as ``group`` queries of that one sentence: (B, h, group, d_k), never copied
   per beam.
 
-Every other piece is the model's own module, called as the model calls it (LayerNorms, feed-forward,
+Every other piece is the model's own module, called as the model calls it (LayerNorms or RMSNorms, the
+feed-forward plain or gated,
 out_proj, embeddings, unembedding), so a module replaced by another with the same call signature (an int8
 linear) is used here too. Dropout is left out: decoding runs in eval mode.
 """
@@ -35,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from qkv.layers.attention import MultiHeadAttention
+from qkv.layers.attention import MultiHeadAttention, grouped_sdpa
 from qkv.layers.blocks import ResidualSublayer
 from qkv.layers.embedding import InputEmbedding
 from qkv.layers.positional import apply_rotary
@@ -48,7 +52,7 @@ from qkv.models.transformer import Transformer
 class CrossAttention:
     """The encoder's keys and values for every decoder block, computed once per batch of source sentences.
 
-    ``keys[i]`` and ``values[i]`` are (B_src, h, S, d_k); ``mask`` (B_src, 1, 1, S) is True where a source
+    ``keys[i]`` and ``values[i]`` are (B_src, h_kv, S, d_k); ``mask`` (B_src, 1, 1, S) is True where a source
     position may be attended to (None: all may); ``group`` decoder rows (beams) belong to each sentence.
     ``empty`` (B_src, 1, 1, 1) marks sentences with no position to attend to (their attention output is 0,
     as in :func:`qkv.layers.attention.scaled_dot_product_attention`), None when there are none.
@@ -70,13 +74,13 @@ def cross_attention_keys(
     pad_to: int | None = None,
     fixed: bool = False,
 ) -> CrossAttention:
-    """K = memory W_k and V = memory W_v of every decoder block, (B_src, h, S, d_k) each, for ``memory``
+    """K = memory W_k and V = memory W_v of every decoder block, (B_src, h_kv, S, d_k) each, for ``memory``
     (B_src, S, d_model). ``pad_to`` appends masked zero positions up to that length; ``fixed`` makes the
     mask and ``empty`` tensors even when nothing is masked (one graph for every batch)."""
     keys, values = [], []
     for block in model.decoder.blocks:
         attn = block.cross_attn
-        keys.append(attn.split_heads(attn.key(memory)))  # (B, h, S, d_k)
+        keys.append(attn.split_heads(attn.key(memory)))  # (B, h_kv, S, d_k)
         values.append(attn.split_heads(attn.value(memory)))
     batch, length = memory.shape[:2]
     padding = None if memory_padding_mask is None else memory_padding_mask.bool()
@@ -114,20 +118,21 @@ def self_attention_step(
     mask: Tensor | None,
     rotary: tuple[Tensor, Tensor] | None,
 ) -> Tensor:
-    """Causal self-attention of one new token per row. ``h`` (B, d_model); ``kv`` (B, 2, h, L, d_k) is this
-    layer's cache, written at ``position``; ``projection`` computes [q, k, v] in one product."""
-    batch = h.shape[0]
-    qkv = projection(h).view(batch, 3, attn.n_heads, 1, attn.head_dim)  # (B, 3, h, 1, d_k)
-    q = qkv[:, 0]  # (B, h, 1, d_k)
+    """Causal self-attention of one new token per row. ``h`` (B, d_model); ``kv`` (B, 2, h_kv, L, d_k) is
+    this layer's cache, written at ``position``; ``projection`` computes [q, k, v] in one product."""
+    batch, d_model = h.shape[0], attn.d_model
+    qkv = projection(h)  # (B, d_model + 2 h_kv d_k)
+    q = qkv[:, :d_model].view(batch, attn.n_kv_heads, attn.group, attn.head_dim)  # (B, h_kv, h / h_kv, d_k)
+    new_kv = qkv[:, d_model:].view(batch, 2, attn.n_kv_heads, 1, attn.head_dim)  # (B, 2, h_kv, 1, d_k)
     if rotary is None:
-        kv.index_copy_(3, position, qkv[:, 1:])  # keys and values at once: (B, 2, h, 1, d_k) into position p
+        kv.index_copy_(3, position, new_kv)  # keys and values at once, into position p
     else:
-        q = apply_rotary(q, *rotary)
-        kv[:, 0].index_copy_(2, position, apply_rotary(qkv[:, 1], *rotary))
-        kv[:, 1].index_copy_(2, position, qkv[:, 2])
-    keys, values = (kv if n_keys is None else kv[:, :, :, :n_keys]).unbind(1)  # (B, h, L or n_keys, d_k)
-    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, h, 1, d_k)
-    return attn.out_proj(out.reshape(batch, attn.d_model))  # heads side by side: (B, d_model)
+        q = apply_rotary(q, *rotary)  # every query head of the token at p: the same angles
+        kv[:, 0].index_copy_(2, position, apply_rotary(new_kv[:, 0], *rotary))
+        kv[:, 1].index_copy_(2, position, new_kv[:, 1])
+    keys, values = (kv if n_keys is None else kv[:, :, :, :n_keys]).unbind(1)  # (B, h_kv, L or n_keys, d_k)
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, h_kv, h / h_kv, d_k)
+    return attn.out_proj(out.reshape(batch, d_model))  # heads side by side: (B, d_model)
 
 
 def cross_attention_step(
@@ -136,14 +141,14 @@ def cross_attention_step(
     """Attention from the decoder rows ``h`` (B_src * group, d_model) to their sentence's encoder output."""
     rows = h.shape[0]
     q = attn.query(h).view(rows // cross.group, cross.group, attn.n_heads, attn.head_dim).transpose(1, 2)
-    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=cross.mask)  # (B_src, h, group, d_k)
+    out = grouped_sdpa(q, keys, values, attn_mask=cross.mask)  # (B_src, h, group, d_k)
     if cross.empty is not None:
         out = out.masked_fill(cross.empty, 0.0)
     return attn.out_proj(out.transpose(1, 2).reshape(rows, attn.d_model))  # (B_src * group, d_model)
 
 
 def residual(sublayer: ResidualSublayer, x: Tensor, fn: Callable[..., Tensor], *args: object) -> Tensor:
-    """x + fn(LayerNorm(x)) (pre-LN) or LayerNorm(x + fn(x)) (post-LN), as ResidualSublayer (no dropout)."""
+    """x + fn(norm(x)) (pre-LN) or norm(x + fn(x)) (post-LN), as ResidualSublayer (no dropout)."""
     if sublayer.norm_first:
         return x + fn(sublayer.norm(x), *args)
     return sublayer.norm(x + fn(x, *args))

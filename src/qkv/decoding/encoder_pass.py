@@ -3,8 +3,8 @@
 :class:`qkv.models.encoder.Encoder`'s forward is the reference. For embedding sentences nothing needs to be
 recorded and nothing is trained, so this pass differs in two ways only:
 
-- W_q, W_k and W_v run as one product (:func:`qkv.layers.fused.fuse_linears`), whose output viewed as
-  (B, T, 3, h, d_k) holds q, k and v, each (B, h, T, d_k) by a permutation of axes (no copy);
+- W_q, W_k and W_v run as one product (:func:`qkv.layers.fused.fuse_linears`), whose output holds q, k
+  and v side by side, each (B, h or h_kv, T, d_k) by a split and a permutation of axes (no copy);
 - the zeroing of attention rows with no key to attend to (a sequence made only of padding) is done only
   when such a row exists, which is checked once per batch rather than in every layer (under
   ``torch.compile`` it is always done: the check would read a tensor in Python, a graph break).
@@ -19,11 +19,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from qkv.decoding.decode_step import residual
-from qkv.layers.attention import MultiHeadAttention
+from qkv.layers.attention import MultiHeadAttention, grouped_sdpa
 from qkv.layers.positional import apply_rotary
 from qkv.models.encoder import Encoder
 
@@ -39,11 +38,11 @@ def self_attention(
     """Bidirectional self-attention of ``h`` (B, T, d_model); ``mask`` (B, 1, 1, T) True where a key may be
     attended to; ``empty`` (B, 1, 1, 1) marks sequences with no such key (None: there are none)."""
     batch, length, _ = h.shape
-    qkv = projection(h).view(batch, length, 3, attn.n_heads, attn.head_dim).permute(2, 0, 3, 1, 4)  # (3, B, h, T, d_k)
-    q, k, v = qkv.unbind(0)
+    widths = [attn.d_model, attn.kv_dim, attn.kv_dim]
+    q, k, v = (attn.split_heads(t) for t in projection(h).split(widths, dim=-1))  # (B, h or h_kv, T, d_k)
     if rotary is not None:
         q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, h, T, d_k)
+    out = grouped_sdpa(q, k, v, attn_mask=mask)  # (B, h, T, d_k)
     if empty is not None:
         out = out.masked_fill(empty, 0.0)
     return attn.out_proj(out.transpose(1, 2).reshape(batch, length, attn.d_model))  # (B, T, d_model)

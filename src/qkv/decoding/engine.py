@@ -101,7 +101,7 @@ class DecodeEngine:
         n_keys: int | None = None,
     ) -> Tensor:
         """Next-token logits (B, V) for ``token_ids`` (B,) at ``position`` (1,), with the static cache
-        ``buffer`` (n_layers, B, 2, h, L, d_k) and, for an encoder-decoder, the encoder's keys and values."""
+        ``buffer`` (n_layers, B, 2, h_kv, L, d_k) and, for an encoder-decoder, the encoder's keys and values."""
         kv = buffer.unbind(0)
         if cross is None:
             return gpt_step(self.model, self.projections, token_ids, position, kv, n_keys)  # type: ignore[arg-type]
@@ -144,8 +144,8 @@ class StepBuffers:
         weight = next(p for p in model.parameters() if p.is_floating_point())  # not an int8 matrix
         config = model.config
         self.cache = model.new_cache(max_len)
-        self.cache.allocate(batch, config.n_heads, config.head_dim, dtype=weight.dtype, device=weight.device)
-        self.layers = self.cache.buffer.unbind(0)  # (B, 2, h, L, d_k) per layer, for the eager step
+        self.cache.allocate(batch, config.n_kv_heads, config.head_dim, dtype=weight.dtype, device=weight.device)
+        self.layers = self.cache.buffer.unbind(0)  # (B, 2, h_kv, L, d_k) per layer, for the eager step
         self.position = torch.zeros(1, dtype=torch.long, device=weight.device)
         self.tokens = torch.zeros(batch, dtype=torch.long, device=weight.device)
         self.cross = cross

@@ -9,11 +9,19 @@ weighted sum of the values:
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
 
 Multi-head attention runs h such heads side by side on d_k = d_model / h dimensions each, concatenates
-their outputs and mixes them with the output projection W_o.
+their outputs and mixes them with the output projection W_o. Grouped-query attention (Ainslie et al. 2023,
+"GQA"; Llama 2/3, Qwen2) keeps h query heads but only h_kv key/value heads, each shared by a group of
+h / h_kv consecutive query heads (query head j reads key/value head j // (h / h_kv)); h_kv = 1 is
+multi-query attention (Shazeer 2019). W_k and W_v then output h_kv d_k values, and a KV cache holds h_kv
+heads instead of h.
 
 Two paths compute the same numbers. The fast path calls ``F.scaled_dot_product_attention`` (fused
 kernels); the explicit path spells the steps out and can return the weights. The explicit path runs when
 weights are asked for (``need_weights=True`` or inside :func:`qkv.layers.capture.capture`).
+
+The explicit path repeats each key/value head for the query heads of its group (:func:`repeat_kv`), so
+its keys, values and weights are per query head, (B, h, T, ...), whatever h_kv is; the fast path hands
+the h_kv heads to the fused kernel as they are (:func:`grouped_sdpa`).
 
 Masks are boolean with **True meaning "may attend"** (as in ``F.scaled_dot_product_attention``), except
 ``key_padding_mask`` which, as in ``nn.MultiheadAttention``, is True where a key is padding. A query row
@@ -78,6 +86,34 @@ def combine_masks(
     return mask
 
 
+def repeat_kv(x: Tensor, group: int) -> Tensor:
+    """(..., h_kv, T, d) -> (..., h_kv * group, T, d): each key/value head repeated for the ``group`` query
+    heads that share it (head j of the result is head j // group of ``x``; Hugging Face's ``repeat_kv``)."""
+    return x if group == 1 else x.repeat_interleave(group, dim=-3)
+
+
+def _group(queries: Tensor, keys: Tensor) -> int:
+    """Query heads per key/value head: h / h_kv for (..., h, T, d) and (..., h_kv, T, d); 1 without heads."""
+    if queries.dim() < 4 or queries.shape[-3] == keys.shape[-3]:
+        return 1
+    return queries.shape[-3] // keys.shape[-3]
+
+
+_SDPA_HAS_GQA = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 5)
+
+
+def grouped_sdpa(queries: Tensor, keys: Tensor, values: Tensor, **kwargs: object) -> Tensor:
+    """``F.scaled_dot_product_attention`` of h query heads (..., h, Tq, d_k) over h_kv key/value heads
+    (..., h_kv, Tk, d_k), h_kv dividing h: torch's ``enable_gqa`` (no copy of the keys and values) where
+    torch has it (2.5+), else the keys and values repeated per query head."""
+    group = _group(queries, keys)
+    if group == 1:
+        return F.scaled_dot_product_attention(queries, keys, values, **kwargs)  # type: ignore[arg-type]
+    if _SDPA_HAS_GQA:
+        return F.scaled_dot_product_attention(queries, keys, values, enable_gqa=True, **kwargs)  # type: ignore[arg-type]
+    return F.scaled_dot_product_attention(queries, repeat_kv(keys, group), repeat_kv(values, group), **kwargs)  # type: ignore[arg-type]
+
+
 def scaled_dot_product_attention(
     queries: Tensor,
     keys: Tensor,
@@ -93,21 +129,22 @@ def scaled_dot_product_attention(
 
     Shapes: queries (..., Tq, d_k), keys (..., Tk, d_k), values (..., Tk, d_v). ``mask`` is boolean, True
     where attention is allowed; ``causal`` adds the look-ahead mask. ``need_weights`` selects the explicit
-    path and returns the (pre-dropout) attention weights (..., Tq, Tk).
+    path and returns the (pre-dropout) attention weights (..., Tq, Tk). With heads, keys and values may
+    have fewer heads than the queries (grouped-query attention: (..., h_kv, Tk, d_k), h_kv dividing h).
     """
     n_queries, n_keys = queries.shape[-2], keys.shape[-2]
     if not need_weights:
         if causal and mask is None and n_queries == n_keys:
-            return F.scaled_dot_product_attention(
-                queries, keys, values, dropout_p=dropout_p, is_causal=True, scale=scale
-            ), None
+            return grouped_sdpa(queries, keys, values, dropout_p=dropout_p, is_causal=True, scale=scale), None
         if causal:
             mask = combine_masks(n_queries, n_keys, causal=True, attn_mask=mask, device=queries.device)
-        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+        out = grouped_sdpa(queries, keys, values, attn_mask=mask, dropout_p=dropout_p, scale=scale)
         if mask is not None:  # some kernels give NaN for rows with nothing to attend to
             out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
         return out, None
 
+    group = _group(queries, keys)
+    keys, values = repeat_kv(keys, group), repeat_kv(values, group)
     weights = attention_weights(queries, keys, mask, causal=causal, scale=scale)
     dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
     return dropped @ values, weights
@@ -133,13 +170,15 @@ def _stacked_linear(x: Tensor, layers: tuple[nn.Linear, ...]) -> Tensor:
 
 
 class MultiHeadAttention(nn.Module):
-    """h heads of scaled dot-product attention with projections W_q, W_k, W_v and output projection W_o.
+    """h heads of scaled dot-product attention with projections W_q, W_k, W_v and output projection W_o;
+    ``n_kv_heads`` key/value heads (default h; fewer: grouped-query attention, see the module docstring).
 
     One module serves every use in the sources (docs/references.md): self-attention (``context=None``), causal
     self-attention
     (``causal=True``, the decoder's masked attention) and cross-attention (queries from ``x``, keys and
     values from ``context``, e.g. the encoder output). ``cache`` holds keys and values of earlier
     positions for incremental decoding; ``rotary`` = (cos, sin) applies RoPE to queries and keys.
+    ``qkv_bias`` (default ``bias``) puts biases on W_q, W_k, W_v; ``bias`` on W_o (Qwen2: only the former).
     """
 
     def __init__(
@@ -147,19 +186,27 @@ class MultiHeadAttention(nn.Module):
         d_model: int,
         n_heads: int,
         *,
+        n_kv_heads: int | None = None,
         dropout: float = 0.0,
         bias: bool = True,
+        qkv_bias: bool | None = None,
         context_dim: int | None = None,
     ) -> None:
         super().__init__()
-        if d_model % n_heads:
-            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if d_model % n_heads or n_heads % n_kv_heads:
+            raise ValueError(
+                f"d_model={d_model} must be divisible by n_heads={n_heads}, and n_heads by n_kv_heads={n_kv_heads}"
+            )
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        self.n_kv_heads, self.kv_dim = n_kv_heads, n_kv_heads * self.head_dim
+        self.group = n_heads // n_kv_heads  # query heads per key/value head
         self.dropout = dropout
         context_dim = d_model if context_dim is None else context_dim
-        self.query = Linear(d_model, d_model, bias=bias)  # W_q
-        self.key = Linear(context_dim, d_model, bias=bias)  # W_k
-        self.value = Linear(context_dim, d_model, bias=bias)  # W_v
+        qkv_bias = bias if qkv_bias is None else qkv_bias
+        self.query = Linear(d_model, d_model, bias=qkv_bias)  # W_q
+        self.key = Linear(context_dim, self.kv_dim, bias=qkv_bias)  # W_k: (h_kv d_k, d_context)
+        self.value = Linear(context_dim, self.kv_dim, bias=qkv_bias)  # W_v
         self.out_proj = Linear(d_model, d_model, bias=bias)  # W_o
 
     def project(self, x: Tensor, context: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
@@ -172,16 +219,18 @@ class MultiHeadAttention(nn.Module):
         if not torch.is_grad_enabled():
             source = x if context is None else context
             return self.query(x), self.key(source), self.value(source)
+        widths = [self.d_model, self.kv_dim, self.kv_dim]
         if context is None:
             fused = (self.query, self.key, self.value)
-            return _stacked_linear(x, fused).chunk(3, dim=-1)  # type: ignore[return-value]
-        keys, values = _stacked_linear(context, (self.key, self.value)).chunk(2, dim=-1)
+            return _stacked_linear(x, fused).split(widths, dim=-1)  # type: ignore[return-value]
+        keys, values = _stacked_linear(context, (self.key, self.value)).split(widths[1:], dim=-1)
         return self.query(x), keys, values
 
     def split_heads(self, x: Tensor) -> Tensor:
-        """(B, T, d_model) -> (B, h, T, d_k): each head sees its own slice of the projected vector."""
+        """(B, T, n d_k) -> (B, n, T, d_k): each head sees its own slice of the projected vector (n = h for
+        queries, h_kv for keys and values)."""
         batch, length, _ = x.shape
-        return x.view(batch, length, self.n_heads, self.head_dim).transpose(1, 2)
+        return x.view(batch, length, -1, self.head_dim).transpose(1, 2)
 
     def merge_heads(self, x: Tensor) -> Tensor:
         """(B, h, T, d_k) -> (B, T, d_model): concatenate the heads' outputs."""
@@ -203,12 +252,13 @@ class MultiHeadAttention(nn.Module):
         """Attend from ``x`` (B, Tq, d_model) to itself or to ``context`` (B, Tk, d_context).
 
         Returns the output (B, Tq, d_model) and, if ``need_weights``, the weights (B, h, Tq, Tk).
-        With a cache, cross-attention computes the context's keys and values once and reuses them.
+        With a cache, cross-attention computes the context's keys and values once and reuses them; the
+        cache holds the h_kv key/value heads.
         """
         if cache is not None and context is not None and cache.static:
             q, k, v = self.split_heads(self.query(x)), cache.keys, cache.values
         else:
-            q, k, v = (self.split_heads(t) for t in self.project(x, context))  # (B, h, T, d_k) each
+            q, k, v = (self.split_heads(t) for t in self.project(x, context))  # (B, h or h_kv, T, d_k)
             if rotary is not None:
                 q, k = apply_rotary(q, *rotary), apply_rotary(k, *rotary)
             if cache is not None:
@@ -221,6 +271,7 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
         weights = None
         if need_weights or is_capturing():  # the explicit path: every step is there to see (or to change)
+            k, v = repeat_kv(k, self.group), repeat_kv(v, self.group)  # (B, h, Tk, d_k): one per query head
             q, k, v = record(self, "q", q), record(self, "k", k), record(self, "v", v)
             weights = record(self, "weights", attention_weights(q, k, mask, causal=causal))  # (B, h, Tq, Tk)
             out = (F.dropout(weights, dropout_p) if dropout_p > 0 else weights) @ v

@@ -1,17 +1,17 @@
 """Encoder and decoder blocks: attention and feed-forward sublayers, each with a residual connection and
-a LayerNorm.
+a norm (LayerNorm, or RMSNorm for the Llama family: :mod:`qkv.layers.norm`).
 
-The notes on the mathematics of attention: "the residual layer is first added to the output ... before normalizing",
-i.e. post-LN, as in
-the paper:
+The notes on the mathematics of attention: "the residual layer is first added to the output ... before
+normalizing", i.e. post-LN, as in the paper:
     x = LayerNorm(x + Sublayer(x))
 GPT-2 moved the norm in front of the sublayer (pre-LN), which trains more stably in deep stacks:
     x = x + Sublayer(LayerNorm(x))
-Both placements are here (``norm_first``). An encoder block has self-attention then the FFN; a decoder
-block has masked (causal) self-attention, then cross-attention to the encoder output (queries from the
-decoder, keys and values from the encoder; the encoder-decoder study notes), then the FFN. GPT's blocks are decoder
-blocks
-without cross-attention.
+Both placements are here (``norm_first``); which norm, which feed-forward (plain or gated) and how many
+key/value heads the attention has are the config's ``norm``, ``feed_forward`` and ``n_kv_heads``.
+
+An encoder block has self-attention then the FFN; a decoder block has masked (causal) self-attention,
+then cross-attention to the encoder output (queries from the decoder, keys and values from the encoder;
+the encoder-decoder study notes), then the FFN. GPT's blocks are decoder blocks without cross-attention.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from torch import Tensor, nn
 from qkv.layers.attention import MultiHeadAttention
 from qkv.layers.capture import record
 from qkv.layers.dropout import dropout_layer
-from qkv.layers.feedforward import FeedForward
+from qkv.layers.feedforward import FeedForward, GatedFeedForward
 from qkv.layers.kv_cache import LayerKVCache
+from qkv.layers.norm import make_norm
 
 
 class BlockConfig(Protocol):
@@ -40,17 +41,21 @@ class BlockConfig(Protocol):
     activation_dropout: float
     activation: str
     norm_first: bool  # pre-LN (True) or post-LN (False)
-    final_norm: bool  # a LayerNorm after the last block of a stack
+    final_norm: bool  # a norm after the last block of a stack
     layer_norm_eps: float
     bias: bool
+    norm: str  # "layernorm" or "rmsnorm"
+    feed_forward: str  # "mlp" (FeedForward) or "glu" (GatedFeedForward)
+    n_kv_heads: int  # key/value heads (n_heads unless attention is grouped)
+    qkv_bias: bool  # biases on W_q, W_k, W_v (out_proj follows ``bias``)
 
 
 class ResidualSublayer(nn.Module):
-    """Residual connection plus LayerNorm around one sublayer, before (pre-LN) or after (post-LN) it."""
+    """Residual connection plus a norm around one sublayer, before (pre-LN) or after (post-LN) it."""
 
     def __init__(self, config: BlockConfig) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias)
+        self.norm = make_norm(config)
         self.dropout = dropout_layer(config.dropout)
         self.norm_first = config.norm_first
 
@@ -63,11 +68,19 @@ class ResidualSublayer(nn.Module):
 
 
 def _attention(config: BlockConfig) -> MultiHeadAttention:
-    return MultiHeadAttention(config.d_model, config.n_heads, dropout=config.attention_dropout, bias=config.bias)
+    return MultiHeadAttention(
+        config.d_model,
+        config.n_heads,
+        n_kv_heads=config.n_kv_heads,
+        dropout=config.attention_dropout,
+        bias=config.bias,
+        qkv_bias=config.qkv_bias,
+    )
 
 
-def _feed_forward(config: BlockConfig) -> FeedForward:
-    return FeedForward(
+def _feed_forward(config: BlockConfig) -> FeedForward | GatedFeedForward:
+    kind = GatedFeedForward if config.feed_forward == "glu" else FeedForward
+    return kind(
         config.d_model, config.d_ff, activation=config.activation, dropout=config.activation_dropout, bias=config.bias
     )
 

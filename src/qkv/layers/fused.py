@@ -2,8 +2,8 @@
 
 Decoding one token reads every weight matrix once per token, and each product costs a fixed overhead on
 top of the matrix read (a kernel launch on a GPU, several dispatches on a CPU). Stacking W_q, W_k and W_v
-into one (3 d_model, d_model) matrix turns three products into one; every output is the same dot product
-as before.
+into one (d_model + 2 h_kv d_k, d_model) matrix (3 d_model rows unless attention is grouped) turns three
+products into one; every output is the same dot product as before.
 
 :func:`fuse_linears` is the one place that knows how to stack projections. It dispatches on the type of
 the modules (``functools.singledispatch``): qkv's :class:`~qkv.layers.linear.Linear` (and any plain

@@ -8,8 +8,9 @@ encoder output and are computed once per sentence (``static``).
 
 Buffers are allocated once at full length; a step writes into them in place and attention reads a view,
 so decoding does not re-allocate memory per token. :meth:`KVCache.allocate` makes the buffers of every
-layer up front as one tensor, (n_layers, B, 2, h, max_len, d_k) (keys at index 0 of the third axis, values
-at 1): the static cache of :mod:`qkv.decoding.engine`, whose decode step has the same shapes at every
+layer up front as one tensor, (n_layers, B, 2, h_kv, max_len, d_k) (keys at index 0 of the third axis,
+values at 1; h_kv = n_kv_heads, the key/value heads, fewer than the query heads with grouped-query
+attention): the static cache of :mod:`qkv.decoding.engine`, whose decode step has the same shapes at every
 position, writes a token's key and value with one copy per layer, and follows beams (:meth:`reorder`)
 without moving to new memory.
 """
@@ -21,13 +22,13 @@ from torch import Tensor
 
 
 class LayerKVCache:
-    """Keys and values of one attention layer: (B, h, max_len, d_k) buffers filled up to ``length``."""
+    """Keys and values of one attention layer: (B, h_kv, max_len, d_k) buffers filled up to ``length``."""
 
     def __init__(self, max_len: int, *, keys: Tensor | None = None, values: Tensor | None = None) -> None:
         self.max_len = max_len
         self.length = 0
         self.static = False
-        self._keys, self._values = keys, values  # preallocated (B, h, max_len, d_k) views, or made at first store
+        self._keys, self._values = keys, values  # preallocated (B, h_kv, max_len, d_k) views, or made at first store
 
     @property
     def keys(self) -> Tensor:
@@ -44,7 +45,7 @@ class LayerKVCache:
         self.length = 0
 
     def store(self, keys: Tensor, values: Tensor, *, static: bool = False) -> tuple[Tensor, Tensor]:
-        """Append new keys/values (B, h, T, d_k) (or, if ``static``, keep them whole) and return all so far."""
+        """Append new keys/values (B, h_kv, T, d_k) (or, if ``static``, keep them whole) and return all so far."""
         if static:
             self._keys, self._values, self.length, self.static = keys, values, keys.shape[2], True
             return keys, values
@@ -84,7 +85,7 @@ class KVCache:
         self.max_len = max_len
         self.self_attention = [LayerKVCache(max_len) for _ in range(n_layers)]
         self.cross_attention = [LayerKVCache(max_len) for _ in range(n_layers)] if cross_attention else None
-        self.buffer: Tensor | None = None  # (n_layers, B, 2, h, max_len, d_k) once allocated
+        self.buffer: Tensor | None = None  # (n_layers, B, 2, h_kv, max_len, d_k) once allocated
 
     @property
     def length(self) -> int:
@@ -96,16 +97,19 @@ class KVCache:
         for cache in self.self_attention:
             cache.length = value
 
-    def allocate(self, batch: int, n_heads: int, head_dim: int, *, dtype: torch.dtype, device: torch.device) -> Tensor:
-        """Make every self-attention buffer now, as one zero-filled (n_layers, B, 2, h, max_len, d_k) tensor.
+    def allocate(
+        self, batch: int, n_kv_heads: int, head_dim: int, *, dtype: torch.dtype, device: torch.device
+    ) -> Tensor:
+        """Make every self-attention buffer now, as one zero-filled (n_layers, B, 2, h_kv, max_len, d_k)
+        tensor: ``n_kv_heads`` key/value heads (the config's ``n_kv_heads``, not ``n_heads``).
 
         Zeros, not garbage: a decode step that attends over the whole buffer masks the unfilled positions,
         and a NaN there would survive the mask (NaN * 0 is NaN).
         """
-        shape = (len(self.self_attention), batch, 2, n_heads, self.max_len, head_dim)
+        shape = (len(self.self_attention), batch, 2, n_kv_heads, self.max_len, head_dim)
         self.buffer = torch.zeros(shape, dtype=dtype, device=device)
         for i, cache in enumerate(self.self_attention):
-            cache._keys, cache._values = self.buffer[i, :, 0], self.buffer[i, :, 1]  # (B, h, max_len, d_k) views
+            cache._keys, cache._values = self.buffer[i, :, 0], self.buffer[i, :, 1]  # (B, h_kv, max_len, d_k) views
             cache.length = 0
         return self.buffer
 

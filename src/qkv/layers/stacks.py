@@ -10,16 +10,15 @@ from torch import Tensor, nn
 
 from qkv.layers.blocks import BlockConfig, DecoderBlock, EncoderBlock
 from qkv.layers.kv_cache import KVCache
+from qkv.layers.norm import make_norm
 
 
 def _final_norm(config: BlockConfig) -> nn.Module:
-    if config.final_norm:
-        return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias)
-    return nn.Identity()
+    return make_norm(config) if config.final_norm else nn.Identity()
 
 
 class EncoderStack(nn.Module):
-    """N encoder blocks (bidirectional self-attention + FFN), then an optional final LayerNorm."""
+    """N encoder blocks (bidirectional self-attention + FFN), then an optional final norm."""
 
     def __init__(self, config: BlockConfig, n_layers: int) -> None:
         super().__init__()

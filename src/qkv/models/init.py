@@ -1,7 +1,8 @@
 """Weight initialisation.
 
-GPT-2 style (pre-LN models): every matrix ~ N(0, 0.02^2), biases 0, LayerNorm gain 1, and the two
-projections that write into the residual stream (W_o and W_2) scaled down by 1/sqrt(2N) so the sum of N
+GPT-2 style (pre-LN models): every matrix ~ N(0, 0.02^2) (the gated feed-forward's W_g as its W_1),
+biases 0, LayerNorm and RMSNorm gains 1, and the two projections that write into the residual stream
+(W_o and W_2) scaled down by 1/sqrt(2N) so the sum of N
 blocks' contributions keeps unit scale. Paper style (post-LN models): Xavier-uniform matrices, as in
 ``nn.Transformer`` and the Annotated Transformer, and N(0, d_model^-1/2) embeddings when they are scaled
 by sqrt(d_model).
@@ -15,7 +16,7 @@ from torch import nn
 
 from qkv.layers.attention import MultiHeadAttention
 from qkv.layers.embedding import Unembedding
-from qkv.layers.feedforward import FeedForward
+from qkv.layers.feedforward import FeedForward, GatedFeedForward
 from qkv.layers.positional import LearnedPositionalEncoding
 from qkv.models.config import BaseConfig
 
@@ -42,13 +43,14 @@ def init_weights(model: nn.Module, config: BaseConfig, n_layers: int) -> None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, LearnedPositionalEncoding):
             nn.init.normal_(module.weight, 0.0, std)
-        elif isinstance(module, nn.LayerNorm):
-            nn.init.ones_(module.weight)
-            if module.bias is not None:
+        elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
+            if module.weight is not None:
+                nn.init.ones_(module.weight)
+            if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
     if config.norm_first:
         for module in model.modules():
             if isinstance(module, MultiHeadAttention):
                 nn.init.normal_(module.out_proj.weight, 0.0, residual_std)
-            elif isinstance(module, FeedForward):
+            elif isinstance(module, (FeedForward, GatedFeedForward)):
                 nn.init.normal_(module.linear2.weight, 0.0, residual_std)
