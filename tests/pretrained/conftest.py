@@ -167,3 +167,61 @@ def minilm_dir() -> Path:
     if not (folder / "model.safetensors").is_file():
         pytest.skip(f"{folder} holds no model.safetensors")
     return folder
+
+
+LLAMA_SPECIALS = {"llama": ["<unk>", "<s>", "</s>"], "mistral": ["<unk>", "<s>", "</s>"],
+                  "qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]}  # fmt: skip
+
+
+def byte_level_bpe(specials: list[str], vocab_size: int = 300) -> object:
+    """A small byte-level BPE trained on GPT2_TEXT with ``specials`` first (ids 0, 1, ...)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )  # fmt: skip
+    bpe.train_from_iterator([GPT2_TEXT], trainer=trainer)
+    return bpe
+
+
+def llama_config(model_type: str, vocab_size: int, **overrides: object) -> object:
+    """A tiny LlamaConfig / Qwen2Config / MistralConfig: width 64, 4 heads of 16, 2 layers, 128 positions."""
+    classes = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "mistral": "MistralConfig"}
+    fields: dict[str, object] = dict(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, max_position_embeddings=128, rms_norm_eps=1e-6, tie_word_embeddings=False,
+    )  # fmt: skip
+    if model_type == "mistral":
+        fields["sliding_window"] = None
+    fields.update(overrides)
+    return getattr(transformers, classes[model_type])(**fields)
+
+
+def save_llama(folder: Path, model_type: str = "llama", *, seed: int = 0, **overrides: object) -> torch.nn.Module:
+    """Write a Llama / Qwen2 / Mistral folder: tokenizer.json, tokenizer_config.json and a random *ForCausalLM.
+
+    Llama's tokenizer_config.json names its tokens in the {"content": ...} form of Llama 2's files, Qwen2's
+    as plain strings with no bos, as the real ones do. ``overrides`` go to the Hugging Face config."""
+    need_transformers()
+    folder.mkdir(parents=True, exist_ok=True)
+    specials = LLAMA_SPECIALS[model_type]
+    bpe = byte_level_bpe(specials)
+    bpe.save(str(folder / "tokenizer.json"))
+    if model_type == "qwen2":
+        settings: dict[str, object] = {"bos_token": None, "eos_token": specials[0], "pad_token": specials[0]}
+        ids = {"bos_token_id": None, "eos_token_id": 0}
+    else:
+        settings = {role: {"content": token, "special": True} for role, token in
+                    (("unk_token", specials[0]), ("bos_token", specials[1]), ("eos_token", specials[2]))}  # fmt: skip
+        ids = {"bos_token_id": 1, "eos_token_id": 2}
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings), encoding="utf-8")
+    torch.manual_seed(seed)
+    config = llama_config(model_type, bpe.get_vocab_size(), **{**ids, **overrides})
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    perturb(model, 0.1)
+    model.save_pretrained(folder)
+    return model

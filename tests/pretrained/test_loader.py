@@ -44,10 +44,10 @@ def test_folder_without_weights(gpt2_dir: Path, tmp_path: Path) -> None:
 
 
 def test_unknown_model_type(gpt2_dir: Path, tmp_path: Path) -> None:
-    folder = _copy_with(gpt2_dir, tmp_path, edit_config=lambda c: c.update(model_type="llama"))
-    with pytest.raises(QkvError, match="'llama' model .* cannot import: use one of gpt2, bert, marian"):
+    folder = _copy_with(gpt2_dir, tmp_path, edit_config=lambda c: c.update(model_type="t5"))
+    with pytest.raises(QkvError, match=r"'t5' \(GPT2LMHeadModel\) model .* cannot import: qkv reads GPT2LMHeadModel, "):
         load_pretrained(folder)
-    assert set(ARCHITECTURES) == {"gpt2", "bert", "marian"}
+    assert set(ARCHITECTURES) == {"gpt2", "bert", "marian", "llama", "qwen2", "mistral"}
 
 
 def test_missing_tensor_is_named(gpt2_dir: Path, tmp_path: Path) -> None:

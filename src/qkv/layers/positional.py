@@ -7,10 +7,15 @@ same, the encoder-decoder study notes). So position is mixed into the token vect
       PE(pos, 2i) = sin(pos / 10000^(2i/d_model)),   PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model));
 - learned absolute positions (GPT-2, BERT): a trainable row per position, added the same way;
 - rotary (RoPE): nothing is added; instead each query and key is rotated by an angle proportional to its
-  position, so the dot product q_i . k_j depends on i - j.
+  position, so the dot product q_i . k_j depends on i - j. Llama 3.1 and 3.2 slow down the low frequencies
+  of the rotation ("llama3" scaling, :func:`rope_frequencies`) to stretch a context trained at 8192 tokens.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -68,13 +73,40 @@ class LearnedPositionalEncoding(nn.Module):
         return self.weight[positions]
 
 
-class RotaryEmbedding(nn.Module):
-    """cos/sin tables for rotary position embedding over head dimension ``head_dim`` (even)."""
+ROPE_SCALINGS = ("llama3",)
+"""The RoPE scalings :func:`rope_frequencies` knows (Hugging Face's ``rope_type`` names)."""
 
-    def __init__(self, max_len: int, head_dim: int, *, base: float = 10000.0) -> None:
+
+def rope_frequencies(head_dim: int, base: float = 10000.0, scaling: Mapping[str, Any] | None = None) -> Tensor:
+    """RoPE's angular frequencies theta_i = base^(-2i/d), i = 0 .. d/2 - 1, as float64 (d/2,).
+
+    ``scaling={"rope_type": "llama3", "factor": s, "low_freq_factor": l, "high_freq_factor": h,
+    "original_max_position_embeddings": L}`` is Llama 3.1's rule, by wavelength 2 pi / theta_i: shorter than
+    L / h, unchanged; longer than L / l, divided by s; in between, interpolated by r = (L / wavelength - l) /
+    (h - l) as (1 - r) theta_i / s + r theta_i. Fast rotations (local order) stay; slow ones stretch.
+    """
+    frequencies = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    if scaling is None:
+        return frequencies
+    if scaling.get("rope_type") not in ROPE_SCALINGS:
+        raise ValueError(f"unknown RoPE scaling {scaling.get('rope_type')!r}: one of {', '.join(ROPE_SCALINGS)}")
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    trained = scaling["original_max_position_embeddings"]
+    wavelength = 2 * math.pi / frequencies
+    ratio = ((trained / wavelength - low) / (high - low)).clamp(0.0, 1.0)  # 0: slow (divide by s), 1: fast (keep)
+    return (1 - ratio) * frequencies / factor + ratio * frequencies
+
+
+class RotaryEmbedding(nn.Module):
+    """cos/sin tables for rotary position embedding over head dimension ``head_dim`` (even); ``scaling`` as
+    in :func:`rope_frequencies` (None: none)."""
+
+    def __init__(
+        self, max_len: int, head_dim: int, *, base: float = 10000.0, scaling: Mapping[str, Any] | None = None
+    ) -> None:
         super().__init__()
         self.max_len = max_len
-        inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+        inv_freq = rope_frequencies(head_dim, base, scaling)
         angles = torch.arange(max_len, dtype=torch.float64)[:, None] * inv_freq  # (L, d/2)
         angles = torch.cat([angles, angles], dim=-1)  # (L, d): the two halves rotate together
         self.register_buffer("cos", angles.cos().float(), persistent=False)

@@ -5,9 +5,10 @@ weights: ``model.safetensors``, a sharded ``model.safetensors.index.json`` with 
 ``pytorch_model.bin``, which is read with ``torch.load(weights_only=True)`` so that no pickled code can run.
 
 Each architecture module (:mod:`~qkv.pretrained.gpt2`, :mod:`~qkv.pretrained.bert`,
-:mod:`~qkv.pretrained.marian`) has one table of rows ``(hf_name, qkv_name, transform)`` read top to bottom:
-``{i}`` stands for a block number and ``{p}`` for ``weight`` or ``bias``; a row may feed several qkv
-tensors (GPT-2's fused ``c_attn`` becomes W_q, W_k and W_v). :func:`convert_state_dict` applies a table:
+:mod:`~qkv.pretrained.marian`, :mod:`~qkv.pretrained.llama`) has one table of rows
+``(hf_name, qkv_name, transform)`` read top to bottom: ``{i}`` stands for a block number and ``{p}`` for
+``weight`` or ``bias``; a row may feed several qkv tensors (GPT-2's fused ``c_attn`` becomes W_q, W_k and
+W_v). :func:`convert_state_dict` applies a table:
 
 - every Hugging Face tensor must match a row or the architecture's documented ignore list, else an error
   names it;
@@ -36,8 +37,15 @@ from qkv.tokenizers import HFTokenizer
 Transform = Callable[[Tensor], Tensor | tuple[Tensor, ...]]
 Row = tuple[str, str | tuple[str, ...], Transform]
 
-ARCHITECTURES = {"gpt2": "qkv.pretrained.gpt2", "bert": "qkv.pretrained.bert", "marian": "qkv.pretrained.marian"}
-"""config.json's ``model_type`` -> the module that converts it."""
+ARCHITECTURES = {
+    "gpt2": "qkv.pretrained.gpt2",
+    "bert": "qkv.pretrained.bert",
+    "marian": "qkv.pretrained.marian",
+    "llama": "qkv.pretrained.llama",
+    "qwen2": "qkv.pretrained.llama",
+    "mistral": "qkv.pretrained.llama",
+}
+"""config.json's ``model_type`` -> the module that converts it (Llama, Qwen2 and Mistral share one table)."""
 
 
 # ------------------------------------------------------------------------------------------ transforms
@@ -299,13 +307,22 @@ def require(hf_config: dict[str, Any], key: str, *, what: str) -> Any:
 # ------------------------------------------------------------------------------------------ public API
 
 
+def readable_architectures() -> list[str]:
+    """The Hugging Face ``architectures`` qkv imports, from the model families (:func:`qkv.models.family.families`)."""
+    from qkv.models.family import families
+
+    return [name for family in families().values() for name in family.hf_architectures]
+
+
 def architecture(hf_config: dict[str, Any], folder: Path | str = "the model folder") -> Any:
     """The converter module for config.json's ``model_type``; unknown types are a QkvError."""
     model_type = hf_config.get("model_type")
     if model_type not in ARCHITECTURES:
+        named = hf_config.get("architectures")
+        shown = repr(model_type) + (f" ({', '.join(map(str, named))})" if isinstance(named, list) and named else "")
         raise QkvError(
-            f"{folder} holds a {model_type!r} model (config.json's model_type), which qkv cannot import: "
-            f"use one of {', '.join(ARCHITECTURES)} (GPT-2, BERT/MiniLM, Marian/OPUS-MT)"
+            f"{folder} holds a {shown} model (config.json's model_type), which qkv cannot import: qkv reads "
+            f"{', '.join(readable_architectures())}"
         )
     return importlib.import_module(ARCHITECTURES[model_type])
 
@@ -313,8 +330,10 @@ def architecture(hf_config: dict[str, Any], folder: Path | str = "the model fold
 def load_pretrained(name_or_path: str | Path, *, device: str | torch.device = "cpu") -> ModelBundle:
     """Load a Hugging Face model (local folder, or Hub name when online) as a qkv model with its tokenizer(s).
 
-    The architecture comes from config.json's ``model_type`` (gpt2, bert, marian). A folder saved by qkv
-    itself (config.json with a "model" field) is loaded with :func:`qkv.model_dir.load_model_dir`.
+    The architecture comes from config.json's ``model_type`` (gpt2, bert, marian, llama, qwen2, mistral).
+    config.json is checked before the weights are read, so a model qkv cannot run costs no loading time.
+    A folder saved by qkv itself (config.json with a "model" field) is loaded with
+    :func:`qkv.model_dir.load_model_dir`.
     """
     folder = resolve_model_dir(name_or_path)
     hf_config = read_hf_config(folder)
@@ -323,6 +342,10 @@ def load_pretrained(name_or_path: str | Path, *, device: str | torch.device = "c
 
         return load_model_dir(folder, device=device)
     module = architecture(hf_config, folder)
+    try:
+        module.config_from_hf(hf_config)
+    except QkvError as error:
+        raise QkvError(f"{folder}: {error}") from None
     model = module.convert(read_hf_weights(folder), hf_config)
     tokenizer, target_tokenizer = module.load_tokenizers(folder, hf_config)
     model.to(device)
