@@ -84,8 +84,10 @@ class Trace:
         if name is None:
             return next(iter(self.parts.values()))
         if name not in self.parts:
-            title = family_of(self.kind).title
-            raise QkvError(f"{title} has no {name} attention: choose --part from {', '.join(self.parts)}")
+            family = family_of(self.kind)
+            if name == "cross":  # a model without cross-attention: the family's one line
+                family.require("cross-attention", "--part cross")
+            raise QkvError(f"{family.title} has no {name} attention: choose --part from {', '.join(self.parts)}")
         return self.parts[name]
 
     def attention(self, part: Part, layer: int, what: str) -> Tensor:
