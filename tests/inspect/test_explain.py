@@ -143,7 +143,7 @@ def test_a_translators_cross_attention_has_target_queries_and_source_keys(transl
         (dict(head=-1), "--head -1 is out of range"),
         (dict(query="q"), "--query 'q' is not one of the tokens"),
         (dict(query="12"), "--query 12 is out of range"),
-        (dict(part="cross"), "no cross attention"),
+        (dict(part="cross"), "--part cross needs a cross-attention, and a GPT language model .decoder only. has none"),
     ],
 )
 def test_bad_choices_are_one_sentence_errors(gpt, kwargs, message) -> None:

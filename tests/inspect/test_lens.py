@@ -100,5 +100,5 @@ def test_marian_rows_match_transformers_decoder_hidden_states(marian_dir) -> Non
 def test_an_encoder_has_no_unembedding_to_read_through(char_tokenizer) -> None:
     model = Encoder(EncoderConfig(vocab_size=char_tokenizer.vocab_size, d_model=8, n_heads=2, n_layers=1))
     bundle = ModelBundle(model, model.config, char_tokenizer, None, None)
-    with pytest.raises(QkvError, match="an encoder has none"):
+    with pytest.raises(QkvError, match="the logit lens needs an unembedding, and an encoder .BERT family. has none"):
         logit_lens(bundle, "the fox")

@@ -50,7 +50,7 @@ def test_a_translators_next_target_token_follows_its_prefix(translator) -> None:
 def test_an_encoder_and_bad_temperatures_are_errors(char_tokenizer, gpt) -> None:
     model = Encoder(EncoderConfig(vocab_size=char_tokenizer.vocab_size, d_model=8, n_heads=2, n_layers=1))
     encoder = ModelBundle(model, model.config, char_tokenizer, None, None)
-    with pytest.raises(QkvError, match="predicts no next token"):
+    with pytest.raises(QkvError, match="next-token prediction needs an unembedding, and an encoder"):
         next_token(encoder, "the fox")
     for bad in ([-1.0], [], [float("nan")], [float("inf")]):
         with pytest.raises(QkvError, match="temperatures must be numbers >= 0"):

@@ -81,14 +81,14 @@ def test_rope_models_have_no_position_vector(tmp_path, char_tokenizer) -> None:
     assert walk.to_dict()["embedding"]["position"] is None
 
 
-def test_translators_and_encoders_are_told_it_is_for_gpt(translator, tmp_path, char_tokenizer) -> None:
-    with pytest.raises(QkvError, match="the walk-through is for GPT models .* this is a transformer model"):
+def test_translators_and_encoders_are_told_it_is_for_language_models(translator, tmp_path, char_tokenizer) -> None:
+    with pytest.raises(QkvError, match="the walk-through needs a language model, and this is an encoder-decoder trans"):
         walkthrough(translator, "the fox")
     from qkv.models import Encoder, EncoderConfig
 
     encoder = Encoder(EncoderConfig(vocab_size=char_tokenizer.vocab_size, d_model=16, n_heads=2, n_layers=1))
     bundle = load_any(str(save_model_dir(tmp_path / "enc", encoder, char_tokenizer)))
-    with pytest.raises(QkvError, match="qkv heads"):
+    with pytest.raises(QkvError, match="needs a language model, and this is an encoder .*`qkv embed`"):
         walkthrough(bundle, "the fox")
 
 

@@ -31,10 +31,12 @@ from torch import Tensor, nn
 
 from qkv.errors import QkvError
 from qkv.inspect.answer import one_token
-from qkv.inspect.residual import Stream, decoder_stream, final_norm
+from qkv.inspect.names import act_name
+from qkv.inspect.residual import Stream, final_norm, output_stream
 from qkv.inspect.tokens import find_position, token_label
 from qkv.inspect.trace import trace
 from qkv.model_dir import ModelBundle
+from qkv.models.family import family_of
 
 
 @dataclass
@@ -129,7 +131,8 @@ def head_outputs(attention: nn.Module, context: Tensor) -> tuple[Tensor, Tensor]
 
 
 class _Readout:
-    """The linearised final norm and W_U: contribution(c) = u . (gamma * (c - mean c)) / sigma."""
+    """The linearised final norm and W_U: contribution(c) = u . (gamma * (c - mean c)) / sigma; RMSNorm
+    (Llama) subtracts no mean, so there contribution(c) = u . (gamma * c) / rms(x)."""
 
     def __init__(self, model: nn.Module, final_stream: Tensor, target: int, foil: int | None) -> None:
         unembedding = model.unembedding  # type: ignore[union-attr]
@@ -140,21 +143,32 @@ class _Readout:
             b = unembedding.bias.detach().double()
             u_bias = float(b[target] - (b[foil] if foil is not None else 0.0))
         norm = final_norm(model)
-        self.layer_norm = isinstance(norm, nn.LayerNorm)
+        self.centre = isinstance(norm, nn.LayerNorm)  # LayerNorm subtracts the mean; RMSNorm does not
+        self.layer_norm = self.centre or type(norm).__name__ == "RMSNorm"  # nn.RMSNorm or qkv's own
         if self.layer_norm:
             x = final_stream.double()
-            self.scale = float(torch.sqrt(x.var(unbiased=False) + norm.eps))
-            self.gain = norm.weight.detach().double() if norm.weight is not None else torch.ones_like(x)
-            beta = float(self.direction @ norm.bias.detach().double()) if norm.bias is not None else 0.0
+            x = x - x.mean() if self.centre else x
+            eps = getattr(norm, "eps", None) or torch.finfo(final_stream.dtype).eps  # nn.RMSNorm: eps None
+            self.scale = float(torch.sqrt(x.pow(2).mean() + eps))
+            gain = getattr(norm, "weight", None)
+            self.gain = gain.detach().double() if gain is not None else torch.ones_like(x)
+            bias = getattr(norm, "bias", None)
+            beta = float(self.direction @ bias.detach().double()) if bias is not None else 0.0
             self.bias = beta + u_bias
-        else:
+        elif isinstance(norm, nn.Identity):
             self.scale, self.gain, self.bias = 1.0, None, u_bias
+        else:
+            raise QkvError(
+                f"direct logit attribution cannot split a final {type(norm).__name__} into parts (it knows LayerNorm "
+                "and RMSNorm): use `qkv lens` or `qkv patch` with this model"
+            )
 
     def __call__(self, parts: Tensor) -> np.ndarray:
         """Contributions of ``parts`` (..., d) -> (...)."""
         parts = parts.double()
         if self.layer_norm:
-            parts = (parts - parts.mean(-1, keepdim=True)) * self.gain / self.scale
+            parts = parts - parts.mean(-1, keepdim=True) if self.centre else parts
+            parts = parts * self.gain / self.scale
         return (parts @ self.direction).cpu().numpy()
 
 
@@ -174,14 +188,14 @@ def attribute(
     A translator reads ``text`` as its source and ``prefix`` as the target written so far (after <bos>).
     """
     model = bundle.model
-    stream = decoder_stream(model, what="direct logit attribution")
+    stream = output_stream(model, what="direct logit attribution")
     if not stream.norm_first:
         raise QkvError(
             "direct logit attribution needs a pre-LN model: this post-LN one (the paper, BERT, Marian) "
             "renormalises the stream in every block, so its parts do not add up to the logits; use `qkv lens` "
             "or `qkv patch` with it"
         )
-    translator = model.config.kind == "transformer"  # type: ignore[union-attr]
+    translator = family_of(model).two_vocabularies  # its decoder reads a target prefix beside the source
     if prefix and not translator:
         raise QkvError("--prefix is for translators: a GPT continues the text itself")
     traced = trace(bundle, text, target=prefix if translator else None)
@@ -190,15 +204,15 @@ def attribute(
     assert tokens is not None
     p = find_position(tokens, position, what="--position")
     acts = traced.acts
-    logits = acts["logits"][0, p].double()
+    logits = acts[act_name("logits")][0, p].double()
     target_id = one_token(tokenizer, target, what="--target") if target is not None else int(logits.argmax())
     foil_id = one_token(tokenizer, foil, what="--foil") if foil is not None else None
     if foil_id == target_id:
         raise QkvError("--foil is the same token as --target: give two different tokens")
     readout = _Readout(model, acts[stream.resid(stream.n_layers)][0, p], target_id, foil_id)
-    embedding = {"tokens": float(readout(acts[f"{stream.embedding}.tokens"][0, p]))}
-    if f"{stream.embedding}.positions" in acts:
-        embedding["positions"] = float(readout(acts[f"{stream.embedding}.positions"][p]))
+    embedding = {"tokens": float(readout(acts[stream.embedding_act("tokens")][0, p]))}
+    if stream.embedding_act("positions") in acts:  # absent with rotary or no positions
+        embedding["positions"] = float(readout(acts[stream.embedding_act("positions")][p]))
     parts = _sublayer_parts(model, stream, acts, p, readout)
     logit = float(logits[target_id] - (logits[foil_id] if foil_id is not None else 0.0))
     return Attribution(
@@ -229,7 +243,7 @@ def _sublayer_parts(model: nn.Module, stream: Stream, acts: dict[str, Tensor], p
                 continue
             layer_name, heads_name, bias_name = names[sub.kind]
             attention = model.get_submodule(f"{stream.block(i)}.{sub.attention}")
-            context = acts[f"{stream.block(i)}.{sub.attention}.context"][0, :, p]  # (H, d_k)
+            context = acts[stream.attention_act(i, sub, "context")][0, :, p]  # (H, d_k)
             heads, bias = head_outputs(attention, context)  # (H, d), (d,)
             found.setdefault(layer_name, []).append(total)
             found.setdefault(heads_name, []).append(readout(heads))

@@ -27,7 +27,7 @@ from qkv.errors import QkvError
 from qkv.inspect.tokens import token_label
 from qkv.layers.positional import sinusoidal_table
 from qkv.model_dir import ModelBundle
-from qkv.models.config import TRANSLATORS
+from qkv.models.family import family_of
 from qkv.tokenizers import Tokenizer
 
 
@@ -86,22 +86,17 @@ def pca_2d(rows: np.ndarray) -> tuple[np.ndarray, tuple[float, float]]:
 def embedding_matrix(bundle: ModelBundle, *, target: bool = False) -> tuple[np.ndarray, Tokenizer]:
     """W_E (vocab, d_model) as float64 and the tokenizer whose ids index its rows.
 
-    A translator has a source and a target embedding; ``target`` picks the target one. For Word2Vec, W_E is
-    its input vectors (the word vectors).
+    A translator has a source and a target embedding; ``target`` picks the target one. The family names the
+    module (for Word2Vec, W_E is its input vectors: the word vectors).
     """
-    model = bundle.model
-    if bundle.config.kind == "word2vec":  # its input vectors are W_E; it has no positions and no target side
-        if target:
-            raise QkvError("--target is for translators, which have a source and a target embedding")
-        return model.token_embedding.weight.detach().double().cpu().numpy(), bundle.tokenizer
-    if bundle.config.kind in TRANSLATORS:
-        module = model.tgt_embedding if target else model.src_embedding
-        tokenizer = (bundle.target_tokenizer or bundle.tokenizer) if target else bundle.tokenizer
-    else:
-        if target:
-            raise QkvError("--target is for translators, which have a source and a target embedding")
-        module, tokenizer = model.embedding, bundle.tokenizer
-    weight = module.token_embedding.weight.detach().double().cpu().numpy()
+    family = family_of(bundle.model)
+    family.require("embeddings", "the embedding view")
+    if target and family.target_embedding is None:
+        raise QkvError("--target is for translators, which have a source and a target embedding")
+    module = family.target_embedding if target else family.embedding
+    assert module is not None
+    tokenizer = (bundle.target_tokenizer or bundle.tokenizer) if target else bundle.tokenizer
+    weight = bundle.model.get_submodule(module).weight.detach().double().cpu().numpy()  # (vocab, d)
     return weight, tokenizer
 
 
@@ -174,16 +169,17 @@ def positional_table(bundle: ModelBundle | None, *, length: int = 64, d_model: i
     if bundle is None:
         title = f"sinusoidal positional encoding (d_model = {d_model})"
         return sinusoidal_table(length, d_model).double().numpy(), title
-    config = bundle.config
-    if config.kind == "word2vec":
-        title = f"the paper's sinusoidal table for d_model = {config.d_model} (Word2Vec has no positions)"
-        return sinusoidal_table(length, config.d_model).double().numpy(), title
-    model = bundle.model
-    module = model.src_embedding if config.kind in TRANSLATORS else model.embedding
+    family, model = family_of(bundle.model), bundle.model
+    if not family.has("positions"):  # Word2Vec, RNNSearch (its GRUs read the tokens in order)
+        assert family.embedding is not None
+        width = model.get_submodule(family.embedding).weight.shape[1]
+        title = f"the paper's sinusoidal table for d_model = {width}: {family.title} adds no positions"
+        return sinusoidal_table(length, width).double().numpy(), title
+    module = model.get_submodule(next(iter(family.streams.values()))[0])  # the first stack's input embedding
     encoding = module.positional_encoding
     limit = getattr(encoding, "max_len", None) or length
     length = min(length, limit)
-    positional = getattr(config, "positional", "none")  # RNNSearch adds none: its GRUs read the tokens in order
+    positional = getattr(bundle.config, "positional", "none")
     width = module.token_embedding.embedding_dim  # d_model
     if positional == "sinusoidal":
         table = encoding.table[:length]

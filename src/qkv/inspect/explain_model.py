@@ -12,14 +12,15 @@ import numpy as np
 
 from qkv.errors import QkvError
 from qkv.inspect.explain import Explanation, explain_attention
+from qkv.inspect.names import act_name
 from qkv.inspect.trace import check_layer_head, trace
 from qkv.model_dir import ModelBundle
+from qkv.models.family import Family, family_of
 
 
-def _embedding_prefix(kind: str, stream: str) -> str:
-    if kind != "transformer":
-        return "embedding"
-    return "src_embedding" if stream == "source" else "tgt_embedding"
+def _embedding_of(family: Family, tokens: str) -> str:
+    """The module that embeds the ``tokens`` stream ("source" or "target"): "embedding", "tgt_embedding", ..."""
+    return next(embedding for part, (embedding, _) in family.streams.items() if family.side(part) == tokens)
 
 
 def explain_model(
@@ -41,12 +42,9 @@ def explain_model(
     overrides the model's mask (the weights then differ from the model's, and a note says so). The
     multi-head step uses all heads' Q, K, V of the layer and the layer's own W_o (``out_proj``).
     """
-    if bundle.config.kind == "rnnsearch":
-        raise QkvError(
-            f"{bundle.path} holds an RNNSearch, whose additive attention has no Q, K and V to explain step by step: "
-            "draw its alignment with `qkv attention` instead"
-        )
-    if target is not None and bundle.config.kind != "transformer":
+    family = family_of(bundle.model)
+    family.require("self-attention heads", "explaining a head step by step")  # Q, K and V per head
+    if target is not None and not family.two_vocabularies:
         raise QkvError("--target is for translators: a GPT or an encoder reads one text")
     traced = trace(bundle, text, target=target)
     spec = traced.part(part)
@@ -73,12 +71,12 @@ def explain_model(
         variant="model",
     )
     explanation.layer, explanation.part = layer, spec.name
-    prefix = _embedding_prefix(traced.kind, spec.queries)
+    embedding = _embedding_of(family, spec.queries)
     acts = traced.acts
-    explanation.embeddings = acts[f"{prefix}.tokens"][0].double().cpu().numpy()
-    if f"{prefix}.positions" in acts:
-        explanation.positions = acts[f"{prefix}.positions"].double().cpu().numpy()
-    explanation.inputs = acts[f"{prefix}.output"][0].double().cpu().numpy()
+    explanation.embeddings = acts[act_name("tokens", embedding=embedding)][0].double().cpu().numpy()
+    if act_name("positions", embedding=embedding) in acts:
+        explanation.positions = acts[act_name("positions", embedding=embedding)].double().cpu().numpy()
+    explanation.inputs = acts[act_name("embed", embedding=embedding)][0].double().cpu().numpy()
     own = traced.attention(spec, layer, "weights")[head].double().cpu().numpy()
     explanation.model_difference = float(np.abs(own - explanation.weights).max())
     notes = explanation.notes

@@ -26,10 +26,12 @@ import torch
 from torch import Tensor
 
 from qkv.errors import QkvError
-from qkv.inspect.residual import device_of, refuse_non_transformer
-from qkv.inspect.trace import check_range
+from qkv.inspect.names import act_name
+from qkv.inspect.residual import device_of
+from qkv.inspect.trace import check_range, self_attention_title
 from qkv.layers.capture import capture
 from qkv.model_dir import ModelBundle
+from qkv.models.family import ENCODER, LANGUAGE_MODEL, family_of
 from qkv.tokenizers import Tokenizer
 
 SCORES = ("previous-token", "first-token", "induction", "duplicate-token")
@@ -157,7 +159,7 @@ class _Side:
 
     part: str
     title: str
-    stack: str  # "decoder" or "encoder": the weights are "{stack}.blocks.{i}.self_attn.weights"
+    stack: str  # the module holding the blocks: "decoder" or "encoder"
     tokenizer: Tokenizer
     vocab_size: int
     before: int | None = None
@@ -165,24 +167,31 @@ class _Side:
 
 
 def _sides(bundle: ModelBundle, bos: bool) -> list[_Side]:
+    """One side per stack with self-attention heads, with the tokens its sequences start (and end) with:
+    [CLS] ... [SEP] for an encoder, <bos> for a translator's decoder, <bos> for a language model if ``bos``."""
+    family = family_of(bundle.model)
+    family.require("self-attention heads", "the head detector")
     config, source = bundle.config, bundle.tokenizer
-    refuse_non_transformer(config.kind, "the head detector", needs="self-attention heads")
-    if config.kind == "gpt":
-        if bos and source.bos_id is None:
-            raise QkvError("--bos needs a <bos> token, and this tokenizer has none: leave --bos out")
-        vocab = min(config.vocab_size, source.vocab_size)
-        return [_Side("decoder", "masked self-attention", "decoder", source, vocab, source.bos_id if bos else None)]
-    if config.kind == "encoder":
-        vocab = min(config.vocab_size, source.vocab_size)
-        return [_Side("encoder", "self-attention", "encoder", source, vocab, source.bos_id, source.eos_id)]
-    target = bundle.target_tokenizer or source
-    if target.bos_id is None:
-        raise QkvError("the target tokenizer has no <bos> token: a translator needs one to start decoding")
-    return [
-        _Side("encoder", "encoder self-attention", "encoder", source, min(config.src_vocab_size, source.vocab_size)),
-        _Side("decoder", "decoder masked self-attention", "decoder", target,
-              min(config.tgt_vocab_size, target.vocab_size), target.bos_id),
-    ]  # fmt: skip
+    if bos and family.role == LANGUAGE_MODEL and source.bos_id is None:
+        raise QkvError("--bos needs a <bos> token, and this tokenizer has none: leave --bos out")
+    sides = []
+    for part in family.self_attention_parts:
+        target = family.side(part) == "target"
+        tokenizer = (bundle.target_tokenizer or source) if target else source
+        size = getattr(config, family.vocab_fields[-1 if target else 0])  # tgt_vocab_size / src_vocab_size
+        before = after = None
+        if family.role == ENCODER:
+            before, after = tokenizer.bos_id, tokenizer.eos_id
+        elif target:
+            if tokenizer.bos_id is None:
+                raise QkvError("the target tokenizer has no <bos> token: a translator needs one to start decoding")
+            before = tokenizer.bos_id
+        elif family.role == LANGUAGE_MODEL and bos:
+            before = tokenizer.bos_id
+        title = self_attention_title(family, part)
+        sides.append(_Side(part, title, family.streams[part][1], tokenizer, min(size, tokenizer.vocab_size), before,
+                           after))  # fmt: skip
+    return sides
 
 
 @torch.no_grad()
@@ -216,8 +225,8 @@ def detect_heads(
     parts = []
     for side in sides:
         per_layer = []
-        while f"{side.stack}.blocks.{len(per_layer)}.self_attn.weights" in acts:
-            weights = acts[f"{side.stack}.blocks.{len(per_layer)}.self_attn.weights"]  # (B, H, T, T)
+        while act_name("weights", len(per_layer), stack=side.stack) in acts:
+            weights = acts[act_name("weights", len(per_layer), stack=side.stack)]  # (B, H, T, T)
             per_layer.append(score_weights(weights, int(side.before is not None), length))
         scores = {score: np.stack([layer[score] for layer in per_layer]) for score in SCORES}  # (L, H) each
         first = side.tokenizer.id_to_token(side.before) if side.before is not None else None

@@ -25,17 +25,19 @@ import torch
 from torch import nn
 
 from qkv.errors import QkvError
-from qkv.inspect.residual import decoder_stream, final_norm, read_out
+from qkv.inspect.names import act_name
+from qkv.inspect.residual import final_norm, output_stream, read_out
 from qkv.inspect.tokens import token_label
 from qkv.inspect.trace import Trace, trace
 from qkv.model_dir import ModelBundle
+from qkv.models.family import family_of
 
 
 @dataclass
 class LogitLens:
     """Every layer's top next tokens at every position, and how likely each layer finds the final answer."""
 
-    kind: str  # "gpt" or "transformer"
+    kind: str  # the model's family: "gpt", "llama", "transformer", ...
     tokens: list[str]  # the positions: a GPT's text, a translator's decoder input (<bos> first)
     rows: list[str]  # "embedding", "block 0", ..., "block N-1": where the stream was read
     top_ids: np.ndarray  # (rows, T, k) the k likeliest next tokens at each row and position
@@ -80,8 +82,9 @@ class LogitLens:
 
 
 def norm_description(model: nn.Module) -> str:
-    if isinstance(final_norm(model), nn.LayerNorm):
-        return "final LayerNorm"
+    norm = final_norm(model)
+    if not isinstance(norm, nn.Identity):
+        return f"final {type(norm).__name__}"  # "final LayerNorm", "final RMSNorm"
     if model.config.norm_first:  # type: ignore[union-attr]
         return "none (the model has no final norm)"
     return "none (post-LN: every block ends in its own LayerNorm)"
@@ -94,7 +97,7 @@ def logit_lens(bundle: ModelBundle, text: str, *, target: str | None = None, top
     translation when None). ``top`` tokens are kept per row and position."""
     if top < 1:
         raise QkvError(f"--top {top} must be at least 1")
-    decoder_stream(bundle.model, what="the logit lens")  # an encoder has no W_U: say so before running it
+    output_stream(bundle.model, what="the logit lens")  # an encoder has no W_U: say so before running it
     return lens_from_trace(bundle, trace(bundle, text, target=target), top=top)
 
 
@@ -104,13 +107,11 @@ def lens_from_trace(bundle: ModelBundle, traced: Trace, *, top: int = 5) -> Logi
     if top < 1:
         raise QkvError(f"--top {top} must be at least 1")
     model = bundle.model
-    stream = decoder_stream(model, what="the logit lens")
-    tokenizer = bundle.tokenizer
-    tokens = traced.source_tokens
-    if traced.kind == "transformer":
-        tokenizer = bundle.target_tokenizer or bundle.tokenizer
-        tokens = traced.target_tokens or []
-    final_logits = traced.acts["logits"][0].float()  # (T, vocab): the model's own
+    stream = output_stream(model, what="the logit lens")
+    family = family_of(model)
+    tokens = traced.tokens(family.side(stream.name))  # a translator's decoder reads the target
+    tokenizer = (bundle.target_tokenizer or bundle.tokenizer) if family.two_vocabularies else bundle.tokenizer
+    final_logits = traced.acts[act_name("logits")][0].float()  # (T, vocab): the model's own
     final_ids = final_logits.argmax(-1)  # (T,)
     top = min(top, final_logits.shape[-1])
     top_ids, top_probs, final_probs, final_ranks = [], [], [], []
@@ -136,6 +137,6 @@ def lens_from_trace(bundle: ModelBundle, traced: Trace, *, top: int = 5) -> Logi
         final_probs=torch.stack(final_probs).numpy(),
         final_ranks=torch.stack(final_ranks).numpy(),
         norm=norm_description(model),
-        source_tokens=traced.source_tokens if traced.kind == "transformer" else None,
+        source_tokens=traced.source_tokens if family.two_vocabularies else None,
         generated=traced.generated,
     )

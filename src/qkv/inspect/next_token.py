@@ -31,7 +31,7 @@ from qkv.inspect.tokens import token_label, token_labels
 from qkv.inspect.trace import encode_text
 from qkv.layers.softmax import softmax
 from qkv.model_dir import ModelBundle
-from qkv.models.config import TRANSLATORS
+from qkv.models.family import family_of
 from qkv.models.next_token import next_token_logits
 
 
@@ -111,18 +111,15 @@ def context_logits(
 
     A GPT continues ``text`` (its last ``context_length`` tokens, as generation reads them: ``on_crop(n)``
     is called with the number n of earlier tokens left out; an empty text starts from ``<bos>``); a
-    translator reads ``text`` as the source and continues ``<bos>`` + ``target_prefix``. An encoder predicts
-    no next token (QkvError).
+    translator reads ``text`` as the source and continues ``<bos>`` + ``target_prefix``. A model without W_U
+    (an encoder, Word2Vec) predicts no next token: the family's refusal.
     """
     model, config = bundle.model, bundle.config
     model.eval()
     device = next(model.parameters()).device
-    if config.kind == "gpt":
-        if target_prefix:
-            raise QkvError("--target is for translators: a GPT continues the prompt itself")
-        ids = _gpt_context(bundle, text, on_crop)
-        return token_labels(bundle.tokenizer, ids), next_token_logits(model, ids)
-    if config.kind in TRANSLATORS:
+    family = family_of(model)
+    family.require("unembedding", "next-token prediction")
+    if family.two_vocabularies:  # a translator: the source through the encoder, the target so far through the decoder
         target_tok = bundle.target_tokenizer or bundle.tokenizer
         if target_tok.bos_id is None:
             raise QkvError("the target tokenizer has no <bos> token: a translator needs one to start decoding")
@@ -135,10 +132,10 @@ def context_logits(
         memory = model.encode(torch.tensor([src], device=device))
         logits = model.decode(torch.tensor([tgt], device=device), memory, last_only=True)[0, -1]
         return token_labels(target_tok, tgt), logits
-    raise QkvError(
-        f"{bundle.path} holds an encoder, which gives one vector per token and predicts no next token: "
-        "use a GPT or a translator"
-    )
+    if target_prefix:
+        raise QkvError("--target is for translators: a GPT continues the prompt itself")
+    ids = _gpt_context(bundle, text, on_crop)
+    return token_labels(bundle.tokenizer, ids), next_token_logits(model, ids)
 
 
 def _gpt_context(bundle: ModelBundle, text: str, on_crop: Callable[[int], None] | None) -> list[int]:
@@ -187,7 +184,7 @@ def next_token(
     )  # (n_T, vocab)
     top_ids = torch.argsort(logits, descending=True, stable=True)[:top].tolist()
     tokenizer = bundle.tokenizer
-    if bundle.config.kind in TRANSLATORS and bundle.target_tokenizer is not None:
+    if family_of(bundle.model).two_vocabularies and bundle.target_tokenizer is not None:
         tokenizer = bundle.target_tokenizer
     return NextToken(
         context_tokens=context,

@@ -28,11 +28,12 @@ from torch import Tensor, nn
 
 from qkv.errors import QkvError
 from qkv.inspect.answer import one_token
-from qkv.inspect.residual import Stream, Sublayer, decoder_stream, device_of, encoder_stream, run_model
+from qkv.inspect.residual import Stream, Sublayer, device_of, run_model, streams
 from qkv.inspect.tokens import token_label, token_labels
 from qkv.inspect.trace import encode_text
 from qkv.layers.capture import capture, intervene
 from qkv.model_dir import ModelBundle
+from qkv.models.family import family_of
 
 CHUNK = 32  # patched runs per forward pass (one batch)
 Progress = Callable[[int, int], None]  # (runs done, runs in all)
@@ -173,7 +174,7 @@ def _stream_maps(
         title = "Cross-attention heads" if sub.kind == "cross" else f"{prefix}self-attention heads".capitalize()
         values = []
         for i in range(stream.n_layers):
-            site = f"{stream.block(i)}.{sub.attention}.context"
+            site = stream.attention_act(i, sub, "context")
             values.append(recovered(_patch_heads(runs, site, acts[site])))
         layers = [f"block {i}" for i in range(stream.n_layers)]
         heads = [str(h) for h in range(stream.n_heads)]
@@ -183,9 +184,8 @@ def _stream_maps(
 
 def _streams(model: nn.Module) -> list[tuple[Stream, str]]:
     """(stream, which token stream its positions are: "source" or "target") for every stream to patch."""
-    if model.config.kind == "transformer":  # type: ignore[union-attr]
-        return [(encoder_stream(model), "source"), (decoder_stream(model, what="patching"), "target")]
-    return [(decoder_stream(model, what="activation patching"), "source")]
+    family = family_of(model)
+    return [(stream, family.side(stream.name)) for stream in streams(model, what="activation patching")]
 
 
 @torch.no_grad()
@@ -207,8 +207,8 @@ def patch(
     """
     model, config = bundle.model, bundle.config
     model.eval()
-    streams = _streams(model)  # QkvError for an encoder
-    translator = config.kind == "transformer"
+    patched = _streams(model)  # QkvError for a model without W_U or a residual stream
+    translator = family_of(model).two_vocabularies  # a source to patch, and a target prefix its decoder reads
     if prefix and not translator:
         raise QkvError("--prefix is for translators: a GPT continues the prompt itself")
     tokenizer = bundle.tokenizer
@@ -239,7 +239,7 @@ def patch(
     lengths = {"source": len(clean_ids), "target": prefix_ids.shape[1] if prefix_ids is not None else 0}
     n_runs = sum(
         (stream.n_layers + 1) * lengths[side] + stream.n_layers * stream.n_heads * len(_attention_sublayers(stream))
-        for stream, side in streams
+        for stream, side in patched
     )
     runs = _Runs(model, corrupted, prefix_ids, n_runs, progress)
     with capture(model) as acts:
@@ -270,8 +270,8 @@ def patch(
     columns = {"source": clean_tokens, "target": token_labels(out_tokenizer, prefix_ids[0].tolist())
                if prefix_ids is not None else []}  # fmt: skip
     maps = []
-    for stream, side in streams:
-        maps += _stream_maps(runs, stream, acts, columns[side], recovered, named=translator)
+    for stream, side in patched:
+        maps += _stream_maps(runs, stream, acts, columns[side], recovered, named=len(patched) > 1)
     return Patching(
         kind=config.kind,
         clean_tokens=clean_tokens,

@@ -12,7 +12,8 @@ attn) + mlp), so the stream is renormalised after each block and there is usuall
 way the model reads its last block's output with ``read_out`` = final norm (or nothing) then W_U; the logit
 lens reads every earlier block's output the same way.
 
-:class:`Stream` names the pieces of one model's stream for :func:`qkv.layers.capture.capture` and
+:class:`Stream` names the pieces of one model's stream (built from its family's ``streams``, names from
+:func:`~qkv.inspect.names.act_name`) for :func:`qkv.layers.capture.capture` and
 :func:`~qkv.layers.capture.intervene`; the logit lens, direct logit attribution and activation patching
 all read it from there, so none of them runs a second forward implementation.
 """
@@ -24,7 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from qkv.errors import QkvError
+from qkv.inspect.names import act_name, block_name
+from qkv.models.family import TRANSLATOR, family_of
 
 
 @dataclass(frozen=True)
@@ -64,11 +66,20 @@ class Stream:
     norm_first: bool  # pre-LN: the stream is a plain sum of what every sublayer wrote
 
     def block(self, layer: int) -> str:
-        return f"{self.stack}.blocks.{layer}"
+        return block_name(layer, self.stack)
 
     def resid(self, row: int) -> str:
         """The stream after ``row`` blocks: row 0 is the embedding's output, row i the output of block i - 1."""
-        return f"{self.embedding}.output" if row == 0 else f"{self.block(row - 1)}.output"
+        return act_name("resid_pre", row, stack=self.stack, embedding=self.embedding)
+
+    def embedding_act(self, what: str) -> str:
+        """The embedding's "tokens", "positions" or "embed" (their sum, x_0)."""
+        return act_name(what, embedding=self.embedding)
+
+    def attention_act(self, layer: int, sublayer: Sublayer, what: str) -> str:
+        """``what`` ("q", "k", "v", "weights", "context") of ``sublayer``'s attention in block ``layer``."""
+        assert sublayer.attention is not None
+        return act_name(what, layer, stack=self.stack, attention=sublayer.attention)
 
     @property
     def rows(self) -> list[str]:
@@ -76,56 +87,44 @@ class Stream:
         return ["embedding"] + [f"block {i}" for i in range(self.n_layers)]
 
     def sublayer_out(self, layer: int, sublayer: Sublayer) -> str:
-        return f"{self.block(layer)}.{sublayer.residual}.out"
+        return act_name("sublayer_out", layer, stack=self.stack, sublayer=sublayer.residual)
 
 
-def model_kind(model: nn.Module) -> str:
-    return model.config.kind  # type: ignore[union-attr]
-
-
-def decoder_stream(model: nn.Module, *, what: str) -> Stream:
-    """The stream that ends in W_U (a GPT's, or a translator's decoder); QkvError for an encoder.
-
-    ``what`` names the analysis for the message (e.g. "the logit lens").
-    """
+def stream(model: nn.Module, part: str) -> Stream:
+    """The residual stream of ``part`` ("encoder" or "decoder"), as the model's family describes it."""
+    family = family_of(model)
+    embedding, stack = family.streams[part]
     config = model.config  # type: ignore[union-attr]
-    if config.kind == "gpt":
-        return Stream("decoder", "embedding", "decoder", config.n_layers, config.n_heads, GPT_SUBLAYERS,
-                      config.norm_first)  # fmt: skip
-    if config.kind == "transformer":
-        return Stream("decoder", "tgt_embedding", "decoder", config.n_decoder_layers, config.n_heads,
-                      TRANSLATOR_SUBLAYERS, config.norm_first)  # fmt: skip
-    refuse_non_transformer(config.kind, what)
-    raise QkvError(
-        f"{what} reads the stream through the unembedding W_U, and an encoder has none (qkv imports BERT "
-        "without its masked-LM head): use a GPT or a translator, or `qkv heads` for an encoder"
-    )
+    if part == "decoder":  # a decoder block, with cross-attention in the middle when it reads an encoder
+        sublayers = TRANSLATOR_SUBLAYERS if family.has("cross-attention") else GPT_SUBLAYERS
+    else:  # an encoder block: self-attention, then the feed-forward net
+        sublayers = ENCODER_SUBLAYERS
+    n_layers = len(model.get_submodule(stack).blocks)  # type: ignore[arg-type]
+    return Stream(part, embedding, stack, n_layers, config.n_heads, sublayers, config.norm_first)
 
 
-def refuse_non_transformer(kind: str, what: str, needs: str = "a Transformer's residual stream") -> None:
-    """QkvError for the models that have no ``needs`` (RNNSearch's GRUs, Word2Vec); else nothing."""
-    if kind == "rnnsearch":
-        raise QkvError(
-            f"{what} reads {needs}, and RNNSearch has none (GRUs and one additive alignment): use "
-            "`qkv attention` for its alignment or `qkv next` for its predictions, or a Transformer translator"
-        )
-    if kind == "word2vec":
-        raise QkvError(f"{what} needs a Transformer; Word2Vec is one matrix of word vectors: use `qkv embeddings`")
+def output_stream(model: nn.Module, *, what: str) -> Stream:
+    """The stream that ends in W_U (a language model's, or a translator's decoder); ``what`` (e.g. "the logit
+    lens") is refused with the family's one line when the model has no residual stream or no W_U."""
+    family = family_of(model)
+    family.require("residual stream", what)
+    family.require("unembedding", what)
+    assert family.output is not None
+    return stream(model, family.output)
 
 
-def encoder_stream(model: nn.Module) -> Stream:
-    """A translator's encoder stream (the source side), which its decoder reads through cross-attention."""
-    config = model.config  # type: ignore[union-attr]
-    refuse_non_transformer(config.kind, "this view")
-    if config.kind != "transformer":
-        raise QkvError(f"a {config.kind} model has no encoder that feeds a decoder: use a translator")
-    return Stream("encoder", "src_embedding", "encoder", config.n_encoder_layers, config.n_heads,
-                  ENCODER_SUBLAYERS, config.norm_first)  # fmt: skip
+def streams(model: nn.Module, *, what: str) -> list[Stream]:
+    """Every residual stream of the model in the order they run (a translator: encoder, then decoder); the
+    model must have W_U (``what`` is refused otherwise, as in :func:`output_stream`)."""
+    output_stream(model, what=what)
+    return [stream(model, part) for part in family_of(model).streams]
 
 
 def final_norm(model: nn.Module) -> nn.Module:
-    """The norm between the last block and W_U: a LayerNorm (pre-LN models) or nn.Identity (post-LN)."""
-    return model.decoder.final_norm  # type: ignore[union-attr, return-value]
+    """The norm between the last block and W_U: a LayerNorm or RMSNorm (pre-LN models) or nn.Identity (post-LN)."""
+    family = family_of(model)
+    assert family.output is not None
+    return model.get_submodule(family.streams[family.output][1]).final_norm  # type: ignore[return-value]
 
 
 @torch.no_grad()
@@ -141,7 +140,7 @@ def device_of(model: nn.Module) -> torch.device:
 def run_model(model: nn.Module, source: Tensor, target: Tensor | None = None) -> Tensor:
     """The model's logits (B, T, vocab) for token ids (B, T): a GPT on ``source``, a translator on ``source``
     (encoder) and ``target`` (decoder, teacher-forced)."""
-    if model_kind(model) == "transformer":
+    if family_of(model).role == TRANSLATOR:
         assert target is not None
         return model(source, target)
     return model(source)

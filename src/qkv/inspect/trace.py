@@ -22,15 +22,17 @@ transformer"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor, nn
 
 from qkv.errors import QkvError
+from qkv.inspect.names import act_name, attention_name
 from qkv.inspect.tokens import token_labels
 from qkv.layers.capture import capture
 from qkv.model_dir import ModelBundle
+from qkv.models.family import ENCODER, Family, family_of
 from qkv.tokenizers import Tokenizer
 
 
@@ -40,7 +42,9 @@ class Part:
 
     name: str  # "encoder", "decoder" or "cross"
     title: str  # e.g. "decoder masked self-attention"
-    module: str  # dotted name with {layer}, e.g. "decoder.blocks.{layer}.self_attn"
+    stack: str  # the module holding the blocks: "decoder", "encoder"
+    attention: str  # the attention module in each block ("self_attn", "cross_attn"), or in the stack itself
+    layered: bool  # one attention per block (False: RNNSearch's one attention, "decoder.attention")
     n_layers: int
     n_heads: int
     causal: bool  # the model applies the look-ahead mask here
@@ -48,7 +52,11 @@ class Part:
     keys: str
 
     def module_name(self, layer: int) -> str:
-        return self.module.format(layer=layer)
+        return attention_name(layer if self.layered else None, self.stack, self.attention)
+
+    def act(self, layer: int, what: str) -> str:
+        """The name of ``what`` ("q", "k", "v", "weights", "context") in ``layer``."""
+        return act_name(what, layer if self.layered else None, stack=self.stack, attention=self.attention)
 
 
 @dataclass
@@ -56,7 +64,7 @@ class Trace:
     """A model's forward pass on one text: its tokens and every captured activation (batch of 1)."""
 
     model: nn.Module
-    kind: str  # "gpt", "encoder", "transformer" or "rnnsearch"
+    kind: str  # the model's family: "gpt", "llama", "encoder", "transformer" or "rnnsearch"
     source_ids: list[int]
     source_tokens: list[str]
     acts: dict[str, Tensor]
@@ -76,13 +84,16 @@ class Trace:
         if name is None:
             return next(iter(self.parts.values()))
         if name not in self.parts:
-            raise QkvError(f"a {self.kind} model has no {name} attention: choose --part from {', '.join(self.parts)}")
+            family = family_of(self.kind)
+            if name == "cross":  # a model without cross-attention: the family's one line
+                family.require("cross-attention", "--part cross")
+            raise QkvError(f"{family.title} has no {name} attention: choose --part from {', '.join(self.parts)}")
         return self.parts[name]
 
     def attention(self, part: Part, layer: int, what: str) -> Tensor:
         """The captured ``what`` ("q", "k", "v", "weights", "context") of one layer, batch item 0."""
         check_layer_head(part, layer, None)
-        return self.acts[f"{part.module_name(layer)}.{what}"][0]
+        return self.acts[part.act(layer, what)][0]
 
 
 def check_layer_head(part: Part, layer: int | None, head: int | None) -> None:
@@ -98,27 +109,33 @@ def check_range(title: str, n_layers: int, n_heads: int, layer: int | None, head
         raise QkvError(f"--head {head} is out of range: each layer has heads 0..{n_heads - 1}")
 
 
-def _parts(kind: str, config, acts: dict[str, Tensor]) -> dict[str, Part]:
-    n_heads = config.n_heads
-    if kind == "gpt":
-        specs = [("decoder", "masked self-attention", "decoder.blocks.{layer}.self_attn", True, "source", "source")]
-    elif kind == "encoder":
-        specs = [("encoder", "self-attention", "encoder.blocks.{layer}.self_attn", False, "source", "source")]
-    elif kind == "rnnsearch":  # RNNSearch's one attention: additive, from the decoder state to the annotations
-        specs = [("cross", "additive attention (decoder to encoder)", "decoder.attention", False, "target", "source")]
-    else:
-        specs = [
-            ("encoder", "encoder self-attention", "encoder.blocks.{layer}.self_attn", False, "source", "source"),
-            ("decoder", "decoder masked self-attention", "decoder.blocks.{layer}.self_attn", True, "target", "target"),
-            ("cross", "cross-attention (decoder to encoder)", "decoder.blocks.{layer}.cross_attn", False, "target",
-             "source"),
-        ]  # fmt: skip
+def self_attention_title(family: Family, part: str) -> str:
+    """How the views name ``part``'s self-attention: "masked self-attention", "encoder self-attention", ..."""
+    title = "masked self-attention" if part == "decoder" else "self-attention"
+    return f"{part} {title}" if len(family.self_attention_parts) > 1 else title
+
+
+def _parts(family: Family, acts: dict[str, Tensor]) -> dict[str, Part]:
+    """Every kind of attention the family has, in the order the model runs them."""
+    specs = [  # (name, title, stack, attention module, one per block, causal, queries, keys)
+        (part, self_attention_title(family, part), family.streams[part][1], "self_attn", True, part == "decoder",
+         family.side(part), family.side(part))
+        for part in family.self_attention_parts
+    ]  # fmt: skip
+    if family.has("cross-attention"):
+        specs.append(("cross", "cross-attention (decoder to encoder)", "decoder", "cross_attn", True, False,
+                      "target", "source"))  # fmt: skip
+    if family.has("alignment"):  # RNNSearch's one attention: additive, from the decoder state to the annotations
+        specs.append(("cross", "additive attention (decoder to encoder)", "decoder", "attention", False, False,
+                      "target", "source"))  # fmt: skip
     parts = {}
-    for name, title, module, causal, queries, keys in specs:
+    for name, title, stack, attention, layered, causal, queries, keys in specs:
+        part = Part(name, title, stack, attention, layered, 0, 0, causal, queries, keys)
         n_layers = 0
-        while f"{module.format(layer=n_layers)}.weights" in acts and ("{layer}" in module or n_layers == 0):
-            n_layers += 1  # a module name without {layer} is one layer
-        parts[name] = Part(name, title, module, n_layers, n_heads, causal, queries, keys)
+        while part.act(n_layers, "weights") in acts and (layered or n_layers == 0):
+            n_layers += 1  # an attention outside the blocks is one layer
+        n_heads = acts[part.act(0, "weights")].shape[1] if n_layers else 0  # (B, h, Tq, Tk)
+        parts[name] = replace(part, n_layers=n_layers, n_heads=n_heads)
     return parts
 
 
@@ -148,21 +165,18 @@ def trace(bundle: ModelBundle, text: str, *, target: str | None = None) -> Trace
     and cross-attention can be shown too.
     """
     model, config, tokenizer = bundle.model, bundle.config, bundle.tokenizer
-    kind = config.kind
+    family = family_of(model)
+    if not family.has("alignment"):
+        family.require("self-attention heads", "tracing attention")
     model.eval()
-    if kind == "gpt":
-        ids = encode_text(tokenizer, text, limit=config.context_length, what="text")
-        with capture(model) as acts:
-            model(torch.tensor([ids], device=_device(model)))
-        result = Trace(model, kind, ids, token_labels(tokenizer, ids), acts)
-    elif kind == "encoder":
-        ids = encode_text(tokenizer, text, limit=config.context_length, what="text", specials=True)
-        with capture(model) as acts:
-            model(torch.tensor([ids], device=_device(model)))
-        result = Trace(model, kind, ids, token_labels(tokenizer, ids), acts)
-    else:
+    if family.two_vocabularies:
         result = _trace_translator(bundle, text, target)
-    result.parts = _parts(kind, config, result.acts)
+    else:  # one text; an encoder reads it between its <bos>/<eos> ([CLS] ... [SEP])
+        ids = encode_text(tokenizer, text, limit=config.context_length, what="text", specials=family.role == ENCODER)
+        with capture(model) as acts:
+            model(torch.tensor([ids], device=_device(model)))
+        result = Trace(model, config.kind, ids, token_labels(tokenizer, ids), acts)
+    result.parts = _parts(family, result.acts)
     return result
 
 

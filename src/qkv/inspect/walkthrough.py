@@ -17,8 +17,9 @@ top-p are :func:`qkv.inspect.next_token`'s (the playground asks ``/v1/next-token
 (:mod:`~qkv.inspect.walkthrough_html`) carries the last position's logits so it can redo that one transform
 offline.
 
-The walk-through is for GPT models (decoder only): a translator's forward pass runs two stacks over two texts
-and an encoder has no unembedding, so both get a QkvError pointing at the views that fit them.
+The walk-through is for language models (decoder only: a GPT, a Llama): a translator's forward pass runs two
+stacks over two texts and an encoder has no unembedding, so both get the family's refusal naming the command
+that fits them.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ import torch
 from qkv.errors import QkvError
 from qkv.inspect.attention_maps import maps_from_trace
 from qkv.inspect.lens import LogitLens, lens_from_trace
-from qkv.inspect.residual import decoder_stream
+from qkv.inspect.names import act_name
+from qkv.inspect.residual import output_stream
 from qkv.inspect.tokens import token_labels
 from qkv.inspect.trace import trace
 from qkv.model_dir import ModelBundle
+from qkv.models.family import LANGUAGE_MODEL, family_of
 
 
 @dataclass
@@ -52,6 +55,7 @@ class Walkthrough:
     lens: LogitLens  # the logit lens of the same pass (rows: embedding, block 0, ..., block L-1)
     logits: np.ndarray  # (vocab,) the last position's logits: the model's own next-token scores
     vocab_labels: list[str] | None = None  # labels of every vocabulary entry (for the standalone page)
+    kind: str = "gpt"  # the model's family: "gpt", "llama", ...
 
     @property
     def n_layers(self) -> int:
@@ -70,7 +74,7 @@ class Walkthrough:
 
         lens = self.lens.to_dict(digits)
         data = {
-            "kind": "gpt",
+            "kind": self.kind,
             "tokens": self.tokens,
             "ids": self.ids,
             "d_model": int(self.embedding.shape[1]),
@@ -113,26 +117,19 @@ def walkthrough(bundle: ModelBundle, text: str, *, top: int = 5, vocab: bool = F
     ``top`` tokens are kept per block and position for the logit lens; ``vocab`` also keeps every
     vocabulary entry's label (a standalone page needs them to name any token the sliders bring up).
     """
-    kind = bundle.config.kind
-    if kind != "gpt":
-        other = (
-            "`qkv attention` and `qkv lens` show a translator's encoder, decoder and cross-attention"
-            if kind != "encoder"
-            else "`qkv attention` and `qkv heads` show an encoder's attention"
-        )
-        raise QkvError(f"the walk-through is for GPT models (decoder only) and this is a {kind} model: {other}")
+    family_of(bundle.model).require_role(LANGUAGE_MODEL, "the walk-through")  # one text, one stack, W_U
     if top < 1:
         raise QkvError(f"--top {top} must be at least 1")
     model = bundle.model
-    stream = decoder_stream(model, what="the walk-through")
+    stream = output_stream(model, what="the walk-through")
     traced = trace(bundle, text)
     acts = traced.acts
-    tokens = acts[f"{stream.embedding}.tokens"][0].double().cpu()  # (T, d)
-    positions = acts.get(f"{stream.embedding}.positions")  # (T, d) or absent (rope, none)
+    tokens = acts[stream.embedding_act("tokens")][0].double().cpu()  # (T, d)
+    positions = acts.get(stream.embedding_act("positions"))  # (T, d) or absent (rope, none)
     positions = None if positions is None else positions.double().cpu().reshape(tokens.shape)
     embedding = acts[stream.resid(0)][0].double().cpu()  # (T, d) x_0
     norms = torch.stack([acts[stream.resid(row)][0].double().norm(dim=-1).cpu() for row in range(stream.n_layers + 1)])
-    attention = maps_from_trace(traced).groups["decoder"].weights  # (L, H, T, T)
+    attention = maps_from_trace(traced).groups[stream.name].weights  # (L, H, T, T)
     labels = token_labels(bundle.tokenizer, range(bundle.tokenizer.vocab_size)) if vocab else None
     return Walkthrough(
         tokens=traced.source_tokens,
@@ -144,6 +141,7 @@ def walkthrough(bundle: ModelBundle, text: str, *, top: int = 5, vocab: bool = F
         attention=attention,
         residual_norms=norms.numpy(),  # (L + 1, T)
         lens=lens_from_trace(bundle, traced, top=top),
-        logits=acts["logits"][0, -1].double().cpu().numpy(),  # (vocab,)
+        logits=acts[act_name("logits")][0, -1].double().cpu().numpy(),  # (vocab,)
         vocab_labels=labels,
+        kind=bundle.config.kind,
     )

@@ -67,6 +67,7 @@ class Family:
     streams: dict[str, tuple[str, str]] = field(default_factory=dict)
     output: str | None = None
     embedding: str | None = None  # the module holding W_E (its ``weight`` rows are the token vectors)
+    target_embedding: str | None = None  # a translator's target-side W_E (None: one vocabulary)
     hf_architectures: tuple[str, ...] = ()  # Hugging Face ``architectures`` it imports (qkv.pretrained)
 
     @property
@@ -90,6 +91,11 @@ class Family:
         if "self-attention heads" not in self.capabilities:
             return ()
         return tuple(self.streams)
+
+    def side(self, part: str) -> str:
+        """The token stream that ``part``'s positions are: "target" for a translator's decoder, which reads
+        the translation written so far, else "source" (a translator's encoder, or the one text of the rest)."""
+        return "target" if self.two_vocabularies and part == "decoder" else "source"
 
     def has(self, capability: str) -> bool:
         if capability not in CAPABILITIES:
@@ -179,6 +185,7 @@ def _transformer_families() -> list[Family]:
         streams={"encoder": ("src_embedding", "encoder"), "decoder": ("tgt_embedding", "decoder")},
         output="decoder",
         embedding="src_embedding.token_embedding",
+        target_embedding="tgt_embedding.token_embedding",
         hf_architectures=("MarianMTModel",),
     )
     return [gpt, llama, encoder, transformer]
@@ -197,7 +204,8 @@ def _predecessor_families() -> list[Family]:
         capabilities=frozenset({"alignment", "embeddings", "unembedding"}),
         instead="use `qkv attention` for its alignment or `qkv next` for its predictions, or a Transformer "
         "translator",
-        embedding="src_embedding",
+        embedding="src_embedding.token_embedding",
+        target_embedding="tgt_embedding.token_embedding",
     )
     word2vec = Family(
         name="word2vec",
