@@ -22,6 +22,9 @@ from tests.pretrained.conftest import save_llama
 
 transformers = pytest.importorskip("transformers")
 
+# Llama 3.1's RoPE scaling, trained at 32 positions here so that the 128 tested positions are stretched.
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 32}  # fmt: skip
 SHAPES = {
     "llama-mha": ("llama", dict(num_key_value_heads=4)),
     "llama-gqa-tied-theta5e5": ("llama", dict(num_key_value_heads=2, tie_word_embeddings=True, rope_theta=5e5)),
@@ -29,6 +32,7 @@ SHAPES = {
     "qwen2-gqa-tied-theta1e6": ("qwen2", dict(num_key_value_heads=2, tie_word_embeddings=True, rope_theta=1e6)),
     "qwen2-mqa-theta1e6": ("qwen2", dict(num_key_value_heads=1, rope_theta=1e6)),
     "mistral-gqa": ("mistral", dict(num_key_value_heads=2)),
+    "llama3-rope-scaling": ("llama", dict(num_key_value_heads=2, rope_parameters=LLAMA3_ROPE)),
 }
 PROMPTS = ["The quick brown", "A man is", "Tokens are little pieces of"]
 

@@ -107,6 +107,7 @@ class BaseConfig(ModelConfig):
     positional: str = "learned"
     sinusoidal_interleaved: bool = True
     rope_base: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None  # Llama 3.1's {"rope_type": "llama3", "factor": ...}; None: plain RoPE
     scale_embeddings: bool = False  # multiply token embeddings by sqrt(d_model) (the paper, section 3.4)
     tie_embeddings: bool = True  # unembedding W_U shares its matrix with the embedding W_E
     final_norm: bool | None = None  # LayerNorm after the last block; default: ``norm_first``
@@ -158,6 +159,8 @@ class BaseConfig(ModelConfig):
             )
         if self.layer_norm_eps <= 0 or self.init_std <= 0:
             raise QkvError("layer_norm_eps and init_std must be positive")
+        if self.rope_scaling is not None:
+            _check_rope_scaling(self.rope_scaling)
         if self.norm not in NORMS:
             raise QkvError(f"norm={self.norm!r} is unknown: choose one of {', '.join(NORMS)}")
         if self.feed_forward not in FEED_FORWARDS:
@@ -334,6 +337,20 @@ CONFIG_CLASSES: dict[str, type[ModelConfig]] = {
 
 # Kinds of model that read a source sentence and write a target (``qkv translate``, ``/v1/translations``).
 TRANSLATORS = ("transformer", "rnnsearch")
+
+
+ROPE_SCALING_FIELDS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+
+def _check_rope_scaling(scaling: Any) -> None:
+    """rope_scaling must be Llama 3's rule with its four numbers (:func:`qkv.layers.positional.rope_frequencies`)."""
+    if not isinstance(scaling, dict) or scaling.get("rope_type") != "llama3":
+        raise QkvError(f"rope_scaling={scaling!r} is unknown: qkv knows {{\"rope_type\": \"llama3\", ...}} or null")
+    missing = [name for name in ROPE_SCALING_FIELDS if not isinstance(scaling.get(name), int | float)]
+    if missing:
+        raise QkvError(f"rope_scaling lacks the number(s) {', '.join(missing)}: give all of {', '.join(ROPE_SCALING_FIELDS)}")
+    if scaling["high_freq_factor"] <= scaling["low_freq_factor"] or scaling["factor"] <= 0:
+        raise QkvError("rope_scaling needs factor > 0 and high_freq_factor > low_freq_factor, as Llama 3.1's config has")
 
 
 def glu_width(d_model: int, multiple: int = 32) -> int:

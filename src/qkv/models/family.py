@@ -159,7 +159,7 @@ def _transformer_families() -> list[Family]:
         streams={"decoder": ("embedding", "decoder")},
         output="decoder",
         embedding="embedding.token_embedding",
-        hf_architectures=("LlamaForCausalLM", "Qwen2ForCausalLM"),
+        hf_architectures=("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"),
     )
     encoder = Family(
         name="encoder",

@@ -14,7 +14,7 @@ unembedding W_U (``lm_head``), tied to W_E only when ``tie_word_embeddings`` say
 - the SwiGLU's ``gate_proj`` is W_g (inside silu), ``up_proj`` W_1 and ``down_proj`` W_2;
 - Qwen2 keeps biases on W_q, W_k and W_v (and nowhere else); Llama and Mistral have none.
 
-Refused with one line: RoPE scaling (``rope_scaling`` / ``rope_parameters`` of a type other than default),
+Refused with one line: RoPE scaling other than Llama 3.1's "llama3" (``rope_scaling`` / ``rope_parameters``),
 a ``head_dim`` other than hidden_size / num_attention_heads, an activation other than silu, biases on the
 feed-forward (``mlp_bias``) or on W_o (Llama's ``attention_bias``), and a sliding attention window shorter
 than the context (Mistral v0.1, Qwen2 with ``use_sliding_window``): inside the window sliding attention is
@@ -33,7 +33,7 @@ from typing import Any
 from torch import Tensor
 
 from qkv.errors import QkvError
-from qkv.models.config import LlamaConfig
+from qkv.models.config import ROPE_SCALING_FIELDS, LlamaConfig
 from qkv.models.llama import Llama
 from qkv.pretrained.loader import Row, convert_state_dict, require, same, strip_prefix, wrap_tokenizer_json
 from qkv.tokenizers import HFTokenizer
@@ -68,12 +68,15 @@ def _refuse(what: str, field: str, value: Any, supported: str) -> QkvError:
     return QkvError(f"this {what} sets {field}={json.dumps(value)} in config.json, which qkv cannot run: {supported}")
 
 
-def rope_theta(hf_config: dict[str, Any], *, what: str) -> float:
-    """RoPE's base: ``rope_theta`` (transformers 4), or inside ``rope_parameters`` (transformers 5); else 10000.
+def rope_settings(hf_config: dict[str, Any], *, what: str) -> tuple[float, dict[str, Any] | None]:
+    """RoPE's base and scaling: ``rope_theta`` and ``rope_scaling`` (transformers 4), or both inside
+    ``rope_parameters`` (transformers 5); base 10000 and no scaling when absent.
 
-    Any RoPE scaling (``rope_scaling``, or a ``rope_type`` other than "default") is refused."""
+    Llama 3.1's "llama3" scaling is kept (:func:`qkv.layers.positional.rope_frequencies`); any other scaling
+    (linear, dynamic, yarn, ...) or a RoPE per layer type is refused in one line."""
     parameters = hf_config.get("rope_parameters") or {}
     scaling = hf_config.get("rope_scaling")
+    kept: dict[str, Any] | None = None
     for field, value in (("rope_scaling", scaling), ("rope_parameters", parameters)):
         if not isinstance(value, dict) or not value:
             continue
@@ -81,9 +84,13 @@ def rope_theta(hf_config: dict[str, Any], *, what: str) -> float:
         nested = any(isinstance(v, dict) for v in value.values())  # one RoPE per layer type (transformers 5)
         if nested:
             raise _refuse(what, field, value, "qkv's Llama uses one RoPE for every layer")
-        if kind != "default" or value.get("partial_rotary_factor", 1.0) != 1.0:
-            raise _refuse(what, field, value, "qkv's RoPE has no scaling; use a model whose rope_type is default")
-    return float(parameters.get("rope_theta") or hf_config.get("rope_theta") or 10000.0)
+        if value.get("partial_rotary_factor", 1.0) != 1.0:
+            raise _refuse(what, field, value, "qkv's RoPE rotates the whole head")
+        if kind == "llama3":
+            kept = {"rope_type": "llama3", **{name: value.get(name) for name in ROPE_SCALING_FIELDS}}
+        elif kind != "default":
+            raise _refuse(what, field, value, "qkv's RoPE knows no scaling or Llama 3's (rope_type llama3)")
+    return float(parameters.get("rope_theta") or hf_config.get("rope_theta") or 10000.0), kept
 
 
 def _sliding_window(hf_config: dict[str, Any], n_layers: int) -> int | None:
@@ -133,6 +140,7 @@ def config_from_hf(hf_config: dict[str, Any]) -> LlamaConfig:
     if window is not None and window < context:
         raise _refuse(what, "sliding_window", window, f"qkv attends to the whole context; set max_position_embeddings "
                       f"to {window} in config.json (within the window the two agree)")  # fmt: skip
+    rope_base, rope_scaling = rope_settings(hf_config, what=what)
     return LlamaConfig(
         vocab_size=require(hf_config, "vocab_size", what=what),
         context_length=context,
@@ -142,7 +150,8 @@ def config_from_hf(hf_config: dict[str, Any]) -> LlamaConfig:
         n_kv_heads=n_kv_heads,
         d_ff=require(hf_config, "intermediate_size", what=what),
         layer_norm_eps=hf_config.get("rms_norm_eps", 1e-6),
-        rope_base=rope_theta(hf_config, what=what),
+        rope_base=rope_base,
+        rope_scaling=rope_scaling,
         qkv_bias=model_type == "qwen2",
         tie_embeddings=bool(hf_config.get("tie_word_embeddings", False)),
         dropout=0.0,
