@@ -30,7 +30,7 @@ def test_lens_html_writes_the_walkthrough_page(capsys, runs, tmp_path) -> None: 
 @pytest.mark.parametrize(
     "argv,message",
     [
-        (["lens", "TRANSLATOR", "the fox", "--html", "w.html"], "--html writes the walk-through, which is for GPT"),
+        (["lens", "TRANSLATOR", "the fox", "--html", "w.html"], "the walk-through needs a language model"),
         (["lens", "GPT", "the fox", "--html", "w.html", "--top", "0"], "--top 0 must be at least 1"),
         (["lens", "GPT", "the fox " * 9, "--html", "w.html"], "the model's context takes at most 32"),
     ],

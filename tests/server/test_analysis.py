@@ -24,16 +24,18 @@ def test_health_and_model_info(gpt, translator, encoder) -> None:
     assert health["status"] == "ok" and health["kind"] == "gpt" and health["active_generations"] == 0
     info = gpt.client.get("/v1/model").json()
     config = gpt.bundle.config
-    assert info["kind"] == "gpt" and info["layers"] == config.n_layers and info["heads"] == config.n_heads
+    assert (info["kind"], info["role"]) == ("gpt", "language model")
+    assert info["layers"] == config.n_layers and info["heads"] == config.n_heads
     assert info["context_length"] == 32 and info["vocab_size"] == gpt.bundle.tokenizer.vocab_size
     assert info["parameters"] == sum(p.numel() for p in gpt.bundle.model.parameters())
     assert info["tokenizer"] == "char" and info["limits"]["max_tokens"] == 300
     assert "/v1/completions" in info["endpoints"] and "/v1/translations" not in info["endpoints"]
     t = translator.client.get("/v1/model").json()
-    assert t["kind"] == "transformer" and t["encoder_layers"] == 1 and t["decoder_layers"] == 1 and t["layers"] == 2
+    assert (t["kind"], t["role"]) == ("transformer", "translator")
+    assert t["encoder_layers"] == 1 and t["decoder_layers"] == 1 and t["layers"] == 2
     assert "/v1/translations" in t["endpoints"]
     e = encoder.client.get("/v1/model").json()
-    assert e["kind"] == "encoder" and e["endpoints"][0] == "/v1/attention"
+    assert (e["kind"], e["role"]) == ("encoder", "encoder") and e["endpoints"][0] == "/v1/attention"
     models = gpt.client.get("/v1/models").json()
     assert models["object"] == "list" and models["data"][0]["id"] == info["name"]
 

@@ -89,13 +89,20 @@ def test_too_many_tokens_and_too_long_prompts_are_refused_with_the_flag_to_chang
     assert "prompt 1 has 201 tokens" in message
 
 
-def test_an_endpoint_the_model_kind_lacks_is_404_listing_what_it_supports(gpt, translator, encoder) -> None:
+def test_an_endpoint_the_family_lacks_is_404_with_the_familys_one_line(gpt, translator, encoder) -> None:
     message = error_of(gpt.client.post("/v1/translations", json={"text": "one two"}), 404)
-    assert "GPT" in message and "/v1/completions" in message
+    assert message == (
+        "/v1/translations needs a translator, and this is a GPT language model (decoder only): "
+        "use `qkv generate` with it"
+    )
+    assert gpt.client.get("/v1/model").json()["unavailable"] == {"/v1/translations": message}
     message = error_of(translator.client.post("/v1/completions", json={"prompt": "one"}), 404)
-    assert "translator" in message and "/v1/translations" in message
+    assert message == (
+        "/v1/completions needs a language model, and this is an encoder-decoder translator: use `qkv translate` with it"
+    )
     message = error_of(encoder.client.post("/v1/next-token", json={"prompt": "one"}), 404)
-    assert "encoder" in message and "/v1/attention" in message
+    assert message.startswith("next-token prediction needs an unembedding, and an encoder (BERT family) has none: ")
+    assert encoder.client.get("/v1/model").json()["unavailable"]["/v1/next-token"] == message
     assert "/v1/completions" in error_of(gpt.client.get("/v1/nothing-here"), 404)
     error_of(gpt.client.get("/v1/completions"), 405)
 

@@ -45,6 +45,9 @@ def test_bad_walkthrough_requests_get_a_4xx_with_a_message(gpt, translator, enco
     assert "the model's context takes at most 32: shorten it" in message
     message = error_of(gpt.client.post("/v1/walkthrough", json={"text": "x" * 201}), 413)
     assert "--max-prompt-tokens" in message
-    for served in (translator, encoder):
+    for served, title, command in (
+        (translator, "an encoder-decoder translator", "qkv translate"),
+        (encoder, "an encoder (BERT family)", "qkv embed"),
+    ):
         message = error_of(served.client.post("/v1/walkthrough", json={"text": "one two"}), 404)
-        assert message.startswith("/v1/walkthrough is for GPT models") and "/v1/attention" in message
+        assert message == f"the walk-through needs a language model, and this is {title}: use `{command}` with it"

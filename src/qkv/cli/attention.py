@@ -17,7 +17,7 @@ from pathlib import Path
 
 from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, note_unknown, use_device
 from qkv.errors import QkvError
-from qkv.models.config import TRANSLATORS
+from qkv.models.family import family_of
 
 HELP = "draw attention heatmaps (all layers x heads, or one) as PNG and a standalone HTML view"
 
@@ -51,12 +51,13 @@ def run(args: argparse.Namespace) -> int:
     from qkv.inspect.html_view import write_attention_html
 
     bundle = load_any(model_path(args), device=use_device(args))
-    if args.target is not None and bundle.config.kind not in TRANSLATORS:
-        raise QkvError("--target is for translators: a GPT or an encoder reads one text")
+    family = family_of(bundle.model)
+    if args.target is not None and not family.two_vocabularies:
+        raise QkvError(f"--target is for translators: {family.title} reads one text")
     note_unknown(bundle.tokenizer, args.text, what="the text")
     maps = attention_maps(bundle, args.text, target=args.target)
     if args.part is not None and args.part not in maps.groups:
-        raise QkvError(f"a {maps.kind} model has no {args.part} attention: choose --part from {', '.join(maps.groups)}")
+        raise QkvError(f"{family.title} has no {args.part} attention: choose --part from {', '.join(maps.groups)}")
     names = [args.part] if args.part else list(maps.groups)
     for name in names:
         maps.groups[name].select(args.layer, args.head)  # check --layer/--head before drawing anything

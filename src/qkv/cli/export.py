@@ -13,6 +13,7 @@ import sys
 
 from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, use_device
 from qkv.errors import QkvError
+from qkv.models.family import ENCODER, family_of
 
 HELP = "export a model to ONNX (GPT with its KV cache, encoder, encoder-decoder)"
 
@@ -32,8 +33,9 @@ def run(args: argparse.Namespace) -> int:
 
     bundle = load_any(model_path(args), device=use_device(args))
     check_exportable(bundle.model, Path(args.onnx))
-    head = sentence_head_of(bundle) if bundle.config.kind == "encoder" else {}
-    print(f"qkv export: tracing the {bundle.config.kind} model (a minute for GPT-2 small)...", file=sys.stderr)
+    family = family_of(bundle.model)
+    head = sentence_head_of(bundle) if family.role == ENCODER else {}
+    print(f"qkv export: tracing {family.title} (a minute for GPT-2 small)...", file=sys.stderr)
     for path in export_onnx(bundle.model, args.onnx, **head):
         print(f"qkv export: wrote {path} ({path.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)
     return 0

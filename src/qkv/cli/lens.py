@@ -9,7 +9,7 @@ top token), with each row's top token written in. In a post-LN model (the paper'
 block already ends in a LayerNorm, so W_U reads each block's output directly. A translator's TEXT is the
 source sentence; the lens reads its decoder on --target (default: its own greedy translation).
 
---html FILE also writes the playground's walk-through of a GPT on TEXT as one standalone page (no network
+--html FILE also writes the playground's walk-through of a language model on TEXT as one standalone page (no network
 needed): tokens and ids, the token and position vectors, every block's attention (head picker), residual
 norm and logit lens, then the unembedding with live temperature, top-k and top-p. Click a cell for its numbers.
 """
@@ -21,6 +21,7 @@ import json
 
 from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, use_device
 from qkv.errors import QkvError
+from qkv.models.family import LANGUAGE_MODEL, family_of
 
 HELP = "logit lens: every layer's top next tokens, read through the final norm and W_U (table + heatmap)"
 
@@ -39,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-plot", action="store_true", help="do not draw the heatmap")
     parser.add_argument(
         "--html", metavar="FILE",
-        help="also write the walk-through of the whole forward pass (GPT models) as one standalone HTML page",
+        help="also write the walk-through of the whole forward pass (language models) as one standalone HTML page",
     )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print every number as JSON")
 
@@ -79,13 +80,11 @@ def run(args: argparse.Namespace) -> int:
     from qkv.inspect.trace import check_range
 
     bundle = load_any(model_path(args), device=use_device(args))
-    if args.target is not None and bundle.config.kind != "transformer":
-        raise QkvError("--target is for translators: a GPT reads one text")
-    if args.html is not None and bundle.config.kind != "gpt":
-        raise QkvError(
-            f"--html writes the walk-through, which is for GPT models (decoder only), and this is a "
-            f"{bundle.config.kind} model: leave out --html, or use `qkv attention --html` for its attention"
-        )
+    family = family_of(bundle.model)
+    if args.target is not None and not family.two_vocabularies:
+        raise QkvError(f"--target is for translators: {family.title} reads one text")
+    if args.html is not None:  # before the lens runs; the same line as the walk-through itself and the server
+        family.require_role(LANGUAGE_MODEL, "the walk-through")
     lens = logit_lens(bundle, args.text, target=args.target, top=args.top)
     check_range("decoder", lens.n_rows - 1, 1, args.layer, None)
     position = find_position(lens.tokens, args.position, what="--position")

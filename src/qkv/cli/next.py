@@ -15,7 +15,7 @@ import json
 
 from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, note_unknown, use_device
 from qkv.errors import QkvError
-from qkv.models.config import TRANSLATORS
+from qkv.models.family import family_of
 
 HELP = "show the next-token distribution at several temperatures (table + bar chart)"
 
@@ -47,8 +47,9 @@ def run(args: argparse.Namespace) -> int:
     if args.digits < 0:
         raise QkvError("--digits must be >= 0")
     bundle = load_any(model_path(args), device=use_device(args))
-    if args.target and bundle.config.kind not in TRANSLATORS:
-        raise QkvError("--target is for translators: a GPT continues the prompt itself")
+    family = family_of(bundle.model)
+    if args.target and not family.two_vocabularies:
+        raise QkvError(f"--target is for translators: {family.title} continues the prompt itself")
     note_unknown(bundle.tokenizer, args.text, what="the text")
     result = next_token(
         bundle,

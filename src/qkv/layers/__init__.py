@@ -1,4 +1,7 @@
-"""The building blocks of the Transformer, each in its own module (attention, positions, FFN, blocks)."""
+"""The building blocks of the Transformer, each in its own module (attention, positions, FFN, blocks).
+
+The step-by-step build-up of attention that teaches it (Raschka, ch. 3) is :mod:`qkv.teaching.attention_steps`.
+"""
 
 from qkv.layers.additive import AdditiveAttention
 from qkv.layers.attention import (
@@ -8,15 +11,6 @@ from qkv.layers.attention import (
     combine_masks,
     masked_softmax,
     scaled_dot_product_attention,
-)
-from qkv.layers.attention_steps import (
-    CausalAttention,
-    MultiHeadAttentionWrapper,
-    SelfAttentionV1,
-    SelfAttentionV2,
-    attention_without_weights,
-    causal_weights_masked,
-    causal_weights_renormalized,
 )
 from qkv.layers.blocks import DecoderBlock, EncoderBlock, ResidualSublayer
 from qkv.layers.capture import capture, record
@@ -38,13 +32,6 @@ from qkv.layers.stacks import DecoderStack, EncoderStack
 __all__ = [
     "AdditiveAttention",
     "BidirectionalGRU",
-    "CausalAttention",
-    "MultiHeadAttentionWrapper",
-    "SelfAttentionV1",
-    "SelfAttentionV2",
-    "attention_without_weights",
-    "causal_weights_masked",
-    "causal_weights_renormalized",
     "DecoderBlock",
     "DecoderStack",
     "EncoderBlock",

@@ -64,6 +64,8 @@ class Family:
     role: str  # one of ROLES
     capabilities: frozenset[str]
     instead: str  # what to use for a view this family lacks (the end of the refusal line)
+    # One sentence per kind of attention the views draw ("encoder", "decoder", "cross"): what its weights mean.
+    attention_notes: dict[str, str] = field(default_factory=dict)
     streams: dict[str, tuple[str, str]] = field(default_factory=dict)
     output: str | None = None
     embedding: str | None = None  # the module holding W_E (its ``weight`` rows are the token vectors)
@@ -135,6 +137,7 @@ def _transformer_families() -> list[Family]:
     decoder_only = frozenset(
         {"residual stream", "self-attention heads", "embeddings", "positions", "unembedding"}
     )
+    causal = {"decoder": "causal self-attention: each token looks at itself and the tokens before it"}
     gpt = Family(
         name="gpt",
         config=GPTConfig,
@@ -142,6 +145,7 @@ def _transformer_families() -> list[Family]:
         title="a GPT language model (decoder only)",
         role=LANGUAGE_MODEL,
         capabilities=decoder_only,
+        attention_notes=causal,
         instead="use a translator for cross-attention",
         streams={"decoder": ("embedding", "decoder")},
         output="decoder",
@@ -155,6 +159,7 @@ def _transformer_families() -> list[Family]:
         title="a Llama-style language model (decoder only: RMSNorm, SwiGLU, grouped-query attention, RoPE)",
         role=LANGUAGE_MODEL,
         capabilities=decoder_only,
+        attention_notes=causal,
         instead="use a translator for cross-attention",
         streams={"decoder": ("embedding", "decoder")},
         output="decoder",
@@ -168,6 +173,7 @@ def _transformer_families() -> list[Family]:
         title="an encoder (BERT family)",
         role=ENCODER,
         capabilities=frozenset({"residual stream", "self-attention heads", "embeddings", "positions"}),
+        attention_notes={"encoder": "self-attention: each token looks at every token of the text"},
         instead="an encoder has no W_U (qkv imports BERT without its masked-LM head); use a GPT or a "
         "translator, or `qkv heads` and `qkv attention` for an encoder",
         streams={"encoder": ("embedding", "encoder")},
@@ -181,6 +187,11 @@ def _transformer_families() -> list[Family]:
         title="an encoder-decoder translator",
         role=TRANSLATOR,
         capabilities=decoder_only | {"cross-attention"},
+        attention_notes={
+            "encoder": "encoder self-attention: each source token looks at every source token",
+            "decoder": "decoder masked self-attention: each target position looks at itself and the ones before",
+            "cross": "cross-attention: while writing each target token, where the decoder looks in the source",
+        },
         instead="use `qkv translate`",
         streams={"encoder": ("src_embedding", "encoder"), "decoder": ("tgt_embedding", "decoder")},
         output="decoder",
@@ -202,6 +213,10 @@ def _predecessor_families() -> list[Family]:
         title="RNNSearch (GRUs and one additive alignment, no Transformer blocks)",
         role=TRANSLATOR,
         capabilities=frozenset({"alignment", "embeddings", "unembedding"}),
+        attention_notes={
+            "cross": "additive attention: while writing each target token, where the decoder's state looks in "
+            "the source (the alignment of Bahdanau et al. 2015)"
+        },
         instead="use `qkv attention` for its alignment or `qkv next` for its predictions, or a Transformer "
         "translator",
         embedding="src_embedding.token_embedding",

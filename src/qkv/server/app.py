@@ -4,9 +4,9 @@
     POST /v1/translations   translate sentences (encoder-decoder models)
     POST /v1/next-token     the next-token distribution under a temperature, top-k and top-p (`qkv next`)
     POST /v1/attention      every layer's and head's attention weights for a text (`qkv attention`)
-    POST /v1/walkthrough    a GPT's whole forward pass on a text, step by step (the playground's walk-through)
+    POST /v1/walkthrough    a language model's whole forward pass on a text, step by step (the walk-through)
     POST /tokenize          token ids of a text;  POST /detokenize: the text of token ids
-    GET  /v1/model          what the model is (kind, parameters, layers, heads, context, vocabulary, limits)
+    GET  /v1/model          what the model is (family, role, size, vocabulary, endpoints it offers, limits)
     GET  /v1/models         the model in OpenAI's list shape (and GET /v1/models/{id})
     GET  /health            liveness, and how many generations are running
     GET  /                  the playground (static HTML, JS and CSS from qkv/server/static; no build, no CDN)
@@ -15,7 +15,8 @@ Before any of it, :class:`~qkv.server.guard.RequestGuard` refuses foreign Host h
 bodies over the size limit. Model work runs in worker threads (``run_in_threadpool``), so the event loop
 keeps serving while a model computes, and a stream sends each token's text as soon as it is made. A client
 that disconnects stops its generation, streamed or not, and frees its slot. Every error is a JSON body in
-OpenAI's shape (:mod:`qkv.server.errors`).
+OpenAI's shape (:mod:`qkv.server.errors`). Which endpoints a model offers is its family's answer
+(:data:`qkv.server.service.NEEDS`); the others are 404 with the family's one line.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""OpenAI's completions on a GPT: ``n`` choices per prompt, ``stop`` strings, ``echo``, ``logprobs``, ``usage``.
+"""OpenAI's completions on a language model: ``n`` choices per prompt, ``stop``, ``echo``, ``logprobs``, ``usage``.
 
 A :class:`CompletionJob` is one request. Iterating :meth:`CompletionJob.pieces` runs its choices one after
 the other (prompt 0's n choices, then prompt 1's, ...; choice i = prompt_index * n + j) and yields

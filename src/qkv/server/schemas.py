@@ -253,8 +253,13 @@ class AttentionResponse(BaseModel):
 
 
 class ModelInfo(BaseModel):
+    """GET /v1/model. ``kind`` is the model's family ("gpt", "llama", ...), ``role`` what it is for ("language
+    model", "encoder", "translator"); ``unavailable`` gives, for each model endpoint the family lacks, the one
+    line that refuses it."""
+
     name: str
     kind: str
+    role: str
     description: str
     path: str
     parameters: int
@@ -267,5 +272,7 @@ class ModelInfo(BaseModel):
     vocab_size: int
     target_vocab_size: int | None = None
     tokenizer: str
+    capabilities: list[str]
     endpoints: list[str]
+    unavailable: dict[str, str]
     limits: dict[str, float]

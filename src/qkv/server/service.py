@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -33,7 +34,7 @@ from qkv.inspect.tokens import token_text
 from qkv.inspect.trace import trace
 from qkv.inspect.walkthrough import walkthrough
 from qkv.model_dir import ModelBundle
-from qkv.models.config import TRANSLATORS
+from qkv.models.family import LANGUAGE_MODEL, TRANSLATOR, Family, family_of
 from qkv.server.completion import CompletionJob, check_request, read_prompts
 from qkv.server.errors import ServiceError
 from qkv.server.notes import add_note
@@ -57,30 +58,34 @@ from qkv.server.schemas import (
 )
 from qkv.tokenizers.base import unknown_note
 
-ENDPOINTS = {
-    "gpt": ["/v1/completions", "/v1/next-token", "/v1/attention", "/v1/walkthrough"],
-    "transformer": ["/v1/translations", "/v1/next-token", "/v1/attention"],
-    "rnnsearch": ["/v1/translations", "/v1/next-token", "/v1/attention"],
-    "encoder": ["/v1/attention"],
+
+def _attention(family: Family) -> None:
+    """Attention weights to show: self-attention heads, or RNNSearch's alignment (its one additive attention)."""
+    if not family.has("alignment"):
+        family.require("self-attention heads", "tracing attention")
+
+
+# What each model endpoint needs from the model's family (qkv.models.family). A family that lacks it gets
+# the family's one line, the same the command line gives for the same view ("the walk-through", ...).
+NEEDS: dict[str, Callable[[Family], None]] = {
+    "/v1/completions": lambda family: family.require_role(LANGUAGE_MODEL, "/v1/completions"),
+    "/v1/translations": lambda family: family.require_role(TRANSLATOR, "/v1/translations"),
+    "/v1/next-token": lambda family: family.require("unembedding", "next-token prediction"),
+    "/v1/attention": _attention,
+    "/v1/walkthrough": lambda family: family.require_role(LANGUAGE_MODEL, "the walk-through"),
 }
 COMMON_ENDPOINTS = ["/v1/model", "/v1/models", "/tokenize", "/detokenize", "/health"]
-DESCRIPTIONS = {
-    "gpt": "a GPT language model (decoder only)",
-    "transformer": "an encoder-decoder translator",
-    "rnnsearch": "an RNN encoder-decoder translator with additive attention (RNNSearch)",
-    "encoder": "an encoder (BERT family)",
-}
-# One sentence per kind of attention for the playground, keyed by (model kind, group name).
-ATTENTION = {
-    ("gpt", "decoder"): "causal self-attention: each token looks at itself and the tokens before it",
-    ("encoder", "encoder"): "self-attention: each token looks at every token of the text",
-    ("transformer", "encoder"): "encoder self-attention: each source token looks at every source token",
-    ("transformer", "decoder"): "decoder masked self-attention: each target position looks at itself and the "
-    "ones before",
-    ("transformer", "cross"): "cross-attention: while writing each target token, where the decoder looks in the source",
-    ("rnnsearch", "cross"): "additive attention: while writing each target token, where the decoder's state looks in "
-    "the source (the alignment of Bahdanau et al. 2015)",
-}
+
+
+def refusals(family: Family) -> dict[str, str]:
+    """The model endpoints ``family`` lacks, each with the line that refuses it."""
+    refused = {}
+    for endpoint, need in NEEDS.items():
+        try:
+            need(family)
+        except QkvError as error:
+            refused[endpoint] = str(error)
+    return refused
 
 
 @dataclass
@@ -143,14 +148,18 @@ class Service:
         self.bundle = bundle
         self.model = bundle.model.eval()
         self.config = bundle.config
-        self.kind: str = bundle.config.kind
+        self.family = family_of(self.model)
+        self.kind = self.family.name
+        self.refused = refusals(self.family)
+        if all(endpoint in self.refused for endpoint in NEEDS):
+            raise QkvError(f"qkv serve has nothing to show for {self.family.title}: {self.family.instead}")
         self.tokenizer = bundle.tokenizer
         self.target_tokenizer = bundle.target_tokenizer or bundle.tokenizer
         self.limits = limits or Limits()
         self.name = name or bundle.path.name or str(bundle.path)
         self.device = next(self.model.parameters()).device
         self.translator = (
-            Translator(self.model, self.tokenizer, self.target_tokenizer) if self.kind in TRANSLATORS else None
+            Translator(self.model, self.tokenizer, self.target_tokenizer) if self.family.two_vocabularies else None
         )
         self.generations = Gate(self.limits.max_concurrent, self.limits.queue_timeout, "generations")
         # One forward pass each (next-token, attention): their own gate, so the playground's chart keeps
@@ -161,24 +170,12 @@ class Service:
 
     @property
     def endpoints(self) -> list[str]:
-        return ENDPOINTS[self.kind] + COMMON_ENDPOINTS
+        return [endpoint for endpoint in NEEDS if endpoint not in self.refused] + COMMON_ENDPOINTS
 
     def require(self, endpoint: str) -> None:
-        """404 unless this model kind supports ``endpoint``, saying which endpoints it does support."""
-        if endpoint == "/v1/walkthrough" and endpoint not in self.endpoints:
-            raise ServiceError(
-                404,
-                f"/v1/walkthrough is for GPT models (decoder only) and this server runs {DESCRIPTIONS[self.kind]}: "
-                "use /v1/attention to see its attention",
-                code="endpoint_not_found",
-            )
-        if endpoint not in self.endpoints:
-            raise ServiceError(
-                404,
-                f"{endpoint} is not available: this server runs {DESCRIPTIONS[self.kind]}, which supports "
-                f"{', '.join(ENDPOINTS[self.kind])} (and {', '.join(COMMON_ENDPOINTS)})",
-                code="endpoint_not_found",
-            )
+        """404 with the family's one line unless this model's family offers ``endpoint``."""
+        if endpoint in self.refused:
+            raise ServiceError(404, self.refused[endpoint], code="endpoint_not_found")
 
     def check_model(self, model: str | None) -> None:
         """404 (OpenAI's model_not_found) unless ``model`` is None or the served model's id."""
@@ -195,24 +192,28 @@ class Service:
         return self.config.context_length
 
     def info(self) -> ModelInfo:
-        c = self.config
-        transformer = self.kind in TRANSLATORS
+        c, family = self.config, self.family
+        two = family.two_vocabularies  # a translator: two stacks, two vocabularies
+        vocab = [getattr(c, name) for name in family.vocab_fields]
         return ModelInfo(
             name=self.name,
             kind=self.kind,
-            description=DESCRIPTIONS[self.kind],
+            role=family.role,
+            description=family.title,
             path=str(self.bundle.path),
             parameters=sum(p.numel() for p in self.model.parameters()),
-            layers=c.n_encoder_layers + c.n_decoder_layers if transformer else c.n_layers,
-            encoder_layers=c.n_encoder_layers if transformer else None,
-            decoder_layers=c.n_decoder_layers if transformer else None,
+            layers=c.n_encoder_layers + c.n_decoder_layers if two else c.n_layers,
+            encoder_layers=c.n_encoder_layers if two else None,
+            decoder_layers=c.n_decoder_layers if two else None,
             heads=c.n_heads,
             d_model=c.d_model,
             context_length=self.context_length,
-            vocab_size=c.src_vocab_size if transformer else c.vocab_size,
-            target_vocab_size=c.tgt_vocab_size if transformer else None,
+            vocab_size=vocab[0],
+            target_vocab_size=vocab[1] if two else None,
             tokenizer=getattr(self.tokenizer, "kind", type(self.tokenizer).__name__),
+            capabilities=sorted(family.capabilities),
             endpoints=self.endpoints,
+            unavailable=self.refused,
             limits={k: float(v) for k, v in asdict(self.limits).items()},
         )
 
@@ -245,7 +246,8 @@ class Service:
 
     def next_token(self, request: NextTokenRequest) -> NextTokenResponse:
         """:func:`qkv.inspect.next_token` at the request's temperature, top-k and top-p (``qkv next``'s numbers)."""
-        source = self.encode(request.prompt, "prompt" if self.kind == "gpt" else "source sentence")
+        two = self.family.two_vocabularies
+        source = self.encode(request.prompt, "source sentence" if two else "prompt")
         result = next_token(
             self.bundle,
             request.prompt,
@@ -256,7 +258,7 @@ class Service:
             top_p=request.top_p,
         )
         probs, model_probs = result.probabilities[0], result.model_probabilities
-        tokenizer = self.target_tokenizer if self.kind in TRANSLATORS else self.tokenizer
+        tokenizer = self.target_tokenizer if two else self.tokenizer
         return NextTokenResponse(
             tokens=[
                 TokenProbability(
@@ -273,7 +275,7 @@ class Service:
             temperature=request.temperature,
             top_k=request.top_k,
             top_p=request.top_p,
-            context_tokens=len(result.context_tokens) if self.kind == "gpt" else len(source),
+            context_tokens=len(source) if two else len(result.context_tokens),
             cropped=result.cropped,
             kept=result.kept()[0],
             entropy_bits=result.entropy()[0] / math.log(2),
@@ -281,19 +283,20 @@ class Service:
 
     def attention(self, request: AttentionRequest) -> AttentionResponse:
         """:func:`qkv.inspect.attention_maps`' numbers (``qkv attention --json``), rounded to ``decimals`` places."""
-        self.encode(request.text, "text" if self.kind not in TRANSLATORS else "source sentence")
-        if request.target is not None and self.kind not in TRANSLATORS:
-            raise ServiceError(400, "target is for translators: a GPT or an encoder reads one text", param="target")
+        two = self.family.two_vocabularies
+        self.encode(request.text, "source sentence" if two else "text")
+        if request.target is not None and not two:
+            raise ServiceError(400, f"target is for translators: {self.family.title} reads one text", param="target")
         traced = trace(self.bundle, request.text, target=request.target)
         data = maps_from_trace(traced).to_dict(request.decimals)
         for name, group in data["groups"].items():
-            group["description"] = ATTENTION.get((self.kind, name), group["title"])
+            group["description"] = self.family.attention_notes.get(name, group["title"])
         if traced.target_ids is not None:
             data["target_text"] = self.target_tokenizer.decode(traced.target_ids[1:])
         return AttentionResponse(**data)
 
     def walkthrough(self, request: WalkthroughRequest) -> dict:
-        """:func:`qkv.inspect.walkthrough`'s numbers for the playground's walk-through (GPT models only)."""
+        """:func:`qkv.inspect.walkthrough`'s numbers for the playground's walk-through (language models)."""
         self.encode(request.text, "text")
         result = walkthrough(self.bundle, request.text, top=request.top, vocab=request.logits)
         return {"model": self.name, **result.to_dict(request.decimals, logits=request.logits)}
@@ -352,8 +355,8 @@ class Service:
             raise ServiceError(400, str(error), param="tokens") from None
 
     def _tokenizer(self, target: bool):
-        if target and self.kind not in TRANSLATORS:
-            raise ServiceError(400, "target is for translators: this model has one tokenizer", param="target")
+        if target and not self.family.two_vocabularies:
+            raise ServiceError(400, f"target is for translators: {self.family.title} has one tokenizer", param="target")
         return self.target_tokenizer if target else self.tokenizer
 
 

@@ -31,9 +31,10 @@ function sampling() {
   return { temperature: Number($("temperature").value), top_k: topK > 0 ? topK : null, top_p: topP < 1 ? topP : null };
 }
 
-const TRANSLATORS = ["transformer", "rnnsearch"];
-const isTranslator = () => state.info && TRANSLATORS.includes(state.info.kind);
-const canPredict = () => state.info && state.info.kind !== "encoder";
+// What the page shows follows what the server says the model offers (its role and endpoints), never its kind.
+const serves = (endpoint) => Boolean(state.info && state.info.endpoints.includes(endpoint));
+const isTranslator = () => Boolean(state.info && state.info.role === "translator");
+const canPredict = () => serves("/v1/next-token");
 
 // ------------------------------------------------------------------------------------- model info
 
@@ -55,13 +56,13 @@ async function loadInfo() {
     $("generate").textContent = "Translate";
     for (const id of ["max-tokens", "max-tokens-label", "seed", "seed-label", "continue", "stop"]) $(id).hidden = true;
     $("beam").hidden = $("beam-label").hidden = false;
-  } else if (info.kind === "encoder") {
+  } else if (!canPredict()) {  // an encoder: it reads a text and predicts nothing
     $("prompt-label").textContent = "Text";
     $("sampling-section").hidden = $("generate-section").hidden = true;
   }
-  if (info.kind !== "gpt") {
+  if (!serves("/v1/walkthrough")) {
     $("show-walkthrough").disabled = true;
-    $("walkthrough-status").textContent = `The walk-through is for GPT models (decoder only); this is ${info.description}. `
+    $("walkthrough-status").textContent = `${info.unavailable["/v1/walkthrough"]}. `
       + "The attention view above shows its attention.";
   }
 }

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from qkv.layers.attention import MultiHeadAttention, scaled_dot_product_attention
-from qkv.layers.attention_steps import (
+from qkv.teaching.attention_steps import (
     CausalAttention,
     MultiHeadAttentionWrapper,
     SelfAttentionV1,
@@ -323,3 +323,11 @@ def test_wrapper_to_multihead_detects_a_wrong_head_order() -> None:
 def test_wrapper_to_multihead_needs_square_projection() -> None:
     with pytest.raises(ValueError, match="d_in == num_heads"):
         wrapper_to_multihead(MultiHeadAttentionWrapper(3, 2, 6, 0.0, num_heads=2))
+
+
+def test_the_teaching_steps_are_not_among_the_layers_public_names() -> None:
+    import qkv.layers
+
+    teaching = {"SelfAttentionV1", "SelfAttentionV2", "CausalAttention", "MultiHeadAttentionWrapper",
+                "attention_without_weights", "causal_weights_masked", "causal_weights_renormalized"}  # fmt: skip
+    assert not teaching & set(qkv.layers.__all__) and not any(hasattr(qkv.layers, name) for name in teaching)
