@@ -17,7 +17,7 @@ Adding a family means adding one :class:`Family` to :data:`FAMILIES` (and its co
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from torch import nn
@@ -152,18 +152,12 @@ def _transformer_families() -> list[Family]:
         embedding="embedding.token_embedding",
         hf_architectures=("GPT2LMHeadModel",),
     )
-    llama = Family(
+    llama = replace(  # GPT's flow and views; what differs is in its config's layers (models/llama.py)
+        gpt,
         name="llama",
         config=LlamaConfig,
         model=Llama,
         title="a Llama-style language model (decoder only: RMSNorm, SwiGLU, grouped-query attention, RoPE)",
-        role=LANGUAGE_MODEL,
-        capabilities=decoder_only,
-        attention_notes=causal,
-        instead="use a translator for cross-attention",
-        streams={"decoder": ("embedding", "decoder")},
-        output="decoder",
-        embedding="embedding.token_embedding",
         hf_architectures=("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"),
     )
     encoder = Family(
