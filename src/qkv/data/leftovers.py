@@ -1,9 +1,10 @@
-"""What a preparation killed with SIGKILL (or a power cut) would leave behind, and how nothing is left.
+"""What a preparation (or an export) killed with SIGKILL would leave behind, and how nothing is left.
 
 - Its hidden work folder ``.OUT.preparing-PID-XXXXXXXX`` beside ``OUT``: the process holds an exclusive
   lock on the folder's ``.owner`` file while it works, and the kernel drops that lock when the process dies,
   however it dies. The next preparation into the same parent folder removes every such folder whose lock it
   can take (its owner is gone) and says so; the folder of a preparation still running is locked and stays.
+  ``qkv export`` writes its graphs in ``.NAME.onnx.exporting-PID-XXXXXXXX`` folders the same way.
 - Its pool workers (the word tokenizer encodes in a process pool): on Linux each worker asks the kernel to
   kill it when its parent dies (``prctl(PR_SET_PDEATHSIG)``), so none is left orphaned holding memory.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import glob
 import os
 import shutil
 import signal
@@ -29,14 +31,14 @@ OWNER_FILE = ".owner"
 _PR_SET_PDEATHSIG = 1
 
 
-def work_folder_prefix(out: Path) -> str:
-    return f".{out.name}.preparing-"
+def work_folder_prefix(out: Path, verb: str = "preparing") -> str:
+    return f".{out.name}.{verb}-"
 
 
-def make_work_folder(out: Path) -> tuple[Path, IO[str] | None]:
+def make_work_folder(out: Path, verb: str = "preparing") -> tuple[Path, IO[str]]:
     """A new hidden folder beside ``out``, locked by this process; returns it and the open lock file (keep
     it open while working: closing it, or dying, releases the lock)."""
-    work = out.parent / f"{work_folder_prefix(out)}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    work = out.parent / f"{work_folder_prefix(out, verb)}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     work.mkdir(parents=True)
     owner = open(work / OWNER_FILE, "w", encoding="ascii")  # noqa: SIM115 - held for the whole preparation
     if fcntl is not None:
@@ -46,12 +48,12 @@ def make_work_folder(out: Path) -> tuple[Path, IO[str] | None]:
     return work, owner
 
 
-def remove_stale_work_folders(out: Path) -> list[Path]:
-    """Remove the work folders beside ``out`` whose preparing process is gone; return them."""
+def remove_stale_work_folders(out: Path, verb: str = "preparing") -> list[Path]:
+    """Remove the work folders beside ``out`` whose process is gone; return them."""
     if fcntl is None or not out.parent.is_dir():
         return []
     removed = []
-    for folder in sorted(out.parent.glob(work_folder_prefix(out) + "*")):
+    for folder in sorted(out.parent.glob(glob.escape(work_folder_prefix(out, verb)) + "*")):
         if folder.is_dir() and _owner_is_gone(folder):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
