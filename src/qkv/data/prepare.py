@@ -116,9 +116,8 @@ def prepare(
     found = _existing(out, recipe)
     if found is not None:
         return found
-    for stale in remove_stale_work_folders(out):
-        if not quiet:
-            print(f"removed {stale}, left by a preparation that was killed", file=sys.stderr, flush=True)
+    for stale in remove_stale_work_folders(out):  # said also under quiet: files disappear
+        print(f"removed {stale}, left by a preparation that was killed", file=sys.stderr, flush=True)
     work, owner = out.parent / f".{out.name}.preparing", None
     started = time.perf_counter()
     try:
@@ -130,7 +129,7 @@ def prepare(
         trained.save(work / TOKENIZER_FILE)
         sampled = time.perf_counter()
         stats = _encode(source, trained, work, workers=workers, shard_tokens=shard_tokens, quiet=quiet)
-        if stats["unknown"] and not quiet:
+        if stats["unknown"]:  # a warning, not progress: said also under quiet
             print(_unknown_note(trained, stats, given=isinstance(tokenizer, Tokenizer)), file=sys.stderr, flush=True)
         n_train = int(stats["tokens"] * (1.0 - val_fraction))
         manifest = {
