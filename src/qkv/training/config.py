@@ -367,7 +367,7 @@ def read_toml(path: str | Path) -> dict[str, Any]:
     settings = {key.replace("-", "_"): value for key, value in data.items()}
     types = {f.name: f.type for f in fields(TrainConfig)}
     for name, value in settings.items():  # each value, also one a flag will override
-        if name in types:
+        if name in types and name != "model":  # [model] is checked with the model's own fields
             try:
                 check_type(name, value, types[name])
             except QkvError as error:
