@@ -49,7 +49,7 @@ def make_work_folder(out: Path, verb: str = "preparing") -> tuple[Path, IO[str]]
 
 
 def remove_stale_work_folders(out: Path, verb: str = "preparing") -> list[Path]:
-    """Remove the work folders beside ``out`` whose process is gone; return them."""
+    """Remove the work folders beside ``out`` whose process is gone, saying so on stderr; return them."""
     if fcntl is None or not out.parent.is_dir():
         return []
     removed = []
@@ -57,6 +57,8 @@ def remove_stale_work_folders(out: Path, verb: str = "preparing") -> list[Path]:
         if folder.is_dir() and _owner_is_gone(folder):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
+            what = "a preparation" if verb == "preparing" else "an export"
+            print(f"removed {folder}, left by {what} that was killed", file=sys.stderr, flush=True)
     return removed
 
 

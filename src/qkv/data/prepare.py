@@ -116,8 +116,7 @@ def prepare(
     found = _existing(out, recipe)
     if found is not None:
         return found
-    for stale in remove_stale_work_folders(out):  # said also under quiet: files disappear
-        print(f"removed {stale}, left by a preparation that was killed", file=sys.stderr, flush=True)
+    remove_stale_work_folders(out)  # and says so, also under quiet: files disappear
     work, owner = out.parent / f".{out.name}.preparing", None
     started = time.perf_counter()
     try:

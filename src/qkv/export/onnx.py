@@ -38,7 +38,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -195,8 +194,7 @@ def _save_all(traced: list[tuple[Any, Path, bool]]) -> list[Path]:
     from qkv.data.leftovers import make_work_folder, remove_stale_work_folders
 
     first = traced[0][1]
-    for stale in remove_stale_work_folders(first, "exporting"):
-        print(f"removed {stale}, left by an export that was killed", file=sys.stderr)
+    remove_stale_work_folders(first, "exporting")
     work, owner = make_work_folder(first, "exporting")
     try:
         for program, path, external in traced:
