@@ -84,6 +84,7 @@ def test_the_process_pool_gives_the_same_ids(tmp_path: Path, monkeypatch: pytest
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(prepare_module, "ProcessPoolExecutor", CountedPool)
+    monkeypatch.setattr(prepare_module, "MIN_SHARD_TOKENS", 1_000)  # several shards of a small text
     path = tmp_path / "book.txt"
     path.write_text(TEXT * 3, encoding="utf-8")
     pooled = prepare(str(path), tmp_path / "pool", tokenizer=kind, workers=2, shard_tokens=5_000, quiet=True)
@@ -201,7 +202,9 @@ def test_ctrl_c_and_bad_input_leave_nothing_behind(tmp_path: Path, monkeypatch: 
         ({"tokenizer": "char", "vocab_size": 10}, "--vocab-size applies to word and bpe"),
         ({"sample_mb": 0}, "--tokenizer-sample must be above 0"),
         ({"workers": 0}, "--workers must be at least 1"),
-        ({"shard_tokens": 0}, "--shard-tokens must be at least 1"),
+        ({"shard_tokens": 0}, "--shard-tokens must be at least 1,000,000"),
+        ({"shard_tokens": 1}, "--shard-tokens must be at least 1,000,000"),
+        ({"tokenizer": "bpe", "vocab_size": 10**9}, "--vocab-size must be between 1 and 1,048,576"),
     ],
 )
 def test_bad_settings(tmp_path: Path, settings: dict, message: str) -> None:

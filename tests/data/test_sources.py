@@ -165,7 +165,7 @@ def test_invalid_utf8_in_a_later_block_names_offset_and_line(tmp_path: Path) -> 
 
 
 def test_binary_and_empty_single_files(tmp_path: Path) -> None:
-    with pytest.raises(QkvError, match="looks binary"):
+    with pytest.raises(QkvError, match="holds binary data once decompressed"):
         open_source(write(tmp_path / "b.txt.gz", gzip.compress(b"\x00\x01binary"))).read_text()
     with pytest.raises(QkvError, match="e.txt is empty: give a file with text in it"):
         open_source(write(tmp_path / "e.txt", b"\n\n")).read_text()

@@ -18,7 +18,10 @@ from tests.pretrained.conftest import llama_config
 
 transformers = pytest.importorskip("transformers")
 
-READS = "GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM, BertModel, BertForMaskedLM, MarianMTModel"
+READS = (
+    "GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM, BertModel, BertForMaskedLM, "
+    "MarianMTModel"
+)
 
 REFUSALS = {
     "unsupported model_type": (

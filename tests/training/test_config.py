@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from qkv.errors import QkvError
-from qkv.training.config import TrainConfig, read_toml
+from qkv.training.config import TrainConfig, flag_names, read_toml
 
 
 @pytest.mark.parametrize(
@@ -27,7 +27,7 @@ from qkv.training.config import TrainConfig, read_toml
     ],
 )
 def test_bad_settings_name_the_flag(kwargs, fragment) -> None:
-    with pytest.raises(QkvError, match=fragment.replace("(", r"\(")):
+    with flag_names(), pytest.raises(QkvError, match=fragment.replace("(", r"\(")):  # as the command line sees them
         TrainConfig(**kwargs)
 
 
@@ -65,7 +65,7 @@ def test_unknown_settings_are_named() -> None:
     ],
 )
 def test_word2vec_settings_are_checked(changes, fragment) -> None:
-    with pytest.raises(QkvError, match=fragment):
+    with flag_names(), pytest.raises(QkvError, match=fragment):
         TrainConfig.create(task="word2vec", **changes)
 
 

@@ -22,6 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser, what="the model to export: a run directory (or --model for a pretrained one)")
     add_device_arguments(parser, device=False)  # written from the CPU
     parser.add_argument("--onnx", metavar="FILE", help="write the ONNX graph(s) here (a name ending in .onnx)")
+    parser.add_argument("--force", action="store_true", help="replace ONNX files that exist (else they are refused)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,10 +33,10 @@ def run(args: argparse.Namespace) -> int:
     from qkv.export.onnx import check_exportable, export_onnx, sentence_head_of
 
     bundle = load_any(model_path(args), device=use_device(args))
-    check_exportable(bundle.model, Path(args.onnx))
+    check_exportable(bundle.model, Path(args.onnx), overwrite=args.force)
     family = family_of(bundle.model)
     head = sentence_head_of(bundle) if family.role == ENCODER else {}
     print(f"qkv export: tracing {family.title} (a minute for GPT-2 small)...", file=sys.stderr)
-    for path in export_onnx(bundle.model, args.onnx, **head):
+    for path in export_onnx(bundle.model, args.onnx, overwrite=args.force, **head):
         print(f"qkv export: wrote {path} ({path.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)
     return 0

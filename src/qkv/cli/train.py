@@ -14,7 +14,7 @@ from typing import Any
 
 from qkv.errors import QkvError
 from qkv.models.presets import PRESETS
-from qkv.training.config import TASK_ARCHS, TrainConfig, read_toml
+from qkv.training.config import TASK_ARCHS, TrainConfig, flag_names, read_toml
 
 HELP = "train a GPT language model (or, with --task translate, a translator; --task word2vec, word vectors)"
 LM_PRESETS = [name for name, (cls, _) in PRESETS.items() if cls.kind in TASK_ARCHS["lm"]]
@@ -174,7 +174,8 @@ def config_from_args(args: argparse.Namespace, base: dict[str, Any] | None = Non
             settings["model"][key.removeprefix("model.")] = value
         elif key in {f.name for f in fields(TrainConfig)}:
             settings[key] = value
-    return TrainConfig.from_dict(settings) if base else TrainConfig.create(**settings)
+    with flag_names():  # messages name --flags, not the Python fields
+        return TrainConfig.from_dict(settings) if base else TrainConfig.create(**settings)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,20 +3,27 @@ corpus larger than the disk works too) or ``hf:FOLDER`` (a folder written by ``s
 of data files that ``load_dataset`` reads). Each example is one document: the string under the text field.
 
 Needs the optional ``datasets`` package (``pip install 'qkv[data]'``). Offline, or with a name the Hub
-does not know, opening the dataset is a QkvError that says so and how to use a local copy instead.
+does not know, opening the dataset is a QkvError that says so and how to use a local copy instead. Whether
+the Hub can be reached is tried first, once, with a short timeout: offline, the library itself would retry
+for half a minute with a warning each time.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from qkv.data.readers import DATA_EXTRA, Document, document_text
 from qkv.errors import QkvError
 
 PREFIX = "hf:"
+PROBE_SECONDS = 5.0
+"""How long the check that the Hub can be reached waits for a connection."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,7 @@ def _open(spec: DatasetSpec):
         raise QkvError(f"hf:{spec.name} needs the datasets package: {DATA_EXTRA}") from None
     datasets.logging.set_verbosity_error()
     datasets.disable_progress_bars()
+    _quiet_hub_retries()
     local = spec.local
     try:
         if local is not None and ((local / "state.json").is_file() or (local / "dataset_dict.json").is_file()):
@@ -89,6 +97,8 @@ def _open(spec: DatasetSpec):
                     )
                 dataset = dataset[spec.split]
             return dataset
+        if local is None:
+            check_hub_reachable(spec)
         return datasets.load_dataset(spec.name, spec.config, split=spec.split, streaming=True)
     except QkvError:
         raise
@@ -98,6 +108,35 @@ def _open(spec: DatasetSpec):
             f"could not open the Hugging Face dataset {spec.name!r} ({reason}): check the name, config and "
             "split and that you are online, or save the dataset to a folder and pass hf:FOLDER"
         ) from None
+
+
+def check_hub_reachable(spec: DatasetSpec) -> None:
+    """QkvError at once when the Hub cannot be reached (no network, no DNS). In offline mode the library
+    fails at once by itself; behind a proxy (``HTTPS_PROXY`` and the like) its own connection is left to judge."""
+    if any(os.environ.get(name) for name in _OFFLINE_VARIABLES + _PROXY_VARIABLES):
+        return
+    fix = f"connect to the network, or save the dataset to a folder elsewhere and pass hf:FOLDER for hf:{spec.name}"
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=PROBE_SECONDS).close()
+    except OSError as error:
+        reason = error.strerror or str(error) or type(error).__name__
+        raise QkvError(f"cannot reach the Hugging Face Hub at {host} ({reason}): {fix}") from None
+
+
+_OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def _quiet_hub_retries() -> None:
+    """The Hub client's retry warnings ("Retrying in 8s [Retry 4/5]") are not for qkv's users."""
+    try:
+        from huggingface_hub.utils import logging as hub_logging
+
+        hub_logging.set_verbosity_error()
+    except ImportError:
+        pass
 
 
 def _no_field(spec: DatasetSpec, field: str, columns: list[str]) -> QkvError:

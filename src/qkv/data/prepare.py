@@ -12,21 +12,20 @@ char tokenizer encodes with a vectorised table lookup in this process; the BPE l
 pieces on all cores itself.
 
 Nothing is left half-written: everything goes into a hidden folder beside ``out``, which is renamed to
-``out`` only once complete; on any error (bad input, a full disk, Ctrl-C) it is deleted.
+``out`` only once complete; on any error (bad input, a full disk, Ctrl-C) it is deleted, and after a
+SIGKILL the next preparation beside it removes it (:mod:`qkv.data.leftovers`).
 """
 
 from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import multiprocessing
 import os
 import shutil
 import signal
 import sys
 import time
-import uuid
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -37,22 +36,27 @@ from typing import Any
 
 import numpy as np
 
+from qkv.data.leftovers import OWNER_FILE, die_with_parent, make_work_folder, remove_stale_work_folders
 from qkv.data.progress import DataProgress, size_text
 from qkv.data.shards import (
     FORMAT,
     FORMAT_VERSION,
     MANIFEST_FILE,
+    MIN_SHARD_TOKENS,
     SHARD_TOKENS,
     TOKENIZER_FILE,
     ShardWriter,
     TokenShards,
+    load_prepared_tokenizer,
     read_manifest,
     token_dtype,
+    tokenizer_sha256,
 )
 from qkv.data.sources import DataArg, TextSource, open_source
 from qkv.errors import QkvError
 from qkv.io import atomic_write_json
 from qkv.tokenizers import CharTokenizer, HFTokenizer, Tokenizer, load_tokenizer, train_tokenizer
+from qkv.tokenizers.base import MAX_VOCAB_SIZE
 
 SAMPLE_MB = 100.0
 """Default size of the tokenizer's training sample, in MB of text."""
@@ -75,7 +79,8 @@ class PreparedData:
         return TokenShards(self.folder)
 
     def tokenizer(self) -> Tokenizer:
-        return load_tokenizer(self.folder / TOKENIZER_FILE)
+        """The tokenizer that made the shards, checked against the manifest's sha256."""
+        return load_prepared_tokenizer(self.folder, self.manifest)
 
 
 def prepare(
@@ -103,7 +108,7 @@ def prepare(
     _check_settings(tokenizer, vocab_size, sample_mb, val_fraction, workers, shard_tokens)
     source = open_source(data, text_field=text_field)
     if isinstance(tokenizer, Tokenizer):
-        settings: dict[str, Any] = {"tokenizer_sha256": _sha256_of(tokenizer)}
+        settings: dict[str, Any] = {"tokenizer_sha256": tokenizer_sha256(tokenizer)}
     else:
         settings = {"kind": tokenizer, "vocab_size": vocab_size, "sample_mb": float(sample_mb)}
     recipe = {"source": source.identity, "tokenizer": settings, "shard_tokens": shard_tokens}
@@ -111,10 +116,11 @@ def prepare(
     found = _existing(out, recipe)
     if found is not None:
         return found
-    work = out.parent / f".{out.name}.preparing-{uuid.uuid4().hex[:8]}"
+    remove_stale_work_folders(out)  # and says so, also under quiet: files disappear
+    work, owner = out.parent / f".{out.name}.preparing", None
     started = time.perf_counter()
     try:
-        work.mkdir(parents=True)
+        work, owner = make_work_folder(out)
         if isinstance(tokenizer, Tokenizer):
             trained, sample_bytes = tokenizer, 0
         else:
@@ -122,6 +128,8 @@ def prepare(
         trained.save(work / TOKENIZER_FILE)
         sampled = time.perf_counter()
         stats = _encode(source, trained, work, workers=workers, shard_tokens=shard_tokens, quiet=quiet)
+        if stats["unknown"]:  # a warning, not progress: said also under quiet
+            print(_unknown_note(trained, stats, given=isinstance(tokenizer, Tokenizer)), file=sys.stderr, flush=True)
         n_train = int(stats["tokens"] * (1.0 - val_fraction))
         manifest = {
             "format": FORMAT,
@@ -134,22 +142,26 @@ def prepare(
                 "kind": trained.kind,
                 "vocab_size": trained.vocab_size,
                 "requested_vocab_size": vocab_size,
-                "sha256": _sha256_of(trained),
+                "sha256": tokenizer_sha256(trained),
                 "sample_bytes": sample_bytes,
             },
             "dtype": token_dtype(trained.vocab_size).name,
             "tokens": stats["tokens"],
+            "unknown_tokens": stats["unknown"],
             "split": {"val_fraction": val_fraction, "train_tokens": n_train, "val_tokens": stats["tokens"] - n_train},
             "shards": stats["shards"],
             "seconds": {"sample": round(sampled - started, 3), "encode": round(time.perf_counter() - sampled, 3)},
             "recipe": recipe,
         }
         atomic_write_json(work / MANIFEST_FILE, manifest)
+        (work / OWNER_FILE).unlink()  # the lock stays held (the file is open) until the folder is out
         return _publish(work, out, recipe)
     except OSError as error:
         raise _write_error(error, out, work) from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        if owner is not None:
+            owner.close()
 
 
 # ------------------------------------------------------------------------------------- the two phases
@@ -210,7 +222,8 @@ def _encode(
     writer = ShardWriter(folder, token_dtype(tokenizer.vocab_size), shard_tokens)
     progress = DataProgress("encode", source.total_bytes, enabled=not quiet)
     digest = hashlib.sha256()  # of the text itself: the run's data fingerprint
-    text_bytes = characters = 0
+    text_bytes = characters = unknown = 0
+    unk = tokenizer.unk_id
     forced: list[int] = []
     encoded = _encoded(source.pieces(forced=forced), tokenizer, workers)
     try:
@@ -220,6 +233,8 @@ def _encode(
             text_bytes += len(data)
             characters += len(piece)
             writer.write(ids)
+            if unk is not None:
+                unknown += int(np.count_nonzero(ids == unk))
             progress.update(position, text_bytes, writer.tokens)
         shards = writer.close()
     finally:
@@ -231,7 +246,17 @@ def _encode(
         f"({mb_s:,.1f} MB/s, {tokens_s:,.0f} tokens/s)"
     )
     text = {"text_sha256": digest.hexdigest(), "text_bytes": text_bytes, "characters": characters}
-    return {"tokens": writer.tokens, "shards": shards, "text": {**text, "forced_cuts": sum(forced)}}
+    text = {**text, "forced_cuts": sum(forced)}
+    return {"tokens": writer.tokens, "shards": shards, "text": text, "unknown": unknown}
+
+
+def _unknown_note(tokenizer: Tokenizer, stats: dict[str, Any], *, given: bool) -> str:
+    """The note for ids that became ``<unk>``: the model will see <unk> where the text had something else."""
+    fix = "train one on this data (--tokenizer char, word or bpe)" if given else "raise --tokenizer-sample"
+    return (
+        f"note: {stats['unknown']:,} of {stats['tokens']:,} tokens became <unk> (characters or words the "
+        f"{tokenizer.kind} tokenizer does not know): the model sees <unk> in their place; {fix} to keep them"
+    )
 
 
 def _encoded(
@@ -253,7 +278,7 @@ def _encoded(
     dtype = token_dtype(tokenizer.vocab_size)
     context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
     with ProcessPoolExecutor(
-        workers, context, initializer=_start_worker, initargs=(tokenizer.to_dict(), dtype)
+        workers, context, initializer=_start_worker, initargs=(tokenizer.to_dict(), dtype, os.getpid())
     ) as pool:
         in_flight: deque = deque()
         try:
@@ -273,8 +298,9 @@ def _encoded(
 _worker_state: dict[str, Any] = {}
 
 
-def _start_worker(tokenizer: dict[str, Any], dtype: np.dtype) -> None:
+def _start_worker(tokenizer: dict[str, Any], dtype: np.dtype, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the pool
+    die_with_parent(parent)  # a parent killed with SIGKILL takes its workers along
     _worker_state["tokenizer"], _worker_state["dtype"] = load_tokenizer(tokenizer), dtype
 
 
@@ -302,7 +328,8 @@ def _existing(out: Path, recipe: dict[str, Any]) -> PreparedData | None:
             f"--out {out} already holds a different preparation ({held}): choose another --out, or delete {out} "
             "to prepare it again"
         )
-    TokenShards(out)  # the shards are all there, with the sizes the manifest says
+    TokenShards(out)  # the shards are all there, with the sizes and id ranges the manifest says
+    load_prepared_tokenizer(out, manifest)  # and the tokenizer is the one that made them
     return PreparedData(out, manifest, reused=True)
 
 
@@ -346,6 +373,11 @@ def _check_settings(
             raise QkvError(f"--tokenizer {tokenizer!r} is unknown: choose char, word, bpe or a tokenizer.json file")
         if vocab_size is not None and tokenizer == "char":
             raise QkvError("--vocab-size applies to word and bpe tokenizers: drop it or add --tokenizer bpe")
+        if vocab_size is not None and not 1 <= vocab_size <= MAX_VOCAB_SIZE:
+            raise QkvError(
+                f"--vocab-size must be between 1 and {MAX_VOCAB_SIZE:,}, got {vocab_size:,}: GPT-2 uses 50,257; "
+                "try e.g. 8000"
+            )
     elif tokenizer.kind not in KINDS:
         raise QkvError(
             f"a {tokenizer.kind!r} tokenizer cannot be used to prepare data: only qkv's char, word and bpe "
@@ -359,12 +391,11 @@ def _check_settings(
         raise QkvError(f"--val-fraction must be in [0, 1), got {val_fraction}")
     if workers is not None and workers < 1:
         raise QkvError(f"--workers must be at least 1, got {workers}")
-    if shard_tokens < 1:
-        raise QkvError(f"--shard-tokens must be at least 1, got {shard_tokens}: use e.g. {SHARD_TOKENS:,}")
-
-
-def _sha256_of(tokenizer: Tokenizer) -> str:
-    return hashlib.sha256(json.dumps(tokenizer.to_dict(), sort_keys=True).encode("utf-8")).hexdigest()
+    if shard_tokens < MIN_SHARD_TOKENS:
+        raise QkvError(
+            f"--shard-tokens must be at least {MIN_SHARD_TOKENS:,} (smaller shards only multiply the files), got "
+            f"{shard_tokens:,}: use e.g. {SHARD_TOKENS:,}"
+        )
 
 
 def _version() -> str:

@@ -170,6 +170,11 @@ def _text_blocks(file: InputFile) -> Document:
                     raise QkvError(f"cannot read corpus file {file.path} ({error}): check the file") from None
                 raise _damaged(file, error) from None
             if offset == 0 and b"\x00" in data[:8192]:
+                if file.compression is not None:
+                    raise QkvError(
+                        f"corpus file {file.path} holds binary data once decompressed (NUL bytes), not text: give "
+                        "a compressed text file; an archive (.tar.gz, ...) must be unpacked first (give the folder)"
+                    )
                 raise QkvError(
                     f"corpus file {file.path} looks binary (it contains NUL bytes): give a plain UTF-8 text file"
                 )
@@ -187,11 +192,23 @@ def _text_blocks(file: InputFile) -> Document:
                 return
 
 
+_DECOMPRESS = {".gz": "zcat", ".bz2": "bzcat", ".xz": "xzcat", ".zst": "zstdcat"}
+
+
 def _not_utf8(file: InputFile, data: bytes, at: int, base: int, lines: int) -> QkvError:
+    """Invalid UTF-8: where, and the command that converts the file (a compressed file is converted after
+    decompressing it: iconv on the compressed bytes would only garble them)."""
     line = lines + data[:at].count(b"\n") + 1
+    where = f"byte 0x{data[at]:02x} at offset {base + at} (line {line})"
+    name = file.path.name
+    if file.compression is None:
+        return QkvError(
+            f"corpus file {file.path} is not valid UTF-8: {where}; convert it, e.g. `iconv -f latin1 -t utf-8 {name}`"
+        )
+    text = name[: -len(file.compression)]
     return QkvError(
-        f"corpus file {file.path} is not valid UTF-8: byte 0x{data[at]:02x} at offset {base + at} "
-        f"(line {line}); convert it, e.g. `iconv -f latin1 -t utf-8 {file.path.name}`"
+        f"corpus file {file.path} does not hold UTF-8 text once decompressed: {where}; if it is text in another "
+        f"encoding, convert it, e.g. `{_DECOMPRESS[file.compression]} {name} | iconv -f latin1 -t utf-8 > {text}`"
     )
 
 

@@ -16,13 +16,16 @@ megabyte of file pages into the process, as the kernel maps whole large page-cac
 training from 1 GB took 1.5x the memory of training from 1 MB. Where ``os.preadv`` is missing, the map is
 read and its pages are handed back every :data:`RELEASE_WINDOWS` windows.)
 
-Opening checks that each shard's size matches the manifest (cheap); :meth:`TokenShards.verify` also
-checks the sha256 checksums (reads everything).
+Opening checks that each shard's size matches the manifest and that its largest id (recorded by the
+writer) is inside the tokenizer's vocabulary; loading the tokenizer checks its sha256 against the manifest,
+so a swapped tokenizer.json cannot train on ids it did not make. All of this is cheap: :meth:`TokenShards.verify`
+also checks the shards' sha256 checksums (reads everything).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import mmap
 import os
 from pathlib import Path
@@ -43,6 +46,10 @@ FORMAT_VERSION = 1
 SHARD_TOKENS = 100_000_000
 """Tokens per shard file (the last one holds the rest): 200 MB of uint16."""
 
+MIN_SHARD_TOKENS = 1_000_000
+"""The smallest ``--shard-tokens`` :func:`~qkv.data.prepare.prepare` takes (2 MB of uint16 a file): smaller shards
+only multiply the files (``--shard-tokens 1`` wrote one file per token)."""
+
 RELEASE_WINDOWS = 4096
 """Without ``os.preadv``: after reading this many windows from the map, the pages they touched are released
 from the process (not from the file cache)."""
@@ -58,6 +65,11 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
 
 
+def tokenizer_sha256(tokenizer: Tokenizer) -> str:
+    """The sha256 the manifest records for the tokenizer: of its JSON form, keys sorted."""
+    return hashlib.sha256(json.dumps(tokenizer.to_dict(), sort_keys=True).encode("utf-8")).hexdigest()
+
+
 def shard_name(index: int) -> str:
     return f"shard-{index:06d}.bin"
 
@@ -69,7 +81,8 @@ def write_bytes(file: BinaryIO, data: memoryview) -> None:
 
 class ShardWriter:
     """Appends token ids to numbered shard files in ``folder``, starting a new file every ``shard_tokens``
-    ids, and hashes them on the way. :meth:`close` returns the manifest's list of shards."""
+    ids, and hashes them on the way. :meth:`close` returns the manifest's list of shards, each with its
+    token count, sha256 and largest id (``max_id``, -1 for none), which readers check against the vocabulary."""
 
     def __init__(self, folder: Path, dtype: np.dtype, shard_tokens: int = SHARD_TOKENS) -> None:
         if shard_tokens < 1:
@@ -79,6 +92,7 @@ class ShardWriter:
         self.file: BinaryIO | None = None
         self.count = 0  # ids in the open shard
         self.tokens = 0  # ids written in all
+        self.max_id = -1  # the largest id in the open shard
         self.digest = hashlib.sha256()
 
     def write(self, ids: np.ndarray) -> None:
@@ -90,6 +104,8 @@ class ShardWriter:
             data = memoryview(take).cast("B")
             write_bytes(self.file, data)
             self.digest.update(data)
+            if len(take):
+                self.max_id = max(self.max_id, int(take.max()))
             self.count += len(take)
             self.tokens += len(take)
             ids = ids[len(take) :]
@@ -102,9 +118,14 @@ class ShardWriter:
         os.fsync(self.file.fileno())
         self.file.close()
         self.shards.append(
-            {"file": shard_name(len(self.shards)), "tokens": self.count, "sha256": self.digest.hexdigest()}
+            {
+                "file": shard_name(len(self.shards)),
+                "tokens": self.count,
+                "sha256": self.digest.hexdigest(),
+                "max_id": self.max_id,
+            }
         )
-        self.file, self.count, self.digest = None, 0, hashlib.sha256()
+        self.file, self.count, self.max_id, self.digest = None, 0, -1, hashlib.sha256()
 
     def close(self) -> list[dict[str, Any]]:
         if self.file is not None:
@@ -151,6 +172,23 @@ def read_manifest(folder: str | Path) -> dict[str, Any]:
     return manifest
 
 
+def load_prepared_tokenizer(folder: str | Path, manifest: dict[str, Any]) -> Tokenizer:
+    """The folder's tokenizer.json, checked against the manifest: the same sha256 and vocabulary size as the
+    tokenizer that encoded the shards (a QkvError otherwise: another tokenizer would read other words)."""
+    path = Path(folder) / TOKENIZER_FILE
+    tokenizer = load_tokenizer(path)
+    held = manifest.get("tokenizer", {})
+    if held.get("sha256") not in (None, tokenizer_sha256(tokenizer)) or held.get("vocab_size") not in (
+        None,
+        tokenizer.vocab_size,
+    ):
+        raise QkvError(
+            f"{path} is not the tokenizer the shards were encoded with (its sha256 differs from the one in "
+            f"{MANIFEST_FILE}): put the original back, or prepare the data again with this tokenizer"
+        )
+    return tokenizer
+
+
 def prepared_tokenizer_settings(path: str | Path | None) -> dict[str, Any]:
     """``{"tokenizer": kind, "vocab_size": requested size}`` of a prepared folder; {} for anything else."""
     if not is_prepared(path):
@@ -179,6 +217,7 @@ class TokenShards:
                     f"shard {path} {found} but the manifest says {expected:,} bytes ({shard['tokens']:,} "
                     f"{self.manifest['dtype']} tokens): the folder is damaged or incomplete; prepare the data again"
                 )
+            self._check_ids(f"shard {path}", shard.get("max_id"))
             file = open(path, "rb", buffering=0)  # noqa: SIM115 - kept open for pread, closed with the object
             self._files.append(file)
             mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
@@ -190,11 +229,26 @@ class TokenShards:
         self._windows_read = 0
 
     @property
+    def vocab_size(self) -> int | None:
+        """The vocabulary size of the tokenizer that made the ids (None in a manifest that lacks it)."""
+        size = self.manifest.get("tokenizer", {}).get("vocab_size")
+        return size if isinstance(size, int) else None
+
+    def _check_ids(self, where: str, max_id: Any) -> None:
+        """QkvError when an id (the manifest's largest of a shard, or of a batch read) is past the vocabulary."""
+        if isinstance(max_id, int) and self.vocab_size is not None and max_id >= self.vocab_size:
+            raise QkvError(
+                f"{where} holds token id {max_id:,}, beyond the tokenizer's {self.vocab_size:,} entries: the "
+                "shard or the manifest was changed; check with `qkv prepare ... --verify`, or prepare the data again"
+            )
+
+    @property
     def tokenizer_path(self) -> Path:
         return self.folder / TOKENIZER_FILE
 
     def tokenizer(self) -> Tokenizer:
-        return load_tokenizer(self.tokenizer_path)
+        """The tokenizer that made the ids, checked against the manifest (:func:`load_prepared_tokenizer`)."""
+        return load_prepared_tokenizer(self.folder, self.manifest)
 
     def __len__(self) -> int:
         return int(self.ends[-1]) if len(self.ends) else 0
@@ -228,11 +282,14 @@ class TokenShards:
             self._windows_read += len(starts)
             if self._windows_read >= RELEASE_WINDOWS:
                 self.release()
-            return torch.from_numpy(out)
-        rows = np.empty((len(starts), length), dtype=self.dtype)  # (B, length) in the shards' dtype
-        for row, start in enumerate(starts.tolist()):
-            self._pread(rows[row], start)
-        return torch.from_numpy(rows.astype(np.int64))
+        else:
+            rows = np.empty((len(starts), length), dtype=self.dtype)  # (B, length) in the shards' dtype
+            for row, start in enumerate(starts.tolist()):
+                self._pread(rows[row], start)
+            out = rows.astype(np.int64)
+        if out.size:  # cheap next to the model: a changed shard is named here, not an IndexError in W_E
+            self._check_ids(f"a shard of {self.folder}", int(out.max()))
+        return torch.from_numpy(out)
 
     def _pread(self, buffer: np.ndarray, start: int) -> None:
         """Fill ``buffer`` with ids ``start`` up to ``start + len(buffer)``, read from the shard files."""
@@ -260,7 +317,10 @@ class TokenShards:
                 mapped.madvise(mmap.MADV_DONTNEED)
 
     def verify(self) -> None:
-        """Check every shard's sha256 against the manifest; a mismatch is a QkvError naming the shard."""
+        """Check the tokenizer and every shard's sha256 against the manifest; a mismatch is a QkvError naming
+        the file."""
+        if self.manifest.get("tokenizer", {}).get("sha256"):  # every manifest qkv prepare writes has it
+            self.tokenizer()
         for shard in self.manifest["shards"]:
             path = self.folder / shard["file"]
             digest = hashlib.sha256()

@@ -40,6 +40,13 @@ from qkv.tokenizers import Tokenizer
 from qkv.tokenizers.base import SPECIAL_TOKENS
 
 ARCHS = ("skipgram", "cbow")
+MAX_WINDOW = 1_000
+"""The widest ``window`` taken (word2vec uses 5 to 10): wider ones only cost time and memory."""
+MAX_NEGATIVE = 1_000
+"""The most negative words per row taken (word2vec uses 5 to 20; 2 to 5 on large corpora)."""
+BATCH_MEMORY_SHARE = 0.25
+"""The share of the machine's available memory one batch may take (two are in memory at once: one made
+ahead on another thread)."""
 EVAL_SEED = 4321
 """Seed of the fixed evaluation rows: every evaluation of every run sees the same ones."""
 
@@ -118,6 +125,34 @@ def negative_table(counts: np.ndarray, exponent: float = 0.75) -> np.ndarray:
     return cumulative / cumulative[-1]
 
 
+def batch_bytes(window: int, negative: int, batch_words: int, block: int = 8, arch: str = "skipgram") -> int:
+    """About the memory one batch takes: ``batch_words`` x (``window`` + 1) (centre, context) pairs on average
+    (the reduced window is uniform in 1..window, on both sides), each with its positions and ids (about 10
+    int64); and per block of rows (a row per pair for skip-gram, per word for CBOW) ``negative`` ids (int64),
+    their random draws (float64) and a mask (a bool per row)."""
+    pairs = batch_words * (window + 1)
+    blocks = -(-(pairs if arch == "skipgram" else batch_words) // block)
+    return pairs * 80 + blocks * negative * (16 + block)
+
+
+def check_batch_size(window: int, negative: int, batch_words: int, block: int = 8, arch: str = "skipgram") -> None:
+    """QkvError for a ``window`` or ``negative`` outside their bounds, or a batch the machine cannot hold."""
+    for name, value, bound, usual in (
+        ("window", window, MAX_WINDOW, "5 to 10"),
+        ("negative", negative, MAX_NEGATIVE, "5 to 20"),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= bound:
+            raise QkvError(f"--{name} must be a whole number from 1 to {bound:,}, got {value!r}: word2vec uses {usual}")
+    from qkv.models.memory import GIB, available_memory
+
+    need, free = batch_bytes(window, negative, batch_words, block, arch), available_memory("cpu")
+    if free is not None and need > BATCH_MEMORY_SHARE * free:
+        raise QkvError(
+            f"a batch of --batch-size {batch_words:,} words with --window {window} and --negative {negative} needs "
+            f"about {need / GIB:,.1f} GiB, more than a quarter of the {free / GIB:,.1f} GiB available: lower them"
+        )
+
+
 def window_pairs(sentence: np.ndarray, window: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """All (centre, context) positions with the context at most window[centre] away in the same sentence.
 
@@ -125,7 +160,7 @@ def window_pairs(sentence: np.ndarray, window: np.ndarray) -> tuple[np.ndarray, 
     (pairs,) arrays of positions, sorted by centre (the contexts of one centre in order of distance)."""
     n = sentence.shape[0]
     centres, contexts = [], []
-    for offset in range(1, int(window.max(initial=0)) + 1):
+    for offset in range(1, min(int(window.max(initial=0)), n - 1) + 1):  # no pair is farther apart than n - 1
         left = np.arange(n - offset)  # position i; its neighbour i + offset
         same = sentence[:-offset] == sentence[offset:]
         right_of = same & (window[:-offset] >= offset)  # centre i, context i + offset
@@ -162,6 +197,7 @@ class Word2VecBatches:
     ) -> None:
         if arch not in ARCHS:
             raise QkvError(f"--arch {arch!r} is not a Word2Vec architecture: choose skipgram or cbow")
+        check_batch_size(window, negative, batch_words, block, arch)
         self.stream = np.asarray(stream)
         self.separator, self.arch, self.window, self.negative = separator, arch, window, negative
         self.batch_words, self.block, self.seed = batch_words, block, seed

@@ -18,7 +18,11 @@ tokens, P positions already read, S source tokens, h heads, d_k = d_model / h):
   cross-attention; the decoder takes ``input_ids`` (B, T), ``encoder_attention_mask`` (B, S), the pasts and
   the cross keys and values, and returns ``logits`` and the presents.
 
-Every file records the model's config.json and its role in its metadata (``qkv.config``, ``qkv.graph``).
+Every file records the model's config.json, its role and the export it belongs to in its metadata
+(``qkv.config``, ``qkv.graph``, ``qkv.export``: one id shared by the files of one export, so that an encoder
+and a decoder of two exports are never run together). The files are traced first, written into a hidden
+folder beside them, and only then moved into place, one rename each; an existing file is refused unless
+``overwrite`` (``qkv export --force``) is given.
 The graphs come from ``torch.onnx.export`` (the torch.export-based exporter, which needs ``onnxscript``),
 traced with gradients on so that each layer takes its general path (the eager decoding shortcuts are for
 PyTorch on the CPU). :mod:`qkv.export.onnx_runtime` runs them: greedy generation, translation and
@@ -32,6 +36,9 @@ import importlib.util
 import io
 import json
 import logging
+import os
+import shutil
+import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,9 +168,9 @@ def _export(
     dims: tuple[Any, ...],  # one entry per forward argument; a tuple of them for the *caches
     path: Path,
     metadata: dict[str, str],
-) -> Path:
-    from qkv.io import atomic_write
-
+) -> tuple[Any, Path, bool]:
+    """Trace ``graph``; return what :func:`_save_all` writes: the ONNX program, its path, and whether its
+    weights go to a .data file beside it."""
     graph.eval()
     with _tracing(graph):
         try:
@@ -177,12 +184,53 @@ def _export(
                 "with the model's config.json"
             ) from None
     program.model.metadata_props.update(metadata)
-    external = weight_bytes(graph) > SINGLE_FILE_LIMIT
-    atomic_write(path, lambda tmp: program.save(tmp, external_data=external))
-    return path
+    return program, path, weight_bytes(graph) > SINGLE_FILE_LIMIT
 
 
-def check_exportable(model: nn.Module, path: Path) -> None:
+def _save_all(traced: list[tuple[Any, Path, bool]]) -> list[Path]:
+    """Write every traced graph into a hidden folder beside its path (under its own name, so that a .data
+    file of external weights is named after it), then move them all into place: a kill leaves the old files
+    or the new ones, and a pair mixed by a kill between two renames is caught by its export ids."""
+    from qkv.data.leftovers import make_work_folder, remove_stale_work_folders
+
+    first = traced[0][1]
+    remove_stale_work_folders(first, "exporting")
+    work, owner = make_work_folder(first, "exporting")
+    try:
+        for program, path, external in traced:
+            program.save(str(work / path.name), external_data=external)
+        written = sorted(p for p in work.iterdir() if p.name != ".owner")
+        for file in written:
+            with open(file, "rb+") as handle:  # the bytes reach the disk before the renames make them visible
+                os.fsync(handle.fileno())
+            os.chmod(file, 0o644)
+        for file in written:
+            os.replace(file, first.parent / file.name)
+        return [path for _, path, _ in traced]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        owner.close()
+
+
+def output_paths(model: nn.Module, path: str | Path) -> list[Path]:
+    """The files :func:`export_onnx` writes for ``model``: ``path``, or NAME.encoder.onnx and NAME.decoder.onnx
+    for an encoder-decoder."""
+    path = Path(path)
+    if isinstance(model, Transformer):
+        return [path.with_suffix(".encoder.onnx"), path.with_suffix(".decoder.onnx")]
+    return [path]
+
+
+def check_free(paths: list[Path], overwrite: bool) -> None:
+    """QkvError when one of ``paths`` exists and ``overwrite`` is off, or is a folder."""
+    for path in paths:
+        if path.is_dir():
+            raise QkvError(f"--onnx {path} is a folder: give a file name ending in .onnx")
+        if path.exists() and not overwrite:
+            raise QkvError(f"{path} already exists: add --force to replace it, or choose another --onnx")
+
+
+def check_exportable(model: nn.Module, path: Path, *, overwrite: bool = True) -> None:
     """QkvError unless ``model`` can be exported to ``path`` (exporter installed, .onnx name, float weights, ...)."""
     missing = [name for name in ("onnx", "onnxscript") if importlib.util.find_spec(name) is None]
     if missing:
@@ -201,21 +249,25 @@ def check_exportable(model: nn.Module, path: Path) -> None:
             f"a context of {model.config.context_length} positions is too short to export: the exporter traces "
             f"{MIN_CONTEXT} positions; use a model with context_length >= {MIN_CONTEXT}"
         )
+    check_free(output_paths(model, path), overwrite)
 
 
-def export_onnx(model: nn.Module, path: str | Path, *, pooling: str = "mean", normalize: bool = False) -> list[Path]:
+def export_onnx(
+    model: nn.Module, path: str | Path, *, pooling: str = "mean", normalize: bool = False, overwrite: bool = False
+) -> list[Path]:
     """Write ``model`` (GPT, Encoder or Transformer, float weights) as ONNX graphs; return the files written.
 
     ``path`` ends in .onnx. A GPT or an encoder is one file, ``path``; an encoder-decoder is two, ``path``
     with the suffix .encoder.onnx and .decoder.onnx. ``pooling`` and ``normalize`` set how an encoder's
     ``sentence_embedding`` is made (:func:`qkv.pretrained.bert.read_sentence_head` reads them from a
-    sentence-transformers folder). The model is moved to the CPU and traced there.
+    sentence-transformers folder). The model is moved to the CPU and traced there. Existing files are a
+    QkvError unless ``overwrite``.
     """
     path = Path(path)
-    check_exportable(model, path)
+    check_exportable(model, path, overwrite=overwrite)
     model = model.cpu().eval()
     config = model.config  # type: ignore[attr-defined]
-    meta = {"qkv.config": json.dumps(config.to_dict())}
+    meta = {"qkv.config": json.dumps(config.to_dict()), "qkv.export": uuid.uuid4().hex}
     batch, length, past = EXAMPLE_BATCH, EXAMPLE_LENGTH, EXAMPLE_PAST
     ids = torch.zeros(batch, length, dtype=torch.long)
     seq = {0: "batch", 1: "sequence"}
@@ -223,33 +275,37 @@ def export_onnx(model: nn.Module, path: str | Path, *, pooling: str = "mean", no
     if isinstance(model, GPT):
         n = config.n_layers
         pasts = [t for _ in range(n) for t in _empty_like_cache(model, batch, past)]
-        return [
-            _export(
-                GPTGraph(model),
-                (ids, *pasts),
-                (["input_ids", *_cache_names("past", n)], ["logits", *_cache_names("present", n)]),
-                (seq, (cache_dims,) * 2 * n),
-                path,
-                {**meta, "qkv.graph": "gpt"},
-            )
-        ]
+        return _save_all(
+            [
+                _export(
+                    GPTGraph(model),
+                    (ids, *pasts),
+                    (["input_ids", *_cache_names("past", n)], ["logits", *_cache_names("present", n)]),
+                    (seq, (cache_dims,) * 2 * n),
+                    path,
+                    {**meta, "qkv.graph": "gpt"},
+                )
+            ]
+        )
     mask = torch.ones(batch, length, dtype=torch.long)
     if isinstance(model, Encoder):
-        return [
-            _export(
-                EncoderGraph(model, pooling=pooling, normalize=normalize),
-                (ids, mask),
-                (["input_ids", "attention_mask"], ["last_hidden_state", "sentence_embedding"]),
-                (seq, seq),
-                path,
-                {**meta, "qkv.graph": "encoder", "qkv.pooling": pooling, "qkv.normalize": str(normalize).lower()},
-            )
-        ]
+        return _save_all(
+            [
+                _export(
+                    EncoderGraph(model, pooling=pooling, normalize=normalize),
+                    (ids, mask),
+                    (["input_ids", "attention_mask"], ["last_hidden_state", "sentence_embedding"]),
+                    (seq, seq),
+                    path,
+                    {**meta, "qkv.graph": "encoder", "qkv.pooling": pooling, "qkv.normalize": str(normalize).lower()},
+                )
+            ]
+        )
     n = config.n_decoder_layers
-    encoder_path, decoder_path = path.with_suffix(".encoder.onnx"), path.with_suffix(".decoder.onnx")
+    encoder_path, decoder_path = output_paths(model, path)
     src = {0: "batch", 1: "source_sequence"}
     cross_dims = {0: "batch", 2: "source_sequence"}
-    _export(
+    encoder = _export(
         TranslatorEncoderGraph(model),
         (ids, mask),
         (["input_ids", "attention_mask"], _cache_names("cross", n)),
@@ -259,7 +315,7 @@ def export_onnx(model: nn.Module, path: str | Path, *, pooling: str = "mean", no
     )
     pasts = [t for _ in range(n) for t in _empty_like_cache(model, batch, past)]
     crosses = [t for _ in range(n) for t in _empty_like_cache(model, batch, length + 1)]
-    _export(
+    decoder = _export(
         TranslatorDecoderGraph(model),
         (ids, torch.ones(batch, length + 1, dtype=torch.long), *pasts, *crosses),
         (
@@ -270,7 +326,7 @@ def export_onnx(model: nn.Module, path: str | Path, *, pooling: str = "mean", no
         decoder_path,
         {**meta, "qkv.graph": "translator-decoder", "qkv.encoder": encoder_path.name},
     )
-    return [encoder_path, decoder_path]
+    return _save_all([encoder, decoder])
 
 
 def sentence_head_of(bundle: Any) -> dict[str, Any]:

@@ -122,6 +122,11 @@ class OnnxTranslator:
     def __init__(self, encoder_path: str | Path) -> None:
         self.encoder = _Graph(encoder_path, "translator-encoder")
         self.decoder = _Graph(self.encoder.path.parent / self.encoder.meta["qkv.decoder"], "translator-decoder")
+        if self.encoder.meta.get("qkv.export") != self.decoder.meta.get("qkv.export"):
+            raise QkvError(
+                f"{self.encoder.path} and {self.decoder.path} come from two different exports (one was replaced, "
+                "or a re-export was stopped halfway): export again with `qkv export RUN --onnx NAME.onnx --force`"
+            )
         self.n_layers = self.decoder.config["n_decoder_layers"]
 
     def greedy(

@@ -348,9 +348,11 @@ def _check_rope_scaling(scaling: Any) -> None:
         raise QkvError(f"rope_scaling={scaling!r} is unknown: qkv knows {{\"rope_type\": \"llama3\", ...}} or null")
     missing = [name for name in ROPE_SCALING_FIELDS if not isinstance(scaling.get(name), int | float)]
     if missing:
-        raise QkvError(f"rope_scaling lacks the number(s) {', '.join(missing)}: give all of {', '.join(ROPE_SCALING_FIELDS)}")
+        raise QkvError(
+            f"rope_scaling lacks the number(s) {', '.join(missing)}: give all of {', '.join(ROPE_SCALING_FIELDS)}"
+        )
     if scaling["high_freq_factor"] <= scaling["low_freq_factor"] or scaling["factor"] <= 0:
-        raise QkvError("rope_scaling needs factor > 0 and high_freq_factor > low_freq_factor, as Llama 3.1's config has")
+        raise QkvError("rope_scaling needs factor > 0 and high_freq_factor > low_freq_factor (as Llama 3.1's has)")
 
 
 def glu_width(d_model: int, multiple: int = 32) -> int:

@@ -41,6 +41,10 @@ ROLES: tuple[str, ...] = ("pad", "bos", "eos", "unk")
 
 FORMAT_VERSION = 1
 
+MAX_VOCAB_SIZE = 1 << 20
+"""The largest vocabulary qkv trains (1,048,576 ids; GPT-2 has 50,257, the largest published ones about
+256,000): far larger sizes made the BPE library abort the process instead of raising."""
+
 _KINDS: dict[str, type[Tokenizer]] = {}  # "char" -> CharTokenizer, ...; filled by __init_subclass__
 
 
@@ -331,8 +335,18 @@ def train_tokenizer(kind: str, texts: str | Iterable[str], vocab_size: int | Non
         hint = "; wrap an existing tokenizer.json with HFTokenizer.from_file()" if kind == "hf" else ""
         raise QkvError(f"cannot train a tokenizer of kind {kind!r}: choose one of {sorted(trainable)}{hint}")
     if vocab_size is not None:
+        check_vocab_size(vocab_size)
         kw["vocab_size"] = vocab_size
-    return trainable[kind].train(texts, **kw)  # type: ignore[attr-defined]
+    return trainable[kind].train(texts, **kw)
+
+
+def check_vocab_size(vocab_size: int) -> None:
+    """QkvError unless ``vocab_size`` is a whole number up to :data:`MAX_VOCAB_SIZE`."""
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or not 1 <= vocab_size <= MAX_VOCAB_SIZE:
+        raise QkvError(
+            f"vocab_size must be a whole number between 1 and {MAX_VOCAB_SIZE:,}, got {vocab_size!r}: GPT-2 uses "
+            "50,257; try e.g. 8000"
+        )  # type: ignore[attr-defined]
 
 
 def count_unknown(tokenizer: Tokenizer, text: str, ids: list[int] | None = None) -> tuple[int, int]:

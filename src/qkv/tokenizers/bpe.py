@@ -33,6 +33,7 @@ from qkv.tokenizers.base import (
     SPECIAL_TOKENS,
     Tokenizer,
     check_header,
+    check_vocab_size,
     empty_corpus_error,
     iter_texts,
 )
@@ -199,6 +200,7 @@ class BPETokenizer(HFTokenizer):
     def train(cls, texts: str | Iterable[str], vocab_size: int = 1000, min_freq: int = 2) -> BPETokenizer:
         """Learn byte-level BPE merges from ``texts`` (one string or several) until the vocabulary has
         ``vocab_size`` entries (fewer if the text runs out of pairs seen ``min_freq`` times)."""
+        check_vocab_size(vocab_size)
         if vocab_size < MIN_BPE_VOCAB_SIZE:
             raise QkvError(
                 f"vocab_size {vocab_size} is too small for byte-level BPE: use at least {MIN_BPE_VOCAB_SIZE} "

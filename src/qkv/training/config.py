@@ -8,7 +8,10 @@ architecture fields (``[model] d_model = 256``).
 
 from __future__ import annotations
 
+import contextlib
 import tomllib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,34 @@ preset describes (a preset of another kind than --arch is refused)."""
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 COMPILE = ("auto", "on", "off")
 STRATEGIES = ("ddp", "fsdp")
+WARMUP_STEPS = 100
+"""The default warmup; a run of fewer steps gets a tenth of its steps instead (:func:`scaled_warmup`)."""
+
+_AS_FLAGS: ContextVar[bool] = ContextVar("qkv_settings_as_flags", default=False)
+_UNSET = object()
+
+
+@contextlib.contextmanager
+def flag_names() -> Iterator[None]:
+    """Inside this block, messages about settings name them as ``qkv train`` flags (the command line's view)."""
+    token = _AS_FLAGS.set(True)
+    try:
+        yield
+    finally:
+        _AS_FLAGS.reset(token)
+
+
+def setting(name: str, value: Any = _UNSET, *, bad: bool = False) -> str:
+    """A setting as a message names it: ``--warmup-steps 500`` under :func:`flag_names` (the command line),
+    ``warmup_steps=500`` from Python. ``bad``: the value is the user's, quoted when it is a string."""
+    if not _AS_FLAGS.get():
+        return name if value is _UNSET else f"{name}={value!r}"
+    flag = "--" + name.replace("_", "-")
+    return flag if value is _UNSET else f"{flag} {value!r}" if bad else f"{flag} {value}"
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass
@@ -69,7 +100,7 @@ class TrainConfig:
     grad_accum: int = 1
     lr: float = 3e-3
     min_lr: float | None = None  # end of the cosine decay; default lr / 10
-    warmup_steps: int = 100
+    warmup_steps: int = WARMUP_STEPS  # fitted to a short run: a tenth of steps when it would not fit
     schedule: str = "cosine"
     optimizer: str = "muon"  # muon (Muon for the blocks' matrices + AdamW) or adamw
     muon_lr: float = 0.02  # Muon's peak learning rate (``lr`` is AdamW's)
@@ -125,103 +156,122 @@ class TrainConfig:
             self.checkpoint_interval = self.eval_interval
         if isinstance(self.compile, bool):  # TOML's `compile = true`
             self.compile = "on" if self.compile else "off"
+        if self.warmup_steps == WARMUP_STEPS and self.schedule != "noam" and _whole(self.steps) and self.steps > 0:
+            self.warmup_steps = scaled_warmup(self.steps, WARMUP_STEPS)  # the default, fitted to a short run
         self.validate()
 
     def validate(self) -> None:
-        """Check values and combinations; QkvError names the flag and the fix."""
-        if self.task not in TASKS:
-            raise QkvError(f"--task {self.task!r} is unknown: choose one of {', '.join(TASKS)}")
-        if self.schedule not in SCHEDULES:
-            raise QkvError(f"--schedule {self.schedule!r} is unknown: choose one of {', '.join(SCHEDULES)}")
-        if self.optimizer not in OPTIMIZERS:
-            raise QkvError(f"--optimizer {self.optimizer!r} is unknown: choose one of {', '.join(OPTIMIZERS)}")
-        if self.precision not in PRECISIONS:
-            raise QkvError(f"--precision {self.precision!r} is unknown: choose one of {', '.join(PRECISIONS)}")
-        if self.compile not in COMPILE:
-            raise QkvError(f"--compile {self.compile!r} is unknown: choose one of {', '.join(COMPILE)}")
-        if self.strategy not in STRATEGIES:
-            raise QkvError(f"--strategy {self.strategy!r} is unknown: choose one of {', '.join(STRATEGIES)}")
-        if self.tokenizer not in ("char", "word", "bpe"):
-            raise QkvError(f"--tokenizer {self.tokenizer!r} is unknown: choose char, word or bpe")
+        """Check values and combinations; QkvError names the setting (the flag on the command line) and the fix."""
+        n = setting
+        for name, choices in (
+            ("task", TASKS),
+            ("schedule", SCHEDULES),
+            ("optimizer", OPTIMIZERS),
+            ("precision", PRECISIONS),
+            ("compile", COMPILE),
+            ("strategy", STRATEGIES),
+            ("tokenizer", ("char", "word", "bpe")),
+        ):
+            if getattr(self, name) not in choices:
+                raise QkvError(
+                    f"{n(name, getattr(self, name), bad=True)} is unknown: choose one of {', '.join(choices)}"
+                )
         positive = ("steps", "batch_size", "grad_accum", "eval_interval", "eval_batches", "log_interval")
         for name in positive + ("checkpoint_interval", "keep_checkpoints", "muon_ns_steps"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise QkvError(f"--{name.replace('_', '-')} must be a positive whole number, got {value!r}")
+            if not _whole(value) or value < 1:
+                raise QkvError(f"{n(name)} must be a positive whole number, got {value!r}")
         if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
             raise QkvError(
-                f"learning rates must satisfy 0 <= --min-lr <= --lr and --lr > 0 (got {self.min_lr}, {self.lr})"
+                f"learning rates must satisfy 0 <= {n('min_lr')} <= {n('lr')} and {n('lr')} > 0 "
+                f"(got {self.min_lr}, {self.lr})"
             )
         if self.warmup_steps < 0 or (self.schedule != "noam" and self.warmup_steps >= self.steps):
-            raise QkvError(f"--warmup-steps {self.warmup_steps} must be between 0 and --steps ({self.steps}): lower it")
-        if not 0 <= self.val_fraction < 1:
-            raise QkvError(f"--val-fraction must be in [0, 1), got {self.val_fraction}")
-        if not 0 <= self.label_smoothing < 1:
-            raise QkvError(f"--label-smoothing must be in [0, 1), got {self.label_smoothing}")
+            raise QkvError(
+                f"{n('warmup_steps', self.warmup_steps)} must be between 0 and {n('steps')} ({self.steps}): lower it"
+            )
+        for name in ("val_fraction", "label_smoothing"):
+            if not 0 <= getattr(self, name) < 1:
+                raise QkvError(f"{n(name)} must be in [0, 1), got {getattr(self, name)}")
         for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
-                raise QkvError(f"--{name} must be in [0, 1), got {getattr(self, name)}: AdamW uses 0.9 and 0.99")
+                raise QkvError(f"{n(name)} must be in [0, 1), got {getattr(self, name)}: AdamW uses 0.9 and 0.99")
         if not self.muon_lr > 0:
-            raise QkvError(f"--muon-lr must be above 0, got {self.muon_lr}: e.g. 0.02")
+            raise QkvError(f"{n('muon_lr')} must be above 0, got {self.muon_lr}: e.g. 0.02")
         if self.early_stop < 0:
-            raise QkvError(f"--early-stop must be 0 (never) or a positive number of evaluations, got {self.early_stop}")
+            raise QkvError(
+                f"{n('early_stop')} must be 0 (never) or a positive number of evaluations, got {self.early_stop}"
+            )
         if not 0 <= self.seed < 2**63:
-            raise QkvError(f"--seed must be a whole number between 0 and 2^63 - 1, got {self.seed}")
+            raise QkvError(f"{n('seed')} must be a whole number between 0 and 2^63 - 1, got {self.seed}")
         if self.threads is not None and self.threads < 1:
-            raise QkvError(f"--threads must be a positive whole number, got {self.threads}: e.g. --threads 2")
+            raise QkvError(
+                f"{n('threads')} must be a positive whole number, got {self.threads}: e.g. {n('threads', 2)}"
+            )
         if self.max_time is not None and not self.max_time > 0:
-            raise QkvError(f"--max-time is in minutes and must be above 0, got {self.max_time}")
+            raise QkvError(f"{n('max_time')} is in minutes and must be above 0, got {self.max_time}")
         if self.grad_clip < 0 or self.weight_decay < 0:
-            raise QkvError("--grad-clip and --weight-decay must not be negative")
+            raise QkvError(f"{n('grad_clip')} and {n('weight_decay')} must not be negative")
         if self.task == "lm" and (self.val_data or self.max_tokens):
-            raise QkvError("--val-data and --max-tokens are for --task translate: drop them for a language model")
+            raise QkvError(
+                f"{n('val_data')} and {n('max_tokens')} are for {n('task', 'translate')}: drop them for a "
+                "language model"
+            )
         if self.bleu_sentences < 0 or self.eval_beam < 1:
-            raise QkvError("--bleu-sentences must be >= 0 and --eval-beam >= 1")
+            raise QkvError(f"{n('bleu_sentences')} must be >= 0 and {n('eval_beam')} >= 1")
         if not isinstance(self.text_field, str) or not self.text_field:
-            raise QkvError("--text-field must name a field, e.g. text")
+            raise QkvError(f"{n('text_field')} must name a field, e.g. {n('text_field', 'text')}")
         if not self.tokenizer_sample > 0:
-            raise QkvError(f"--tokenizer-sample must be above 0 MB, got {self.tokenizer_sample}: use e.g. 100")
+            raise QkvError(f"{n('tokenizer_sample')} must be above 0 MB, got {self.tokenizer_sample}: use e.g. 100")
         if self.vocab_size is not None and self.tokenizer == "char":
-            raise QkvError("--vocab-size applies to word and bpe tokenizers: drop it or add --tokenizer bpe")
+            raise QkvError(
+                f"{n('vocab_size')} applies to word and bpe tokenizers: drop it or add {n('tokenizer', 'bpe')}"
+            )
         if self.arch is not None and self.arch not in TASK_ARCHS.get(self.task, ()):
             choices = TASK_ARCHS.get(self.task)
             raise QkvError(
-                f"--arch {self.arch!r} is not an architecture of --task {self.task}: choose one of {', '.join(choices)}"
+                f"{n('arch', self.arch, bad=True)} is not an architecture of {n('task', self.task)}: choose one of "
+                f"{', '.join(choices)}"
                 if choices
-                else f"--arch {self.arch!r}: --task {self.task} trains one kind of model: drop --arch"
+                else f"{n('arch', self.arch, bad=True)}: {n('task', self.task)} trains one kind of model: "
+                f"drop {n('arch')}"
             )
         vocab = sorted(set(self.model) & {"vocab_size", "src_vocab_size", "tgt_vocab_size"})
         if vocab:
             raise QkvError(
                 f"[model] {vocab[0]} comes from the tokenizer trained on the data: drop it (for word and bpe "
-                "tokenizers, set --vocab-size instead)"
+                f"tokenizers, set {n('vocab_size')} instead)"
             )
         self._validate_word2vec()
 
     def _validate_word2vec(self) -> None:
+        n = setting
         names = ("window", "negative", "min_count", "sample", "epochs")
         if self.task != "word2vec":
-            given = [n for n in names if getattr(self, n) != _DEFAULTS[n]]
+            given = [name for name in names if getattr(self, name) != _DEFAULTS[name]]
             if given:
-                flags = ", ".join("--" + n.replace("_", "-") for n in given)
-                raise QkvError(f"{flags} are for --task word2vec: drop them for --task {self.task}")
+                flags = ", ".join(n(name) for name in given)
+                raise QkvError(f"{flags} are for {n('task', 'word2vec')}: drop them for {n('task', self.task)}")
             return
         for name in ("window", "negative", "min_count") + (("epochs",) if self.epochs is not None else ()):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise QkvError(f"--{name.replace('_', '-')} must be a positive whole number, got {value!r}")
+            if not _whole(value) or value < 1:
+                raise QkvError(f"{n(name)} must be a positive whole number, got {value!r}")
         if not 0 <= self.sample < 1:
-            raise QkvError(f"--sample must be in [0, 1) (word2vec uses 1e-3 to 1e-5), got {self.sample}")
+            raise QkvError(f"{n('sample')} must be in [0, 1) (word2vec uses 1e-3 to 1e-5), got {self.sample}")
         if self.tokenizer != "word":
-            raise QkvError("Word2Vec learns one vector per word: use --tokenizer word (the default for word2vec)")
+            raise QkvError(
+                f"Word2Vec learns one vector per word: use {n('tokenizer', 'word')} (the default for word2vec)"
+            )
         if self.compile == "on" or self.strategy == "fsdp":
             raise QkvError(
-                "Word2Vec's sparse embedding gradients run eagerly and under DDP: drop --compile and --strategy fsdp"
+                f"Word2Vec's sparse embedding gradients run eagerly and under DDP: drop {n('compile')} and "
+                f"{n('strategy', 'fsdp')}"
             )
         if self.optimizer != "sgd" or self.grad_clip > 0 or self.grad_accum != 1:
             raise QkvError(
-                "Word2Vec trains with plain SGD on sparse rows, one batch per step: use --optimizer sgd, "
-                "--grad-clip 0 and --grad-accum 1 (the word2vec defaults)"
+                f"Word2Vec trains with plain SGD on sparse rows, one batch per step: use {n('optimizer', 'sgd')}, "
+                f"{n('grad_clip', 0)} and {n('grad_accum', 1)} (the word2vec defaults)"
             )
 
     @property
@@ -335,7 +385,8 @@ def scaled_warmup(steps: int, warmup: int) -> int:
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
-    """Settings from a TOML file: top-level keys are training fields, ``[model]`` holds architecture fields."""
+    """Settings from a TOML file: top-level keys are training fields, ``[model]`` holds architecture fields.
+    Each training field's type is checked here, so that a wrong value is named even when a flag replaces it."""
     from qkv.io import read_text
 
     text = read_text(path, what="config file")
@@ -343,4 +394,12 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise QkvError(f"config file {path} is not valid TOML ({error}): fix the line it names") from None
-    return {key.replace("-", "_"): value for key, value in data.items()}
+    settings = {key.replace("-", "_"): value for key, value in data.items()}
+    types = {f.name: f.type for f in fields(TrainConfig)}
+    for name, value in settings.items():  # each value, also one a flag will override
+        if name in types and name != "model":  # [model] is checked with the model's own fields
+            try:
+                check_type(name, value, types[name])
+            except QkvError as error:
+                raise QkvError(f"config file {path}: {error}") from None
+    return settings

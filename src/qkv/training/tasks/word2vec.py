@@ -89,6 +89,8 @@ class Word2VecTask:
         the mean loss per row and the corpus words."""
         if self.step_size is None:
             raise ValueError("Word2VecTask.update needs step_size: the learning rate at each step")
+        if batch.n_rows == 0:  # every word of the batch subsampled away (a tiny corpus): nothing to update
+            return torch.zeros((), device=self.device), batch.n_words
         total = model.sgd_step(batch, self.step_size(self.batches.position - 1))
         return total / max(batch.n_rows, 1), batch.n_words
 
