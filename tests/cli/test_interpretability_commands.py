@@ -112,7 +112,7 @@ def test_heads_on_a_gpt2_folder_and_a_translator(capsys, monkeypatch, runs, gpt2
     [
         (["lens", "GPT", "the fox", "--layer", "2"], "--layer 2 is out of range: the decoder has layers 0..1"),
         (["lens", "GPT", "the fox", "--position", "fix"], "--position 'fix' is not one of the tokens"),
-        (["lens", "ENCODER", "the fox"], "an encoder has none"),
+        (["lens", "ENCODER", "the fox"], "needs an unembedding, and an encoder"),
         (["attribute", "GPT", "the fox", "--target", "ox"], "--target 'ox' is 2 tokens ('o', 'x'), not one"),
         (["attribute", "GPT", "the fox", "--layer", "5"], "--layer 5 is out of range"),
         (["attribute", "TRANSLATOR", "the fox"], "needs a pre-LN model"),

@@ -22,7 +22,6 @@ from tests.inspect.conftest import perturb
 
 # Where a verb's numbers come from qkv.inspect (converted on another branch) or its loading from
 # qkv.cli.common.load_for_use (converted by another helper), it still tests kinds there until those land.
-INSPECT = pytest.mark.xfail(reason="inspect/ conversion on branch h4", strict=False)
 LOADING = pytest.mark.xfail(reason="load_for_use conversion (loading moves into the library)", strict=False)
 TEXT = "the quick brown fox jumps over the lazy dog"
 
@@ -70,7 +69,6 @@ def test_eval_loss_is_the_cross_entropy_of_its_predictions(capsys, llama, tmp_pa
     assert score["perplexity"] == pytest.approx(math.exp(expected)) and score["tokens"] == len(TEXT) - 1
 
 
-@INSPECT
 def test_next_shows_the_softmax_of_its_logits(capsys, llama) -> None:
     data = run_json(capsys, "next", llama, "the qu", "--top", "3", "--no-plot", "--json")
     probs = torch.softmax(logits_of(llama, "the qu")[-1], -1)
@@ -78,7 +76,6 @@ def test_next_shows_the_softmax_of_its_logits(capsys, llama) -> None:
     assert data["top"][0]["probabilities"]["1"] == pytest.approx(probs.max().item(), abs=1e-6)
 
 
-@INSPECT
 def test_attention_draws_causal_self_attention(capsys, llama, tmp_path) -> None:
     out = tmp_path / "attention.png"
     data = run_json(capsys, "attention", llama, "the quick", "--out", str(out), "--json")
@@ -88,14 +85,12 @@ def test_attention_draws_causal_self_attention(capsys, llama, tmp_path) -> None:
     torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 9), atol=1e-3, rtol=0)
 
 
-@INSPECT
 def test_explain_run_recomputes_the_models_head(capsys, llama) -> None:
     data = run_json(capsys, "explain", "the fox", "--run", llama, "--layer", "1", "--head", "2", "--json")
     assert data["causal"] and data["part"] == "decoder" and data["n_heads"] == 4 and data["d_k"] == 8
     assert data["model_difference"] < 1e-5  # the step-by-step numbers are what the model's own head computes
 
 
-@INSPECT
 def test_lens_last_row_is_the_models_prediction(capsys, llama) -> None:
     data = run_json(capsys, "lens", llama, "the quick", "--no-plot", "--json")
     assert data["kind"] == "llama" and data["rows"] == ["embedding", "block 0", "block 1"]
@@ -103,14 +98,12 @@ def test_lens_last_row_is_the_models_prediction(capsys, llama) -> None:
     assert data["final_ranks"][-1] == [0] * 9
 
 
-@INSPECT
 def test_lens_html_writes_the_walkthrough(capsys, llama, tmp_path) -> None:
     page = tmp_path / "walk.html"
     assert main(["lens", llama, "the quick", "--no-plot", "--html", str(page)]) == 0
     assert page.is_file() and "wrote" in capsys.readouterr().out and page.stat().st_size > 10_000
 
 
-@INSPECT
 def test_attribute_sums_to_the_models_logit(capsys, llama) -> None:
     data = run_json(capsys, "attribute", llama, "the quick", "--no-plot", "--json")
     logits = logits_of(llama, "the quick")[-1]
@@ -119,7 +112,6 @@ def test_attribute_sums_to_the_models_logit(capsys, llama) -> None:
     assert data["total"] == pytest.approx(data["logit"], abs=1e-4) and len(data["heads"]) == 2
 
 
-@INSPECT
 def test_patch_starts_from_the_models_logit_difference(capsys, llama) -> None:
     logits = logits_of(llama, "the quick")[-1]
     foil = "z" if load_model_dir(llama).tokenizer.decode([int(logits.argmax())]) != "z" else "y"
@@ -131,7 +123,6 @@ def test_patch_starts_from_the_models_logit_difference(capsys, llama) -> None:
     assert [m["name"] for m in data["maps"]] == ["residual", "heads"] and len(data["maps"][1]["values"]) == 2
 
 
-@INSPECT
 def test_heads_scores_every_layer_and_head(capsys, llama) -> None:
     data = run_json(capsys, "heads", llama, "--length", "16", "--no-plot", "--json")
     assert data["kind"] == "llama" and list(data["parts"]) == ["decoder"]

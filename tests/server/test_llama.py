@@ -22,7 +22,6 @@ from tests.server.conftest import TEXT, Served, error_of, serve
 
 # The views the server calls (next-token, attention, walk-through) live in qkv.inspect, converted on another
 # branch; until it lands they still test kinds and fail on a Llama.
-INSPECT = pytest.mark.xfail(reason="inspect/ conversion on branch h4", strict=False)
 PROMPT = "To be, or"
 
 
@@ -43,9 +42,9 @@ def post(served: Served, path: str, **body) -> dict:
     return response.json()
 
 
-def logits_of(served: Served, text: str) -> torch.Tensor:
-    """The model's own logits (T, vocab) for ``text``, computed here."""
-    ids = torch.tensor([served.bundle.tokenizer.encode(text)])
+def logits_of(served: Served, text: str | list[int]) -> torch.Tensor:
+    """The model's own logits (T, vocab) for ``text`` (or token ids), computed here."""
+    ids = torch.tensor([served.bundle.tokenizer.encode(text) if isinstance(text, str) else text])
     with torch.no_grad():
         return served.bundle.model(ids)[0].double()
 
@@ -73,9 +72,11 @@ def test_greedy_completion_and_its_logprobs_are_the_models_own(llama) -> None:
     (choice,) = data["choices"]
     ids = tokenizer.encode(PROMPT)
     greedy = generate(llama.bundle.model, ids, max_new_tokens=10, temperature=0)[0, len(ids) :].tolist()
-    assert choice["text"] == tokenizer.decode(greedy, skip_special=False) and len(greedy) == 10
+    # The text leaves out <bos>/<eos>/<pad> (vLLM's skip_special_tokens); the logprobs name every token.
+    assert choice["text"] == tokenizer.decode(greedy) and len(greedy) == 10
+    assert choice["logprobs"]["tokens"] == [tokenizer.decode([g], skip_special=False) for g in greedy]
     assert data["usage"] == {"prompt_tokens": len(ids), "completion_tokens": 10, "total_tokens": len(ids) + 10}
-    reference = F.log_softmax(logits_of(llama, tokenizer.decode(ids + greedy[:-1], skip_special=False)), dim=-1)
+    reference = F.log_softmax(logits_of(llama, ids + greedy[:-1]), dim=-1)
     rows = reference[len(ids) - 1 :]  # the rows that predicted the 10 new tokens
     chosen = rows[torch.arange(10), torch.tensor(greedy)]
     torch.testing.assert_close(torch.tensor(choice["logprobs"]["token_logprobs"], dtype=torch.float64), chosen,
@@ -96,7 +97,6 @@ def test_a_stream_sends_the_text_the_plain_request_makes(llama) -> None:
     assert streamed and streamed == post(llama, "/v1/completions", **body)["choices"][0]["text"]
 
 
-@INSPECT
 def test_next_token_is_the_softmax_of_its_logits(llama) -> None:
     vocab = llama.bundle.tokenizer.vocab_size
     data = post(llama, "/v1/next-token", prompt=PROMPT, n=vocab)
@@ -105,7 +105,6 @@ def test_next_token_is_the_softmax_of_its_logits(llama) -> None:
     assert data["context_tokens"] == len(PROMPT) and data["kept"] == vocab
 
 
-@INSPECT
 def test_attention_is_causal_self_attention_in_every_layer_and_head(llama) -> None:
     data = post(llama, "/v1/attention", text=PROMPT)
     assert data["kind"] == "llama" and list(data["groups"]) == ["decoder"]
@@ -117,7 +116,6 @@ def test_attention_is_causal_self_attention_in_every_layer_and_head(llama) -> No
     assert w[:, :, -1].std() > 0.01  # far from uniform: the weights are the model's, not a placeholder
 
 
-@INSPECT
 def test_the_walkthrough_ends_in_the_models_prediction(llama) -> None:
     data = post(llama, "/v1/walkthrough", text=PROMPT, top=3)
     assert (data["n_layers"], data["n_heads"], data["d_model"]) == (2, 4, 32)

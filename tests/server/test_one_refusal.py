@@ -34,7 +34,6 @@ def test_the_walkthrough_is_refused_with_one_line_everywhere(capsys, tmp_path, m
     assert encoder.client.get("/v1/model").json()["unavailable"]["/v1/walkthrough"] == line
 
 
-@pytest.mark.xfail(reason="inspect/ conversion on branch h4", strict=False)
 def test_next_token_prediction_is_refused_with_one_line_everywhere(capsys, encoder) -> None:
     line = refusal(family_of("encoder"), "unembedding", "next-token prediction")
     assert line.startswith("next-token prediction needs an unembedding, and an encoder (BERT family) has none: ")
