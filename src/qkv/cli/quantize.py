@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from qkv.io import read_text
-    from qkv.quantization import check_scheme, save_quantized, weight_bytes
+    from qkv.quantization import check_scheme, weight_bytes
+    from qkv.quantization.save import save_quantized
 
     check_scheme(args.scheme)
     calibration_text = None if args.calibrate is None else read_text(args.calibrate, what="calibration text")
