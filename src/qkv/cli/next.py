@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, note_unknown, use_device
+from qkv.cli.common import add_device_arguments, add_model_argument, model_path, note_unknown, use_device
 from qkv.errors import QkvError
+from qkv.loading import load
 from qkv.models.config import TRANSLATORS
 
 HELP = "show the next-token distribution at several temperatures (table + bar chart)"
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.digits < 0:
         raise QkvError("--digits must be >= 0")
-    bundle = load_any(model_path(args), device=use_device(args))
+    bundle = load(model_path(args), device=use_device(args))
     if args.target and bundle.config.kind not in TRANSLATORS:
         raise QkvError("--target is for translators: a GPT continues the prompt itself")
     note_unknown(bundle.tokenizer, args.text, what="the text")

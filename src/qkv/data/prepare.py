@@ -368,6 +368,6 @@ def _sha256_of(tokenizer: Tokenizer) -> str:
 
 
 def _version() -> str:
-    from qkv import __version__
+    from qkv.version import __version__
 
     return __version__
