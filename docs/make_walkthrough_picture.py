@@ -15,14 +15,14 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from qkv.cli.common import load_any
+import qkv
 from qkv.server import BackgroundServer, create_app
 
 OUT = Path(__file__).resolve().parent / "images" / "walkthrough.png"
 
 
 def main(run: str, prompt: str = "ROMEO: To be") -> None:
-    with BackgroundServer(create_app(load_any(run), name=Path(run).name)) as server, sync_playwright() as p:
+    with BackgroundServer(create_app(qkv.load(run), name=Path(run).name)) as server, sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
         page = browser.new_page(viewport={"width": 1000, "height": 1200})
         page.goto(server.url + "/")

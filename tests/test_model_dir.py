@@ -9,7 +9,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-import qkv.model_dir as checkpoint
+import qkv.model_dir
+import qkv.storage
 from qkv.errors import QkvError
 from qkv.model_dir import (
     CONFIG_FILE,
@@ -279,7 +280,7 @@ def test_a_failed_save_leaves_the_finished_files_alone(tmp_path, tokenizer, monk
     def broken(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(checkpoint, "save_file", broken)
+    monkeypatch.setattr(qkv.storage, "save_file", broken)
     with pytest.raises(OSError, match="disk full"):
         save_model_dir(tmp_path, GPT(gpt_config(tokenizer.vocab_size)), tokenizer)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # no temp files left either
@@ -295,8 +296,9 @@ def test_no_pickle_in_the_model_folder(tmp_path, tokenizer):
             json.loads(data)
         else:
             assert path.suffix == ".safetensors" and file_keys(path), path
-    source = Path(checkpoint.__file__).read_text()
-    assert "import pickle" not in source and "torch.save(" not in source and "torch.load(" not in source
+    for module in (qkv.model_dir, qkv.storage):
+        source = Path(module.__file__).read_text()
+        assert "import pickle" not in source and "torch.save(" not in source and "torch.load(" not in source
 
 
 def test_config_and_tokenizer_first_weights_from_elsewhere(tmp_path, tokenizer):

@@ -4,8 +4,13 @@
     model = GPT(GPTConfig(vocab_size=100, d_model=64, n_heads=4, n_layers=2, context_length=32))
     logits = model(token_ids)                       # (B, T, vocab_size)
 
+    import qkv
+    bundle = qkv.load("runs/shakespeare")           # or a quantized folder, a Hugging Face folder, "gpt2"
+
 See README.md for a tour and docs/ for one page per task.
 """
+
+from typing import TYPE_CHECKING
 
 from qkv.errors import QkvError
 from qkv.layers import MultiHeadAttention, capture, softmax
@@ -22,8 +27,20 @@ from qkv.models import (
     make_config,
     next_token_distribution,
 )
+from qkv.version import __version__
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from qkv.loading import load
+
+
+def __getattr__(name: str):
+    """``qkv.load`` (:func:`qkv.loading.load`), imported on first use: ``import qkv`` stays light."""
+    if name == "load":
+        from qkv.loading import load
+
+        return load
+    raise AttributeError(f"module 'qkv' has no attribute {name!r}")
+
 
 __all__ = [
     "GPT",
@@ -37,7 +54,9 @@ __all__ = [
     "RNNSearchConfig",
     "Transformer",
     "TransformerConfig",
+    "__version__",
     "capture",
+    "load",
     "make_config",
     "next_token_distribution",
     "softmax",

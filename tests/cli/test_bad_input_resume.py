@@ -97,7 +97,7 @@ def test_a_run_killed_before_its_first_checkpoint_restarts(tmp_path, capsys) -> 
 
 @pytest.mark.parametrize("where", ["checkpoint pointer", "weights"])
 def test_a_full_disk_mid_run(tmp_path, capsys, monkeypatch, where) -> None:
-    import qkv.model_dir
+    import qkv.storage
     import qkv.training.checkpoint
 
     run = tmp_path / "run"
@@ -116,7 +116,7 @@ def test_a_full_disk_mid_run(tmp_path, capsys, monkeypatch, where) -> None:
         def full(*args, **kwargs) -> None:  # noqa: ARG001
             raise SafetensorError("Error while serializing: IoError(No space left on device)")
 
-        monkeypatch.setattr(qkv.model_dir, "save_file", full)
+        monkeypatch.setattr(qkv.storage, "save_file", full)
         fragment = ".safetensors (Error while serializing"
     code, err = run_cli(capsys, "train", "--resume", str(run), "--steps", "8", "--quiet", "--no-samples")
     assert_one_line_error(code, err, fragment)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from qkv.cli import main
-from qkv.cli.common import load_any
+from qkv.loading import load
 from qkv.model_dir import QUANTIZATION_FILE, save_model_dir
 from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig, Transformer, TransformerConfig
 from qkv.quantization import is_quantized
@@ -59,8 +59,8 @@ def fails(capsys, *argv: str) -> str:
 def test_quantize_writes_a_folder_that_loads_as_int8(runs, capsys) -> None:
     folder = runs["root"] / "gpt-int8"
     assert (folder / QUANTIZATION_FILE).is_file() and (folder / "tokenizer.json").is_file()
-    assert is_quantized(load_any(str(folder)).model)
-    assert not is_quantized(load_any(runs["gpt"]).model)  # the original is untouched
+    assert is_quantized(load(str(folder)).model)
+    assert not is_quantized(load(runs["gpt"]).model)  # the original is untouched
     capsys.readouterr()
     assert main(["quantize", runs["gpt"], "--out", str(runs["root"] / "again")]) == 0
     err = capsys.readouterr().err
@@ -71,8 +71,8 @@ def test_quantize_writes_a_folder_that_loads_as_int8(runs, capsys) -> None:
 def test_quantize_with_calibration_text_changes_only_the_roundings(runs, capsys, name) -> None:
     out = runs["root"] / f"{name}-calibrated"
     assert main(["quantize", runs[name], "--out", str(out), "--calibrate", runs["text"]]) == 0
-    nearest = load_any(runs[name], quantize="int8").model
-    calibrated = load_any(str(out)).model
+    nearest = load(runs[name], quantize="int8").model
+    calibrated = load(str(out)).model
     pairs = [
         (a, b)
         for (key, a), b in zip(nearest.state_dict().items(), calibrated.state_dict().values(), strict=True)
@@ -90,7 +90,7 @@ def test_calibration_bad_inputs_are_one_line(runs, capsys) -> None:
     err = fails(capsys, "quantize", runs["gpt"], "--out", str(runs["root"] / "c1"), "--calibrate", missing)
     assert "calibration text" in err and "does not exist" in err
     err = fails(capsys, "quantize", runs["translator"], "--out", str(runs["root"] / "c2"), "--calibrate", runs["text"])
-    assert "calibration text works for GPT and encoder models" in err
+    assert "calibration text works for language models and encoders, and this is an encoder-decoder" in err
 
 
 def test_generate_from_the_quantized_folder_equals_generate_with_the_flag(runs, capsys) -> None:
@@ -125,7 +125,7 @@ def test_the_server_serves_int8_weights(runs) -> None:
     from qkv.decoding import generate
     from qkv.server import create_app
 
-    bundle = load_any(runs["gpt"], quantize="int8")
+    bundle = load(runs["gpt"], quantize="int8")
     with TestClient(create_app(bundle), base_url="http://localhost") as client:  # the server answers localhost names
         response = client.post("/v1/completions", json={"prompt": "the ", "max_tokens": 12, "temperature": 0})
     assert response.status_code == 200, response.text

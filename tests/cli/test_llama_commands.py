@@ -22,7 +22,6 @@ from tests.inspect.conftest import perturb
 
 # Where a verb's numbers come from qkv.inspect (converted on another branch) or its loading from
 # qkv.cli.common.load_for_use (converted by another helper), it still tests kinds there until those land.
-LOADING = pytest.mark.xfail(reason="load_for_use conversion (loading moves into the library)", strict=False)
 TEXT = "the quick brown fox jumps over the lazy dog"
 
 
@@ -48,7 +47,6 @@ def logits_of(run: str, text: str) -> torch.Tensor:
         return bundle.model(torch.tensor([bundle.tokenizer.encode(text)]))[0].double()
 
 
-@LOADING
 def test_generate_greedy_is_the_models_argmax(capsys, llama) -> None:
     assert main(["generate", llama, "--prompt", "the qu", "--max-new-tokens", "12", "--temperature", "0"]) == 0
     bundle = load_model_dir(llama)
@@ -59,7 +57,6 @@ def test_generate_greedy_is_the_models_argmax(capsys, llama) -> None:
     assert capsys.readouterr().out == "the qu" + bundle.tokenizer.decode(new) + "\n"
 
 
-@LOADING
 def test_eval_loss_is_the_cross_entropy_of_its_predictions(capsys, llama, tmp_path) -> None:
     (tmp_path / "text.txt").write_text(TEXT)
     score = run_json(capsys, "eval", llama, str(tmp_path / "text.txt"), "--json")

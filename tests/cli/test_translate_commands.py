@@ -197,7 +197,8 @@ def test_language_model_run_given_to_translate(tmp_path, capsys) -> None:
         )
         == 0
     )
-    one_line_error(capsys, ["translate", str(tmp_path / "lm"), "hello"], "holds a GPT language model, not an encoder")
+    expected = "holds a GPT language model (decoder only), not a translator: use `qkv generate`"
+    one_line_error(capsys, ["translate", str(tmp_path / "lm"), "hello"], expected)
 
 
 def test_long_sources_are_cropped_with_a_warning(translator, capsys) -> None:

@@ -19,9 +19,9 @@ def test_one_character_or_a_named_special_token(char_tokenizer) -> None:
 
 
 def test_gpt2_words_are_tokens_with_their_leading_space(gpt2_dir) -> None:  # noqa: F811
-    from qkv.cli.common import load_any
+    from qkv.loading import load
 
-    tokenizer = load_any(str(gpt2_dir)).tokenizer
+    tokenizer = load(str(gpt2_dir)).tokenizer
     assert one_token(tokenizer, " the") == tokenizer.encode(" the")[0]
     assert one_token(tokenizer, "<|endoftext|>") == tokenizer.eos_id
     with pytest.raises(QkvError, match=r"--target ' quick' is 3 tokens \('␣', 'qu', 'ick'\), not one"):

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from qkv.cli.common import load_any
 from qkv.errors import QkvError
 from qkv.inspect.attribution import attribute
+from qkv.loading import load
 from qkv.model_dir import ModelBundle
 from qkv.models import Transformer, TransformerConfig
 from tests.inspect.conftest import perturb
@@ -43,7 +43,7 @@ def test_the_parts_sum_to_the_models_logit(gpt) -> None:
 def test_gpt2_parts_match_transformers_modules(gpt2_dir, gpt2_hf) -> None:  # noqa: F811
     """Each block's attention and MLP output, read from Hugging Face's own modules with hooks, through the
     linearised ln_f: the same contributions, and they add up to the logit."""
-    bundle = load_any(str(gpt2_dir))
+    bundle = load(str(gpt2_dir))
     text = "The quick brown fox"
     result = attribute(bundle, text, target=" the")
     ids = torch.tensor([bundle.tokenizer.encode(text)])

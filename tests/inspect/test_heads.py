@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from qkv.cli.common import load_any
 from qkv.errors import QkvError
 from qkv.inspect.heads import detect_heads, repeated_random_tokens, score_weights
+from qkv.loading import load
 from qkv.model_dir import ModelBundle
 from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig
 from qkv.tokenizers import CharTokenizer
@@ -44,7 +44,7 @@ def test_planted_heads_score_one_on_their_own_behaviour(offset: int) -> None:
 
 
 def test_gpt2_scores_equal_the_means_of_transformers_attentions(gpt2_dir, gpt2_hf) -> None:  # noqa: F811
-    bundle = load_any(str(gpt2_dir))
+    bundle = load(str(gpt2_dir))
     detection = detect_heads(bundle, length=20, batch=3, seed=7, bos=True)
     tok = bundle.tokenizer
     first = repeated_random_tokens(tok, tok.vocab_size, 20, 3, torch.Generator().manual_seed(7))

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from qkv.cli.common import load_any
 from qkv.errors import QkvError
 from qkv.inspect.lens import logit_lens
 from qkv.inspect.trace import encode_text
+from qkv.loading import load
 from qkv.model_dir import ModelBundle
 from qkv.models import Encoder, EncoderConfig
 from tests.pretrained.conftest import gpt2_dir, gpt2_hf, marian_dir  # noqa: F401  (session fixtures)
@@ -62,7 +62,7 @@ def test_a_post_ln_translator_reads_each_block_output_through_w_u_directly(trans
 
 def test_gpt2_rows_match_transformers_hidden_states(gpt2_dir, gpt2_hf) -> None:  # noqa: F811
     """Hugging Face's hidden_states[i] through its own ln_f and lm_head (the last one has ln_f already)."""
-    bundle = load_any(str(gpt2_dir))
+    bundle = load(str(gpt2_dir))
     text = "The quick brown fox jumps over"
     lens = logit_lens(bundle, text, top=5)
     ids = torch.tensor([bundle.tokenizer.encode(text)])
@@ -82,7 +82,7 @@ def test_gpt2_rows_match_transformers_hidden_states(gpt2_dir, gpt2_hf) -> None: 
 def test_marian_rows_match_transformers_decoder_hidden_states(marian_dir) -> None:  # noqa: F811
     """Marian is post-LN with no final norm: lm_head(decoder_hidden_states[i]) + final_logits_bias."""
     folder, reference = marian_dir
-    bundle = load_any(str(folder))
+    bundle = load(str(folder))
     lens = logit_lens(bundle, "the cat sat", target="die katze")
     src = encode_text(bundle.tokenizer, "the cat sat", limit=64, what="source")
     target_tok = bundle.target_tokenizer

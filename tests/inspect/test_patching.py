@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from qkv.cli.common import load_any
 from qkv.errors import QkvError
 from qkv.inspect.patching import patch
+from qkv.loading import load
 from tests.pretrained.conftest import gpt2_dir, gpt2_hf  # noqa: F401  (session fixtures)
 
 CLEAN, CORRUPT = "the quick brown", "the quack brown"  # one character differs, at position 6
@@ -40,7 +40,7 @@ def test_the_residual_map_has_its_known_zeros_and_ones(gpt) -> None:
 def test_gpt2_heads_match_hooks_on_transformers(gpt2_dir, gpt2_hf) -> None:  # noqa: F811
     """Patch one head's output z_h (the input of c_proj, its slice of columns) with a forward pre-hook on the
     Hugging Face model: the same recovered fraction."""
-    bundle = load_any(str(gpt2_dir))
+    bundle = load(str(gpt2_dir))
     clean, corrupt = "The quick brown fox", "The quick brown man"
     ids = [torch.tensor([bundle.tokenizer.encode(t)]) for t in (clean, corrupt)]
     assert ids[0].shape == ids[1].shape

@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from qkv.cli.common import load_any
 from qkv.inspect import attention_maps, explain_model, next_token, positional_table
 from qkv.layers.capture import capture
+from qkv.loading import load
 from tests.pretrained.conftest import gpt2_dir, marian_dir  # noqa: F401  (session fixtures, built once)
 
 
 def test_gpt2_maps_explain_and_next_token(gpt2_dir) -> None:  # noqa: F811
-    bundle = load_any(str(gpt2_dir))
+    bundle = load(str(gpt2_dir))
     text = "The quick brown fox"
     maps = attention_maps(bundle, text)
     ids = bundle.tokenizer.encode(text)
@@ -29,7 +29,7 @@ def test_gpt2_maps_explain_and_next_token(gpt2_dir) -> None:  # noqa: F811
 
 
 def test_marian_has_three_kinds_of_attention(marian_dir) -> None:  # noqa: F811
-    bundle = load_any(str(marian_dir[0]))
+    bundle = load(str(marian_dir[0]))
     maps = attention_maps(bundle, "the cat sat", target="die katze")
     cross = maps.groups["cross"]
     assert list(maps.groups) == ["encoder", "decoder", "cross"]

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from qkv.cli.common import load_any
 from qkv.errors import QkvError
 from qkv.inspect.lens import logit_lens
 from qkv.inspect.walkthrough import walkthrough
 from qkv.inspect.walkthrough_html import walkthrough_html, write_walkthrough_html
+from qkv.loading import load
 from qkv.model_dir import save_model_dir
 from qkv.models import GPT, GPTConfig
 from tests.pretrained.conftest import gpt2_dir  # noqa: F401  (session fixtures)
@@ -22,7 +22,7 @@ TEXT = "The quick brown fox jumps"
 
 def test_every_step_matches_hugging_face_gpt2(gpt2_dir) -> None:  # noqa: F811
     transformers = pytest.importorskip("transformers")
-    bundle = load_any(str(gpt2_dir))
+    bundle = load(str(gpt2_dir))
     walk = walkthrough(bundle, TEXT, top=3)
     ids = bundle.tokenizer.encode(TEXT)
     T = len(ids)
@@ -57,7 +57,7 @@ def test_every_step_matches_hugging_face_gpt2(gpt2_dir) -> None:  # noqa: F811
 
 
 def test_the_json_has_one_entry_per_block_and_position(gpt2_dir) -> None:  # noqa: F811
-    bundle = load_any(str(gpt2_dir))
+    bundle = load(str(gpt2_dir))
     walk = walkthrough(bundle, TEXT, top=2, vocab=True)
     data = json.loads(json.dumps(walk.to_dict(logits=True)))
     T = len(walk.tokens)
@@ -74,7 +74,7 @@ def test_rope_models_have_no_position_vector(tmp_path, char_tokenizer) -> None:
     torch.manual_seed(0)
     config = GPTConfig(vocab_size=char_tokenizer.vocab_size, d_model=16, n_heads=2, n_layers=1, context_length=16,
                        positional="rope")  # fmt: skip
-    bundle = load_any(str(save_model_dir(tmp_path / "rope", GPT(config), char_tokenizer)))
+    bundle = load(str(save_model_dir(tmp_path / "rope", GPT(config), char_tokenizer)))
     walk = walkthrough(bundle, "the fox")
     assert walk.position_vectors is None and walk.positional == "rope"
     np.testing.assert_allclose(walk.embedding, walk.token_vectors)
@@ -87,7 +87,7 @@ def test_translators_and_encoders_are_told_it_is_for_language_models(translator,
     from qkv.models import Encoder, EncoderConfig
 
     encoder = Encoder(EncoderConfig(vocab_size=char_tokenizer.vocab_size, d_model=16, n_heads=2, n_layers=1))
-    bundle = load_any(str(save_model_dir(tmp_path / "enc", encoder, char_tokenizer)))
+    bundle = load(str(save_model_dir(tmp_path / "enc", encoder, char_tokenizer)))
     with pytest.raises(QkvError, match="needs a language model, and this is an encoder .*`qkv embed`"):
         walkthrough(bundle, "the fox")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from qkv.cli.common import load_any
 from qkv.decoding import generate
+from qkv.loading import load
 from qkv.model_dir import load_model_dir
 from qkv.pretrained import load_pretrained, read_hf_config, read_hf_weights, save_as_qkv
 from qkv.pretrained.llama import config_from_hf, convert_llama
@@ -105,7 +105,7 @@ def test_greedy_generation_matches_transformers(llama: tuple[Path, torch.nn.Modu
 
 def test_command_line_loader_gives_the_same_model(llama: tuple[Path, torch.nn.Module]) -> None:
     folder, hf = llama
-    bundle = load_any(str(folder))
+    bundle = load(str(folder))
     assert bundle.config.kind == "llama"
     _assert_logits_match(bundle.model, hf)
 

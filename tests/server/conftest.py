@@ -11,7 +11,7 @@ pytest.importorskip("fastapi", reason="the server tests need the server extra: p
 pytest.importorskip("uvicorn", reason="the server tests need the server extra: pip install -e '.[server]'")
 httpx = pytest.importorskip("httpx", reason="the server tests need httpx (the test extra)")
 
-from qkv.cli.common import load_any  # noqa: E402
+from qkv.loading import load  # noqa: E402
 from qkv.model_dir import ModelBundle, save_model_dir  # noqa: E402
 from qkv.models import Encoder  # noqa: E402
 from qkv.models.config import EncoderConfig  # noqa: E402
@@ -116,9 +116,9 @@ def error_of(response: httpx.Response, status: int | tuple[int, ...]) -> str:
 
 
 def serve(path: str, limits: Limits | None = None, **options) -> Iterator[Served]:
-    with BackgroundServer(create_app(load_any(path), limits, **options)) as server:
+    with BackgroundServer(create_app(load(path), limits, **options)) as server:
         with httpx.Client(base_url=server.url, timeout=60) as client:
-            yield Served(server, load_any(path), client)
+            yield Served(server, load(path), client)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from qkv.cli.common import load_any
+from qkv.loading import load
 from qkv.training.perplexity import score_text, token_log_probs, windows
 from tests.pretrained.conftest import gpt2_dir, gpt2_hf  # noqa: F401  (session fixtures, built once)
 
@@ -29,7 +29,7 @@ def test_windows_predict_every_token_after_the_first_once() -> None:
 
 
 def test_token_log_probs_and_the_score_match_hugging_face(gpt2_dir, gpt2_hf) -> None:  # noqa: F811
-    bundle = load_any(str(gpt2_dir))
+    bundle = load(str(gpt2_dir))
     ids = bundle.tokenizer.encode(TEXT)
     assert 2 < len(ids) <= 64  # one window of the 64-position model
     scored = token_log_probs(bundle.model, ids, top=4)
@@ -45,7 +45,7 @@ def test_token_log_probs_and_the_score_match_hugging_face(gpt2_dir, gpt2_hf) -> 
 
 
 def test_a_text_longer_than_the_context_is_scored_window_by_window(gpt2_dir, gpt2_hf) -> None:  # noqa: F811
-    bundle = load_any(str(gpt2_dir))
+    bundle = load(str(gpt2_dir))
     ids = bundle.tokenizer.encode(TEXT * 4)
     assert len(ids) > 2 * 64
     scored = token_log_probs(bundle.model, ids, batch_size=2).logprobs  # several batches of windows

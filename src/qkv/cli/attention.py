@@ -15,8 +15,9 @@ import argparse
 import json
 from pathlib import Path
 
-from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, note_unknown, use_device
+from qkv.cli.common import add_device_arguments, add_model_argument, model_path, note_unknown, use_device
 from qkv.errors import QkvError
+from qkv.loading import load
 from qkv.models.family import family_of
 
 HELP = "draw attention heatmaps (all layers x heads, or one) as PNG and a standalone HTML view"
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from qkv.inspect.figures import draw_attention
     from qkv.inspect.html_view import write_attention_html
 
-    bundle = load_any(model_path(args), device=use_device(args))
+    bundle = load(model_path(args), device=use_device(args))
     family = family_of(bundle.model)
     if args.target is not None and not family.two_vocabularies:
         raise QkvError(f"--target is for translators: {family.title} reads one text")

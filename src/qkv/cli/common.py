@@ -1,82 +1,28 @@
-"""Helpers shared by the commands: loading a run directory for use, reading prompts and files."""
+"""Helpers shared by the commands: loading a model for a verb (:func:`qkv.load`, then its role checked),
+the model, device and quantization arguments, notes on unknown tokens."""
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from qkv.errors import QkvError
-from qkv.model_dir import ModelBundle, load_model_dir
-from qkv.models.config import TRANSLATORS
+from qkv.loading import load
+from qkv.model_dir import ModelBundle
+from qkv.models.family import family_of
 
 
 def load_for_use(path: str, *, expect: str, device: str = "cpu", quantize: str | None = None) -> ModelBundle:
-    """Load a run directory or pretrained model (see :func:`load_any`) and check its kind.
+    """Load a model with :func:`qkv.load` and check that its family has the role the verb needs.
 
-    ``expect`` is the model kind the command works with ("gpt", "transformer" or "encoder"); "transformer"
-    takes every translator (an RNNSearch too).
+    ``expect`` is a role (:data:`qkv.models.family.ROLES`): "language model", "translator" or "encoder"; a
+    translator may be a Transformer or an RNNSearch.
     """
-    bundle = load_any(path, device=device, quantize=quantize)
-    kind = "transformer" if bundle.config.kind in TRANSLATORS else bundle.config.kind
-    if kind != expect:
-        uses = {"gpt": "qkv generate", "transformer": "qkv translate", "encoder": "qkv embed"}
-        use = uses.get(kind, "qkv embeddings")
-        names = {
-            "gpt": "a GPT language model",
-            "transformer": "an encoder-decoder translator",
-            "encoder": "an encoder",
-            "word2vec": "Word2Vec word vectors",
-        }
-        raise QkvError(f"{path} holds {names[kind]}, not {names[expect]}: use `{use}` with it")
+    bundle = load(path, device=device, quantize=quantize)
+    family = family_of(bundle.model)
+    if family.role != expect:
+        wanted = ("an " if expect[0] in "aeiou" else "a ") + expect
+        raise QkvError(f"{path} holds {family.title}, not {wanted}: use `{family.command}` with it")
     return bundle
-
-
-def load_any(path: str, *, device: str = "cpu", quantize: str | None = None) -> ModelBundle:
-    """A qkv run directory, or a pretrained model: a Hugging Face folder (config.json with a model_type) or,
-    when online, a Hub name such as ``gpt2`` or ``Helsinki-NLP/opus-mt-en-fr``. A run that has no best
-    model yet is loaded from its latest checkpoint. ``quantize="int8"`` quantizes the loaded model's
-    weights (:func:`qkv.quantization.quantize_model`); a folder written by ``qkv quantize`` is int8 already."""
-    if quantize is not None:
-        from qkv.quantization import check_scheme, quantize_model
-
-        check_scheme(quantize)  # before the (slow) load
-        bundle = load_any(path, device=device)
-        quantize_model(bundle.model, quantize)
-        return bundle
-    folder = Path(path)
-    if folder.exists():
-        return load_pretrained_folder(folder, device) if _is_hugging_face_folder(folder) else _load_run(folder, device)
-    first = Path(path.split("/")[0])
-    if path.count("/") <= 1 and not path.startswith((".", "/", "~")) and not first.exists():
-        return load_pretrained_folder(path, device)  # a Hub name
-    return _load_run(folder, device)  # says that the path does not exist
-
-
-def _is_hugging_face_folder(folder: Path) -> bool:
-    import json
-
-    try:
-        return "model_type" in json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, TypeError):
-        return False
-
-
-def load_pretrained_folder(path: str | Path, device: str) -> ModelBundle:
-    from qkv.pretrained import load_pretrained
-
-    return load_pretrained(path, device=device)
-
-
-def _load_run(run: Path, device: str) -> ModelBundle:
-    from qkv.training.checkpoint import latest_checkpoint
-
-    weights = None
-    if run.is_dir() and not (run / "model.safetensors").exists():
-        latest = latest_checkpoint(run)
-        if latest is not None:
-            print(f"note: {run} has no best model yet; using the latest checkpoint {latest.name}", file=sys.stderr)
-            weights = latest / "model.safetensors"
-    return load_model_dir(run, device=device, weights_path=weights)
 
 
 def add_model_argument(parser, *, what: str = "a run directory written by `qkv train`") -> None:

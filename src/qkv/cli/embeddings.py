@@ -16,8 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import add_device_arguments, load_any, use_device
+from qkv.cli.common import add_device_arguments, use_device
 from qkv.errors import QkvError
+from qkv.loading import load
 from qkv.models.family import family_of
 
 HELP = "nearest neighbours, analogies and a 2-D map of token embeddings; the positional table"
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     asked = bool(args.neighbours or args.analogy or args.analogies)
     if path is None and (asked or args.plot or not args.positions):
         raise QkvError("which model? give a run directory (RUN_DIR) or --model; only --positions works without one")
-    bundle = load_any(path, device=use_device(args)) if path else None
+    bundle = load(path, device=use_device(args)) if path else None
     has_positions = bundle is None or family_of(bundle.model).has("positions")
     plot = args.plot or (None if asked else "embeddings.png")
     positions = args.positions or (None if asked or not has_positions else "positions.png")

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         raise QkvError("give a text FILE to evaluate on: qkv eval RUN_DIR FILE")
     from qkv.training.perplexity import score_text
 
-    bundle = load_for_use(model_path(args), expect="gpt", device=use_device(args), quantize=args.quantize)
+    bundle = load_for_use(model_path(args), expect="language model", device=use_device(args), quantize=args.quantize)
     text = read_text(args.file)
     note_unknown(bundle.tokenizer, text, what=args.file)
     score = score_text(bundle.model, bundle.tokenizer, text)
@@ -67,7 +67,7 @@ def evaluate_translator_from_cli(args: argparse.Namespace) -> int:
 
     if not (args.src and args.ref):
         raise QkvError("give both --src (source sentences) and --ref (reference translations)")
-    bundle = load_for_use(model_path(args), expect="transformer", device=use_device(args), quantize=args.quantize)
+    bundle = load_for_use(model_path(args), expect="translator", device=use_device(args), quantize=args.quantize)
     translator = Translator.from_bundle(bundle)
     sources, references = _lines(args.src, "source file"), _lines(args.ref, "reference file")
     if len(sources) != len(references):

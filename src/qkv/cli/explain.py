@@ -29,6 +29,7 @@ import sys
 
 from qkv.cli.common import add_device_arguments
 from qkv.errors import QkvError
+from qkv.loading import load
 
 HELP = "print one attention head's computation step by step, with real numbers"
 
@@ -88,11 +89,11 @@ def _explain(args: argparse.Namespace):
     query = args.query
     causal = bool(args.causal)
     if args.run_dir or args.model:
-        from qkv.cli.common import load_any, note_unknown, use_device
+        from qkv.cli.common import note_unknown, use_device
 
         if not args.text:
             raise QkvError('give the text to run the model on, e.g. qkv explain "The quick brown fox" --run RUN_DIR')
-        bundle = load_any(args.run_dir or args.model, device=use_device(args))
+        bundle = load(args.run_dir or args.model, device=use_device(args))
         note_unknown(bundle.tokenizer, args.text, what="the text")
         return explain_model(
             bundle, args.text, layer=args.layer, head=args.head, part=args.part, causal=args.causal, query=query,

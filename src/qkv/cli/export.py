@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, use_device
+from qkv.cli.common import add_device_arguments, add_model_argument, model_path, use_device
 from qkv.errors import QkvError
+from qkv.loading import load
 from qkv.models.family import ENCODER, family_of
 
 HELP = "export a model to ONNX (GPT with its KV cache, encoder, encoder-decoder)"
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
     from qkv.export.onnx import check_exportable, export_onnx, sentence_head_of
 
-    bundle = load_any(model_path(args), device=use_device(args))
+    bundle = load(model_path(args), device=use_device(args))
     check_exportable(bundle.model, Path(args.onnx), overwrite=args.force)
     family = family_of(bundle.model)
     head = sentence_head_of(bundle) if family.role == ENCODER else {}

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if args.num_samples < 1:
         raise QkvError("--num-samples must be at least 1")
     args.device = use_device(args)
-    bundle = load_for_use(model_path(args), expect="gpt", device=args.device, quantize=args.quantize)
+    bundle = load_for_use(model_path(args), expect="language model", device=args.device, quantize=args.quantize)
     tokenizer, model = bundle.tokenizer, bundle.model
     note_unknown(tokenizer, args.prompt, what="the prompt")
     prompt = tokenizer.encode(args.prompt) if args.prompt else []

@@ -19,8 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, use_device
+from qkv.cli.common import add_device_arguments, add_model_argument, model_path, use_device
 from qkv.errors import QkvError
+from qkv.loading import load
 from qkv.models.family import LANGUAGE_MODEL, family_of
 
 HELP = "logit lens: every layer's top next tokens, read through the final norm and W_U (table + heatmap)"
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from qkv.inspect.tokens import find_position
     from qkv.inspect.trace import check_range
 
-    bundle = load_any(model_path(args), device=use_device(args))
+    bundle = load(model_path(args), device=use_device(args))
     family = family_of(bundle.model)
     if args.target is not None and not family.two_vocabularies:
         raise QkvError(f"--target is for translators: {family.title} reads one text")

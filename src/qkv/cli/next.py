@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, note_unknown, use_device
+from qkv.cli.common import add_device_arguments, add_model_argument, model_path, note_unknown, use_device
 from qkv.errors import QkvError
+from qkv.loading import load
 from qkv.models.family import family_of
 
 HELP = "show the next-token distribution at several temperatures (table + bar chart)"
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.digits < 0:
         raise QkvError("--digits must be >= 0")
-    bundle = load_any(model_path(args), device=use_device(args))
+    bundle = load(model_path(args), device=use_device(args))
     family = family_of(bundle.model)
     if args.target and not family.two_vocabularies:
         raise QkvError(f"--target is for translators: {family.title} continues the prompt itself")

@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qkv.cli.common import add_device_arguments, add_model_argument, load_any, model_path, use_device
+from qkv.cli.common import add_device_arguments, add_model_argument, model_path, use_device
+from qkv.loading import load
 
 HELP = "save an int8 copy of a model (weight-only, a scale per output channel)"
 
@@ -29,11 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from qkv.io import read_text
-    from qkv.quantization import check_scheme, save_quantized, weight_bytes
+    from qkv.quantization import check_scheme, weight_bytes
+    from qkv.quantization.save import save_quantized
 
     check_scheme(args.scheme)
     calibration_text = None if args.calibrate is None else read_text(args.calibrate, what="calibration text")
-    bundle = load_any(model_path(args), device=use_device(args))
+    bundle = load(model_path(args), device=use_device(args))
     before = weight_bytes(bundle.model)
     out = save_quantized(bundle, args.out, args.scheme, calibration_text=calibration_text)
     after = weight_bytes(bundle.model)

@@ -20,11 +20,11 @@ from qkv.cli.common import (
     add_device_arguments,
     add_model_argument,
     add_quantize_argument,
-    load_any,
     model_path,
     use_device,
 )
 from qkv.errors import QkvError
+from qkv.loading import load
 
 HELP = "serve a model over HTTP, with a web playground"
 
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         raise QkvError(f"{error}: check the --max-* and --queue-timeout flags") from None
     if not 0 <= args.port <= 65535:
         raise QkvError(f"--port {args.port} is not a port number: use 1-65535, or 0 for a free one")
-    bundle = load_any(model_path(args), device=use_device(args), quantize=args.quantize)
+    bundle = load(model_path(args), device=use_device(args), quantize=args.quantize)
     hosts = allowed_hosts(args.host, args.allow_host)
     app = create_app(bundle, limits, hosts=hosts)
     service = app.state.service

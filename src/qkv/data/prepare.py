@@ -399,6 +399,6 @@ def _check_settings(
 
 
 def _version() -> str:
-    from qkv import __version__
+    from qkv.version import __version__
 
     return __version__

@@ -1,7 +1,7 @@
 """Translate text with a trained encoder-decoder: sentences in, sentences out.
 
     from qkv.decoding.translator import Translator
-    translator = Translator.load("runs/translate-...")
+    translator = Translator.load("runs/translate-...")     # or a Marian folder, "Helsinki-NLP/opus-mt-en-fr"
     translator.translate(["le 3 mars 2021"])            # ['2021-03-03']
     translator.score(sources, references)              # sacrebleu BLEU and chrF
 
@@ -22,8 +22,9 @@ from torch.nn.utils.rnn import pad_sequence
 from qkv.decoding.beam_search import Hypothesis, beam_search, greedy_decode
 from qkv.decoding.engine import resolve_engine
 from qkv.errors import QkvError
+from qkv.loading import load
 from qkv.model_dir import ModelBundle
-from qkv.models.config import TRANSLATORS
+from qkv.models.family import TRANSLATOR, family_of
 from qkv.tokenizers import Tokenizer
 
 
@@ -76,15 +77,15 @@ class Translator:
 
     @classmethod
     def from_bundle(cls, bundle: ModelBundle, *, engine: str = "auto") -> Translator:
-        if bundle.config.kind not in TRANSLATORS:
-            raise QkvError(f"{bundle.path} holds a {bundle.config.kind} model, not a translator")
+        """The translator for a loaded model; a model whose family is no translator is a QkvError."""
+        family_of(bundle.model).require_role(TRANSLATOR, f"translating with {bundle.path}")
         return cls(bundle.model, bundle.tokenizer, bundle.target_tokenizer, engine=engine)
 
     @classmethod
     def load(cls, path: str | Path, *, device: str = "cpu", engine: str = "auto") -> Translator:
-        from qkv.model_dir import load_model_dir
-
-        return cls.from_bundle(load_model_dir(path, device=device), engine=engine)
+        """Open any model :func:`qkv.load` opens (a run, a quantized folder, a Marian folder, a Hub name) that
+        is a translator."""
+        return cls.from_bundle(load(path, device=device), engine=engine)
 
     @property
     def device(self) -> torch.device:

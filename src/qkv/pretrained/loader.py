@@ -30,8 +30,9 @@ import torch
 from torch import Tensor, nn
 
 from qkv.errors import QkvError
-from qkv.model_dir import ModelBundle, read_tensors, save_model_dir, shared_groups
+from qkv.model_dir import ModelBundle, save_model_dir
 from qkv.pretrained.hub import resolve_model_dir
+from qkv.storage import read_tensors, shared_groups
 from qkv.tokenizers import HFTokenizer
 
 Transform = Callable[[Tensor], Tensor | tuple[Tensor, ...]]

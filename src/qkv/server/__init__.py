@@ -2,9 +2,9 @@
 next-token distribution and attention weights as JSON (the numbers ``qkv next`` and ``qkv attention``
 print), and a web playground that shows them (``qkv serve RUN_DIR``; docs/serve.md).
 
->>> from qkv.cli.common import load_any
+>>> import qkv
 >>> from qkv.server import Limits, create_app
->>> app = create_app(load_any("runs/shakespeare"), Limits(max_concurrent=2))  # doctest: +SKIP
+>>> app = create_app(qkv.load("runs/shakespeare"), Limits(max_concurrent=2))  # doctest: +SKIP
 
 Needs the ``server`` extra (fastapi, uvicorn, pydantic): ``pip install -e ".[server]"``.
 """

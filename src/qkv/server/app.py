@@ -119,7 +119,7 @@ def create_app(
     name: str | None = None,
     hosts: Sequence[str] | None = None,
 ) -> FastAPI:
-    """The server for one loaded model (see :func:`qkv.cli.common.load_any`) under ``limits``.
+    """The server for one loaded model (see :func:`qkv.load`) under ``limits``.
 
     ``hosts`` are the Host header names it answers to (default: the localhost names; see
     :func:`~qkv.server.guard.allowed_hosts`, "*" for any).

@@ -44,62 +44,34 @@ from torch import Tensor, nn
 
 from qkv.errors import QkvError
 from qkv.io import atomic_write_json, atomic_write_text, read_json
-from qkv.model_dir import MODEL_FILE, load_weights, read_tensors, save_tensors, save_weights
+from qkv.model_dir import load_weights, save_weights
+from qkv.run_dir import (
+    CHECKPOINTS_DIR,
+    LATEST_FILE,
+    OPTIMIZER_FILE,
+    STATE_FILE,
+    latest_checkpoint,
+    step_dir_name,
+    step_dirs,
+    step_of,
+)
+from qkv.storage import MODEL_FILE, read_tensors, save_tensors
 
-CHECKPOINTS_DIR = "checkpoints"
-LATEST_FILE = "latest.json"
-OPTIMIZER_FILE = "optimizer.safetensors"
-STATE_FILE = "trainer_state.json"
+__all__ = [  # the checkpoint layout (qkv.run_dir) is importable from here too, as it always was
+    "CHECKPOINTS_DIR",
+    "LATEST_FILE",
+    "OPTIMIZER_FILE",
+    "STATE_FILE",
+    "clean_leftovers",
+    "latest_checkpoint",
+    "load_training_checkpoint",
+    "save_training_checkpoint",
+    "step_dir_name",
+    "step_of",
+]
+
 FORMAT = "qkv-training-checkpoint"
 FORMAT_VERSION = 1
-_STEP_DIR = re.compile(r"step-(\d+)")
-
-
-def step_dir_name(step: int) -> str:
-    return f"step-{step:06d}"
-
-
-def step_of(path: Path) -> int | None:
-    match = _STEP_DIR.fullmatch(path.name)
-    return int(match.group(1)) if match else None
-
-
-def _is_complete(path: Path) -> bool:
-    return all((path / name).is_file() for name in (MODEL_FILE, OPTIMIZER_FILE, STATE_FILE))
-
-
-def _step_dirs(root: Path) -> list[Path]:
-    """The step-NNNNNN folders under ``root``, oldest step first."""
-    if not root.is_dir():
-        return []
-    found = [p for p in root.iterdir() if p.is_dir() and step_of(p) is not None]
-    return sorted(found, key=lambda p: step_of(p))  # type: ignore[arg-type, return-value]
-
-
-def latest_checkpoint(run_dir: str | Path) -> Path | None:
-    """The step folder to resume from, or None if the run has no complete checkpoint.
-
-    That is the folder latest.json names. If latest.json is missing or damaged, or names a folder that is
-    gone or incomplete, the newest complete step folder is used instead, with a warning.
-    """
-    root = Path(run_dir) / CHECKPOINTS_DIR
-    latest = root / LATEST_FILE
-    problem = f"{latest} is missing"
-    if latest.is_file():
-        try:
-            name = read_json(latest, what="checkpoint pointer")["dir"]
-            candidate = root / name
-        except (QkvError, KeyError, TypeError):
-            problem = f"{latest} is damaged"
-        else:
-            if isinstance(name, str) and step_of(candidate) is not None and _is_complete(candidate):
-                return candidate
-            problem = f"{latest} points to {name!r}, which is missing or incomplete"
-    complete = [p for p in _step_dirs(root) if _is_complete(p)]
-    if not complete:
-        return None
-    warnings.warn(f"{problem}; resuming from {complete[-1]}, the newest complete checkpoint", stacklevel=2)
-    return complete[-1]
 
 
 # ------------------------------------------------------------------------ tensors and JSON, without pickle
@@ -302,7 +274,7 @@ def _prune(root: Path, step: int, keep: int | None) -> None:
             shutil.rmtree(path, ignore_errors=True)
     if keep is None:
         return
-    done = [p for p in _step_dirs(root) if step_of(p) <= step]  # type: ignore[operator]
+    done = [p for p in step_dirs(root) if step_of(p) <= step]  # type: ignore[operator]
     for path in done[:-keep]:
         shutil.rmtree(path, ignore_errors=True)
 

@@ -52,7 +52,7 @@ def new_run_dir(out_dir: str | None, task: str) -> Path:
 
 
 def save_run_config(run_dir: Path, config: TrainConfig, data_info: dict[str, Any]) -> None:
-    from qkv import __version__
+    from qkv.version import __version__
 
     atomic_write_json(run_dir / RUN_CONFIG_FILE, {"train": config.to_dict(), "data": data_info, "qkv": __version__})
 

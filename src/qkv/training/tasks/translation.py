@@ -36,9 +36,10 @@ from qkv.data.parallel import ParallelCorpus, load_parallel, split_parallel
 from qkv.decoding.beam_search import beam_search, greedy_decode
 from qkv.decoding.translator import corpus_scores
 from qkv.errors import QkvError
-from qkv.model_dir import CONFIG_FILE, TARGET_TOKENIZER_FILE, TOKENIZER_FILE, build_model
+from qkv.model_dir import CONFIG_FILE, TARGET_TOKENIZER_FILE, TOKENIZER_FILE
 from qkv.models import make_config
 from qkv.models.config import TRANSLATORS, ModelConfig, RNNSearchConfig
+from qkv.models.family import build_model
 from qkv.models.memory import check_fits
 from qkv.tokenizers import Tokenizer, load_tokenizer, train_tokenizer
 from qkv.training.config import TrainConfig, check_arch

@@ -8,8 +8,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from qkv.layers.int8_embedding import Int8TokenEmbedding
-from qkv.layers.int8_linear import Int8Linear
+from qkv.quantization.int8_embedding import Int8TokenEmbedding
+from qkv.quantization.int8_linear import Int8Linear
 
 
 def test_rows_are_the_dequantized_rows_of_the_shared_matrix() -> None:

@@ -1,6 +1,6 @@
 """Calibrated int8 rounding (GPTQ): pick each int8 weight to minimise the layer's output error on real inputs.
 
-Plain weight-only int8 (:mod:`qkv.layers.int8_linear`) rounds every weight of row i to the nearest multiple of
+Plain weight-only int8 (:mod:`qkv.quantization.int8_linear`) rounds every weight of row i to the nearest multiple of
 its scale s_i. That minimises the error of each weight, not the error of the layer's output
 
     E(q) = sum_x ||x W^T - x (s q)^T||^2 = sum_i (w_i - s_i q_i)^T H (w_i - s_i q_i),   H = sum_x x x^T,
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import Tensor, nn
 
-from qkv.layers.int8_linear import Q_MAX
+from qkv.quantization.int8_linear import Q_MAX
 
 DAMPING = 0.1  # lambda: H + lambda mean(diag H) I (0.01 in the paper; docs/deploy.md compares the two)
 BLOCK = 128  # columns rounded before their error is pushed onto the later columns in one product

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from qkv.layers import int8_linear as int8_module
-from qkv.layers.int8_linear import Int8Linear, dequantize, int8_linear, kernel_applies, quantize_per_channel
+from qkv.quantization import int8_linear as int8_module
+from qkv.quantization.int8_linear import Int8Linear, dequantize, int8_linear, kernel_applies, quantize_per_channel
 
 
 def reference(x: torch.Tensor, layer: Int8Linear) -> torch.Tensor:

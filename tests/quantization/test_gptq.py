@@ -8,10 +8,10 @@ import copy
 
 import torch
 
-from qkv.gptq import gptq_round, input_hessians
-from qkv.layers.int8_linear import Int8Linear, quantize_per_channel
 from qkv.models import GPT, GPTConfig
 from qkv.quantization import quantize_model
+from qkv.quantization.gptq import gptq_round, input_hessians
+from qkv.quantization.int8_linear import Int8Linear, quantize_per_channel
 
 
 def output_error(x: torch.Tensor, weight: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> float:

@@ -1,6 +1,6 @@
 """The token embedding W_E read from an int8 matrix, for models whose unembedding is tied to it (W_U = W_E^T).
 
-Weight-only int8 (:mod:`qkv.layers.int8_linear`) quantizes W_U per output channel, and W_U's output channels
+Weight-only int8 (:mod:`qkv.quantization.int8_linear`) quantizes W_U per output channel, and W_U's output channels
 are W_E's rows: one scale per vocabulary entry. When the two are tied, the int8 matrix and its scales serve
 both: the unembedding multiplies by it, and the embedding looks a token's row up and dequantizes it,
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from qkv.layers.int8_linear import Int8Linear, dequantize
+from qkv.quantization.int8_linear import Int8Linear, dequantize
 
 
 class Int8TokenEmbedding(nn.Module):

@@ -11,8 +11,6 @@ import torch
 from safetensors import safe_open
 
 from qkv.errors import QkvError
-from qkv.layers.int8_embedding import Int8TokenEmbedding
-from qkv.layers.int8_linear import Int8Linear
 from qkv.model_dir import MODEL_FILE, QUANTIZATION_FILE, load_model_dir, save_model_dir
 from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig, Transformer, TransformerConfig
 from qkv.quantization import (
@@ -21,9 +19,11 @@ from qkv.quantization import (
     is_quantized,
     quantization_info,
     quantize_model,
-    save_quantized,
     weight_bytes,
 )
+from qkv.quantization.int8_embedding import Int8TokenEmbedding
+from qkv.quantization.int8_linear import Int8Linear
+from qkv.quantization.save import save_quantized
 from qkv.tokenizers import train_tokenizer
 
 TEXT = "the quick brown fox jumps over the lazy dog"

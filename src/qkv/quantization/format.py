@@ -1,0 +1,61 @@
+"""The quantized folder's description: ``quantization.json`` says which layers of the model hold int8 weights.
+
+A model folder (:mod:`qkv.model_dir`) of a quantized model holds, beside config.json and the tokenizers,
+``model.safetensors`` with ``qweight`` (int8) and ``weight_scale`` in place of each int8 layer's ``weight``,
+and this description::
+
+    {"format": "qkv-quantized", "version": 1, "scheme": "int8", "description": "...",
+     "modules": ["decoder.blocks.0.self_attn.query", ..., "unembedding"]}
+
+:func:`quantization_info` writes it for a quantized model; :func:`apply_quantization` gives a freshly built
+float model the int8 layers it names, so that the int8 weights load into it without the original model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from qkv.errors import QkvError
+from qkv.quantization.int8_linear import Int8Linear
+from qkv.quantization.model import DESCRIPTIONS, SCHEMES, _quantize_module
+
+FORMAT = "qkv-quantized"
+FORMAT_VERSION = 1
+
+
+def quantization_info(model: nn.Module) -> dict[str, Any] | None:
+    """What ``quantization.json`` holds for ``model`` (None when it has no int8 layer)."""
+    modules = [name for name, module in model.named_modules() if isinstance(module, Int8Linear)]
+    if not modules:
+        return None
+    return {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "scheme": "int8",
+        "description": DESCRIPTIONS["int8"],
+        "modules": modules,
+    }
+
+
+def apply_quantization(model: nn.Module, info: Any, where: str = "quantization.json") -> nn.Module:
+    """Give a freshly built float ``model`` the int8 layers ``info`` describes, ready to load int8 weights into."""
+    if not isinstance(info, dict) or info.get("format") != FORMAT or not isinstance(info.get("modules"), list):
+        raise QkvError(f"{where} is not a qkv quantization description: restore it, or quantize the run again")
+    if info.get("version", FORMAT_VERSION) > FORMAT_VERSION or info.get("scheme") not in SCHEMES:
+        raise QkvError(
+            f"{where} describes {info.get('scheme')!r} weights (format version {info.get('version')}), which this "
+            "qkv cannot read: upgrade qkv, or quantize the original run with this version"
+        )
+    with torch.no_grad():
+        for name in info["modules"]:
+            try:
+                _quantize_module(model, name, empty=True)
+            except AttributeError:
+                raise QkvError(
+                    f"{where} names a layer {name} that the model in config.json does not have: "
+                    "the files come from different runs; quantize the original run again"
+                ) from None
+    return model.eval()

@@ -1,0 +1,85 @@
+"""Writing a quantized model folder (``qkv quantize``): quantize a loaded model, optionally calibrated on text.
+
+    from qkv.quantization.save import save_quantized
+    save_quantized(qkv.load("runs/shakespeare"), "runs/shakespeare-int8", calibration_text=text)
+
+The folder is a model folder like any other (:mod:`qkv.model_dir`, with the ``quantization.json`` of
+:mod:`qkv.quantization.format`) and opens with :func:`qkv.load`. Calibration runs the model's own forward on
+the text, the way its role uses it (a language model reads running text, an encoder embeds sentences), so
+this module sits above the training and pretrained code that runs those forwards.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from qkv.errors import QkvError
+from qkv.model_dir import save_model_dir
+from qkv.models.family import ENCODER, LANGUAGE_MODEL, family_of
+from qkv.pretrained.bert import copy_sentence_head, embed_sentences
+from qkv.quantization.model import check_scheme, is_quantized, quantize_model
+from qkv.training.perplexity import token_log_probs
+
+
+def _check_out_dir(out: Path, source: Path) -> None:
+    """Refuse an output folder whose files a quantized copy would overwrite or mix with."""
+    if out.exists() and not out.is_dir():
+        raise QkvError(f"--out {out} is a file: give a folder for the quantized model")
+    if out.resolve() == source.resolve():
+        raise QkvError(f"--out {out} is the model itself: its float weights would be replaced; give a new folder")
+    if (out / "train_config.json").exists() or (out / "checkpoints").exists():
+        raise QkvError(f"--out {out} holds a training run, whose weights would be replaced: give a new folder")
+    if out.is_dir() and any(out.iterdir()) and not (out / "quantization.json").is_file():
+        raise QkvError(f"--out {out} already holds other files: give a new or empty folder")
+
+
+def text_calibration(bundle: Any, text: str) -> Callable[[nn.Module], object]:
+    """A ``calibration`` feed for :func:`quantize_model` from sample text, for the model in ``bundle``.
+
+    A language model reads ``text`` as running text (in windows of its context); an encoder embeds its
+    non-empty lines as sentences. Both run the model's own forward, so every layer sees its inputs.
+    """
+    model = bundle.model
+    family = family_of(model)
+    if family.role == LANGUAGE_MODEL:
+        ids = bundle.tokenizer.encode(text)
+        return lambda m: token_log_probs(m, ids)
+    if family.role == ENCODER:
+        lines = [line for line in text.splitlines() if line.strip()]
+
+        def embed(m: nn.Module) -> object:
+            with_model = copy.copy(bundle)
+            with_model.model = m
+            return embed_sentences(with_model, lines, engine="model")
+
+        return embed
+    raise QkvError(
+        f"calibration text works for language models and encoders, and this is {family.title}: quantize it "
+        "without --calibrate (nearest rounding)"
+    )
+
+
+def save_quantized(
+    bundle: Any, out_dir: str | Path, scheme: str = "int8", *, calibration_text: str | None = None
+) -> Path:
+    """Quantize ``bundle.model`` (a :class:`~qkv.model_dir.ModelBundle`) in place and save it as a model folder.
+
+    The folder loads with :func:`qkv.load` like any other, int8 layers and all; a sentence-transformers head
+    (pooling, normalisation) beside the source model is copied along. With ``calibration_text`` the
+    roundings are calibrated on it (:func:`text_calibration`, :mod:`qkv.quantization.gptq`).
+    """
+    check_scheme(scheme)
+    out = Path(out_dir)
+    _check_out_dir(out, Path(bundle.path))
+    if is_quantized(bundle.model):
+        raise QkvError(f"{bundle.path} is quantized already: quantize the float model it was made from")
+    calibration = None if calibration_text is None else text_calibration(bundle, calibration_text)
+    quantize_model(bundle.model, scheme, calibration=calibration)
+    save_model_dir(out, bundle.model, bundle.tokenizer, bundle.target_tokenizer)
+    copy_sentence_head(bundle.path, out)
+    return out
