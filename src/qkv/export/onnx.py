@@ -50,6 +50,7 @@ from torch import Tensor, nn
 
 from qkv.errors import QkvError
 from qkv.export.past import PastKeyValues
+from qkv.io import check_writable, writing
 from qkv.models import GPT, Encoder, Transformer, mean_pool
 from qkv.quantization import is_quantized, weight_bytes
 
@@ -194,22 +195,23 @@ def _save_all(traced: list[tuple[Any, Path, bool]]) -> list[Path]:
     from qkv.data.leftovers import make_work_folder, remove_stale_work_folders
 
     first = traced[0][1]
-    remove_stale_work_folders(first, "exporting")
-    work, owner = make_work_folder(first, "exporting")
-    try:
-        for program, path, external in traced:
-            program.save(str(work / path.name), external_data=external)
-        written = sorted(p for p in work.iterdir() if p.name != ".owner")
-        for file in written:
-            with open(file, "rb+") as handle:  # the bytes reach the disk before the renames make them visible
-                os.fsync(handle.fileno())
-            os.chmod(file, 0o644)
-        for file in written:
-            os.replace(file, first.parent / file.name)
-        return [path for _, path, _ in traced]
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        owner.close()
+    with writing(first):  # a read-only folder, a full disk: one line naming the file
+        remove_stale_work_folders(first, "exporting")
+        work, owner = make_work_folder(first, "exporting")
+        try:
+            for program, path, external in traced:
+                program.save(str(work / path.name), external_data=external)
+            written = sorted(p for p in work.iterdir() if p.name != ".owner")
+            for file in written:
+                with open(file, "rb+") as handle:  # the bytes reach the disk before the renames make them visible
+                    os.fsync(handle.fileno())
+                os.chmod(file, 0o644)
+            for file in written:
+                os.replace(file, first.parent / file.name)
+            return [path for _, path, _ in traced]
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+            owner.close()
 
 
 def output_paths(model: nn.Module, path: str | Path) -> list[Path]:
@@ -228,6 +230,7 @@ def check_free(paths: list[Path], overwrite: bool) -> None:
             raise QkvError(f"--onnx {path} is a folder: give a file name ending in .onnx")
         if path.exists() and not overwrite:
             raise QkvError(f"{path} already exists: add --force to replace it, or choose another --onnx")
+        check_writable(path)  # before tracing, which takes a minute for GPT-2
 
 
 def check_exportable(model: nn.Module, path: Path, *, overwrite: bool = True) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 from torch import nn
 
 from qkv.errors import QkvError
+from qkv.io import check_writable
 from qkv.model_dir import save_model_dir
 from qkv.models.family import ENCODER, LANGUAGE_MODEL, family_of
 from qkv.pretrained.bert import copy_sentence_head, embed_sentences
@@ -36,6 +37,7 @@ def _check_out_dir(out: Path, source: Path) -> None:
         raise QkvError(f"--out {out} holds a training run, whose weights would be replaced: give a new folder")
     if out.is_dir() and any(out.iterdir()) and not (out / "quantization.json").is_file():
         raise QkvError(f"--out {out} already holds other files: give a new or empty folder")
+    check_writable(out)  # before calibrating, which takes minutes on a large model
 
 
 def text_calibration(bundle: Any, text: str) -> Callable[[nn.Module], object]:
