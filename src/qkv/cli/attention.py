@@ -56,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     if args.target is not None and not family.two_vocabularies:
         raise QkvError(f"--target is for translators: {family.title} reads one text")
     note_unknown(bundle.tokenizer, args.text, what="the text")
+    if args.target is not None:
+        note_unknown(bundle.target_tokenizer or bundle.tokenizer, args.target, what="the target")
     maps = attention_maps(bundle, args.text, target=args.target)
     if args.part is not None and args.part not in maps.groups:
         raise QkvError(f"{family.title} has no {args.part} attention: choose --part from {', '.join(maps.groups)}")

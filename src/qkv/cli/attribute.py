@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import add_device_arguments, add_model_argument, model_path, use_device
+from qkv.cli.common import add_device_arguments, add_model_argument, check_top, model_path, use_device
 from qkv.loading import load
 
 HELP = "direct logit attribution: each layer's and head's push on one token's logit (table + chart)"
@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from qkv.inspect.circuit_figures import draw_attribution
     from qkv.inspect.trace import check_range
 
+    check_top(args.top)
     bundle = load(model_path(args), device=use_device(args))
     result = attribute(bundle, args.text, target=args.target, foil=args.foil, position=args.position,
                        prefix=args.prefix)  # fmt: skip

@@ -94,3 +94,9 @@ def note_unknown(tokenizer, text: str, what: str = "the text") -> None:
         note = unknown_note(tokenizer, text, what)
         if note:
             print(note, file=sys.stderr)
+
+
+def check_top(top: int) -> None:
+    """--top is how many rows to list: at least 1 (0 listed nothing, and a negative count sliced from the end)."""
+    if top < 1:
+        raise QkvError(f"--top {top} must be at least 1")

@@ -67,6 +67,11 @@ def run(args: argparse.Namespace) -> int:
         raise QkvError("which model? give a run directory (RUN_DIR) or --model; only --positions works without one")
     bundle = load(path, device=use_device(args)) if path else None
     has_positions = bundle is None or family_of(bundle.model).has("positions")
+    if args.positions and not has_positions:  # it used to draw the paper's sinusoid, which this model never adds
+        raise QkvError(
+            f"{family_of(bundle.model).title} adds no positions to its vectors, so it has no table to draw: drop "
+            "--positions, or give it without a model for the paper's sinusoidal table"
+        )
     plot = args.plot or (None if asked else "embeddings.png")
     positions = args.positions or (None if asked or not has_positions else "positions.png")
     out: dict = {}

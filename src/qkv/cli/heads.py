@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import add_device_arguments, add_model_argument, model_path, use_device
+from qkv.cli.common import add_device_arguments, add_model_argument, check_top, model_path, use_device
 from qkv.loading import load
 
 HELP = "head detector: previous-token, first-token, induction and duplicate-token scores of every head"
@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from qkv.inspect.circuit_figures import draw_head_scores
     from qkv.inspect.heads import detect_heads
 
+    check_top(args.top)
     bundle = load(model_path(args), device=use_device(args))
     detection = detect_heads(bundle, length=args.length, batch=args.batch, seed=args.seed, bos=args.bos)
     parts = [detection.part(args.part)] if args.part else detection.parts

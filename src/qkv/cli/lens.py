@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import add_device_arguments, add_model_argument, model_path, use_device
+from qkv.cli.common import add_device_arguments, add_model_argument, model_path, note_unknown, use_device
 from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.models.family import LANGUAGE_MODEL, family_of
@@ -86,7 +86,10 @@ def run(args: argparse.Namespace) -> int:
         raise QkvError(f"--target is for translators: {family.title} reads one text")
     if args.html is not None:  # before the lens runs; the same line as the walk-through itself and the server
         family.require_role(LANGUAGE_MODEL, "the walk-through")
-    lens = logit_lens(bundle, args.text, target=args.target, top=args.top)
+    lens = logit_lens(bundle, args.text, target=args.target, top=args.top)  # refuses a family without a stream
+    note_unknown(bundle.tokenizer, args.text, what="the text")
+    if args.target is not None:
+        note_unknown(bundle.target_tokenizer or bundle.tokenizer, args.target, what="the target")
     check_range("decoder", lens.n_rows - 1, 1, args.layer, None)
     position = find_position(lens.tokens, args.position, what="--position")
     page = None

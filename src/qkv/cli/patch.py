@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import add_device_arguments, add_model_argument, model_path, use_device
+from qkv.cli.common import add_device_arguments, add_model_argument, check_top, model_path, use_device
 from qkv.loading import load
 
 HELP = "activation patching: which layers, positions and heads carry the answer (heatmaps)"
@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from qkv.inspect.circuit_figures import draw_patching
     from qkv.inspect.patching import patch
 
+    check_top(args.top)
     bundle = load(model_path(args), device=use_device(args))
     bar, update = _progress()
     if bar is not None:

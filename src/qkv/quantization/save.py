@@ -21,7 +21,7 @@ from torch import nn
 from qkv.errors import QkvError
 from qkv.io import check_writable
 from qkv.model_dir import save_model_dir
-from qkv.models.family import ENCODER, LANGUAGE_MODEL, family_of
+from qkv.models.family import ENCODER, LANGUAGE_MODEL, WORD_VECTORS, family_of
 from qkv.pretrained.bert import copy_sentence_head, embed_sentences
 from qkv.quantization.model import check_scheme, is_quantized, quantize_model
 from qkv.training.perplexity import token_log_probs
@@ -76,6 +76,12 @@ def save_quantized(
     roundings are calibrated on it (:func:`text_calibration`, :mod:`qkv.quantization.gptq`).
     """
     check_scheme(scheme)
+    family = family_of(bundle.model)
+    if family.role == WORD_VECTORS:  # "1.0x smaller" with nothing quantized, before this line
+        raise QkvError(
+            f"int8 quantization rounds the weights of linear layers, and {family.title} has none (its vectors are "
+            "looked up, not multiplied): use the run as it is with `qkv embeddings`"
+        )
     out = Path(out_dir)
     _check_out_dir(out, Path(bundle.path))
     if is_quantized(bundle.model):
