@@ -85,3 +85,27 @@ def test_unknown_tokens_get_one_note(runs, tmp_path, capsys, name, model, argv, 
     assert [line for line in err.splitlines() if line.startswith("note:")] == [line for line in err.splitlines()
                                                                               if note in line], err  # fmt: skip
     assert note in err
+
+
+@pytest.fixture
+def busy_port():
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        yield held.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--port", "{busy}"], "port {busy} on 127.0.0.1 is in use"),
+        (["--host", "192.0.2.7", "--port", "0"], "--host 192.0.2.7 is not an address of this machine"),  # TEST-NET-1
+        (["--host", "no-such-host.invalid", "--port", "0"], "--host no-such-host.invalid is not a name or address"),
+    ],
+)
+def test_serve_where_it_cannot_listen(tiny_run, capsys, busy_port, flags, fragment) -> None:
+    """Before the model loads and before uvicorn starts (it printed its log and exited with 3)."""
+    argv = [f.format(busy=busy_port) for f in flags]
+    assert_one_line_error(*run_cli(capsys, "serve", str(tiny_run), *argv), fragment.format(busy=busy_port))

@@ -81,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
         raise QkvError(f"{error}: check the --max-* and --queue-timeout flags") from None
     if not 0 <= args.port <= 65535:
         raise QkvError(f"--port {args.port} is not a port number: use 1-65535, or 0 for a free one")
+    from qkv.server.address import check_address
+
+    check_address(args.host, args.port)  # a busy port or a foreign --host: one line, before the model loads
     bundle = load(model_path(args), device=use_device(args), quantize=args.quantize)
     hosts = allowed_hosts(args.host, args.allow_host)
     app = create_app(bundle, limits, hosts=hosts)

@@ -79,6 +79,18 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     return "; ".join(parts) or "the request body is invalid", (params[0] if params else None)
 
 
+def _unreadable_body(exc: StarletteHTTPException) -> str | None:
+    """The sentence for a body FastAPI could not parse for a reason other than a JSON syntax error (bytes that
+    are not UTF-8, arrays nested past the parser's depth): the same 422 as any invalid JSON. None otherwise."""
+    cause = exc.__cause__
+    if exc.status_code != 400 or not isinstance(cause, UnicodeDecodeError | RecursionError | ValueError):
+        return None
+    why = "it is not UTF-8" if isinstance(cause, UnicodeDecodeError) else "it is nested too deeply"
+    if not isinstance(cause, UnicodeDecodeError | RecursionError):
+        why = str(cause)[:200]
+    return f'the body is not valid JSON ({why}): send a JSON object such as {{"prompt": "Hello"}}'
+
+
 class _GatedStream(StreamingResponse):
     """A streaming response that runs ``on_close`` when it ends, however it ends (done, error, disconnect)."""
 
@@ -147,6 +159,9 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        unreadable = _unreadable_body(exc)
+        if unreadable is not None:  # FastAPI's bare 400 for what json.loads raises besides JSONDecodeError
+            return JSONResponse(error_body(unreadable, code="invalid_value"), status_code=422)
         message = str(exc.detail)
         if exc.status_code == 404:
             message = f"there is no {request.url.path} here: this server supports {', '.join(service.endpoints)}"
