@@ -175,6 +175,12 @@ def _restore_rng(rng: dict[str, Any], generators: dict[str, torch.Generator], wh
 # ------------------------------------------------------------------------------------------ save / load
 
 
+def all_finite(model: nn.Module) -> bool:
+    """Whether every parameter of ``model`` is finite (one host sync): a checkpoint is saved only then."""
+    flags = [torch.isfinite(p).all() for p in model.parameters()]
+    return bool(torch.stack(flags).all()) if flags else True
+
+
 def save_training_checkpoint(
     run_dir: str | Path,
     *,
