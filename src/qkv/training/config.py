@@ -125,7 +125,7 @@ class TrainConfig:
     seed: int = 1337
     device: str = "auto"
     precision: str = "auto"
-    threads: int | None = None  # CPU threads for torch; default: all cores
+    threads: int | None = None  # CPU threads for torch; default: the cores other processes leave idle
     compile: str = "auto"  # torch.compile the model: auto (on for CUDA, off elsewhere), on or off
     strategy: str = "ddp"  # under torchrun: ddp (a whole copy per process) or fsdp (each process holds a shard)
 
