@@ -33,6 +33,8 @@ VERBS = (
     "export",
 )
 
+MODULES = {"next": "next_token"}  # a verb whose module has another name (qkv.cli.next would shadow next())
+
 
 def build_parser() -> argparse.ArgumentParser:
     import importlib
@@ -40,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="qkv", description="The Transformer, completely and for real.")
     sub = parser.add_subparsers(dest="verb", required=True, metavar="COMMAND")
     for verb in VERBS:
-        module = importlib.import_module(f"qkv.cli.{verb}")
+        module = importlib.import_module(f"qkv.cli.{MODULES.get(verb, verb)}")
         command = sub.add_parser(verb, help=module.HELP, description=module.__doc__)
         module.add_arguments(command)
         command.set_defaults(run=module.run)
@@ -52,7 +54,6 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpar
     ``qkv translate RUN --beam 1 "a" "b"`` gives both sentences (argparse alone stops the positionals at the
     first flag)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    # (not next(): importing the verb modules binds qkv.cli.next, the `qkv next` module, over the builtin)
     verbs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)][0].choices
     if argv and argv[0] in verbs:
         args = verbs[argv[0]].parse_intermixed_args(argv[1:])

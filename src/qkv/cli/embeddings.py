@@ -7,8 +7,11 @@ are given); with none of them, both pictures are drawn (a Word2Vec run has no po
 --analogies FILE scores a questions-words file (": section" lines, then "a b c d" questions) section by
 section, as gensim's evaluate_word_analogies does, over the --restrict-vocab most frequent words.
 Analogies exclude a, b and c from the answer, as word2vec does, and scale the three vectors to length 1
-first. Special tokens (<pad>, <bos>, ...) are never answers. Without a
-model, --positions draws the paper's sinusoidal table for --d-model.
+first. Special tokens (<pad>, <bos>, ...) are never answers. Without a model, --positions draws the paper's
+sinusoidal table for --d-model.
+
+`qkv embeddings` reads the table W_E (one vector per token, no forward pass); `qkv embed` runs an encoder on
+whole sentences and compares the sentence vectors.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.models.family import family_of
 
-HELP = "nearest neighbours, analogies and a 2-D map of token embeddings; the positional table"
+HELP = "token embeddings W_E: neighbours, analogies, a 2-D map; the positional table (sentences: qkv embed)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

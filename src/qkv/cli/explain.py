@@ -9,12 +9,12 @@ Where the numbers come from (give at most one):
   --qkv FILE                     your Q, K, V, one row per token (JSON or CSV)
   --embeddings FILE              your embeddings X (and W_q, W_k, W_v, W_o if the file has them; the
                                  missing ones are torch.rand with --seed)
-  --example 004 | 003 | 003-weights
-                                 a worked example (004, the default: "The quick brown fox jumps"
-                                 with its Q, K, V, from notes on "Attention Is All You Need"; 003:
+  --example quick-fox | journey | journey-weights
+                                 a worked example (quick-fox, the default: "The quick brown fox jumps"
+                                 with its Q, K, V, from notes on "Attention Is All You Need"; journey:
                                  "Your journey starts with one step" without trainable weights, from
                                  Raschka's Build a Large Language Model (From Scratch), section 3.3.1;
-                                 003-weights adds W = torch.rand after torch.manual_seed(123), the
+                                 journey-weights adds W = torch.rand after torch.manual_seed(123), the
                                  book's section 3.4; see docs/references.md)
 
 Any other TEXT without a model or file gets random 4-dimensional embeddings and random weights (--seed),
@@ -45,9 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--embeddings", metavar="FILE", help="embeddings X (and optionally W_q, W_k, W_v, W_o)")
     source.add_argument(
         "--example",
-        choices=("004", "003", "003-weights"),
-        help="a worked example: 004 (the notes on Attention Is All You Need), 003 or 003-weights (Raschka, "
-        "Build a Large Language Model (From Scratch), sections 3.3.1 and 3.4); see docs/references.md",
+        metavar="NAME",
+        help="a worked example: quick-fox (the notes on Attention Is All You Need), journey or journey-weights "
+        "(Raschka, Build a Large Language Model (From Scratch), sections 3.3.1 and 3.4); see docs/references.md",
     )
     which = parser.add_argument_group("which head and query")
     which.add_argument("--layer", type=int, default=0, help="layer of a real model (default 0)")
@@ -122,14 +122,15 @@ def _explain(args: argparse.Namespace):
             tokens, matrices["X"], **weights, n_heads=args.heads, head=args.head, d_k=args.d_k, seed=args.seed,
             causal=causal, query=query, title=str(path),
         )  # fmt: skip
-    example = args.example
+    example = None if args.example is None else examples.example_name(args.example)  # 004 and 003 still work
     if example is None:
-        if words in (None, examples.SEED_004_TOKENS):
-            example = "004"
-        elif words == examples.SEED_003_TOKENS:
-            example = "003"
+        if words in (None, examples.QUICK_FOX_TOKENS):
+            example = "quick-fox"
+        elif words == examples.JOURNEY_TOKENS:
+            example = "journey"
     if example is not None:
-        if words is not None and words != (examples.SEED_004_TOKENS if example == "004" else examples.SEED_003_TOKENS):
+        own = examples.QUICK_FOX_TOKENS if example == "quick-fox" else examples.JOURNEY_TOKENS
+        if words is not None and words != own:
             raise QkvError(f"example {example} has its own text: drop the text, or drop --example for random vectors")
         return examples.explain_example(
             example, causal=causal, query=query, seed=args.seed, d_k=args.d_k, n_heads=args.heads, head=args.head

@@ -146,7 +146,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name, (kind, text) in MODEL_FLAGS.items():
         model.add_argument(
             f"--{name.replace('_', '-')}",
-            *(["--max-len"] if name == "context_length" else []),  # the name translators used before qkv 0.2
+            *(["--max-len"] if name == "context_length" else []),  # the translators' name before the rename
             *(["--dim"] if name == "d_model" else []),  # word2vec's name for it
             dest=f"model.{name}",
             metavar=name.upper(),
