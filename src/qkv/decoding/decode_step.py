@@ -25,9 +25,8 @@ matrix products, and with the same shapes at every position:
   per beam.
 
 Every other piece is the model's own module, called as the model calls it (LayerNorms or RMSNorms, the
-feed-forward plain or gated,
-out_proj, embeddings, unembedding), so a module replaced by another with the same call signature (an int8
-linear) is used here too. Dropout is left out: decoding runs in eval mode.
+feed-forward plain or gated, out_proj, embeddings, unembedding), so a module replaced by another with the same
+call signature (an int8 linear) is used here too. Dropout is left out: decoding runs in eval mode.
 """
 
 from __future__ import annotations

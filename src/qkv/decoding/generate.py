@@ -190,8 +190,8 @@ def generate(
     cannot be read. ``on_logits(logits)`` is called at every step with the (B, V) logits the next tokens are
     chosen from (raw: before temperature and filters), e.g. to report log-probabilities. ``engine`` chooses
     how the cached steps run (:mod:`qkv.decoding.engine`: "auto" picks the fast step for the device;
-    "model" is the model's own forward, the reference). Runs in eval mode
-    without gradients and restores the model's training flag.
+    "model" is the model's own forward, the reference). Runs in eval mode without gradients and restores the
+    model's training flag.
     """
     ids = _prepare(
         model,
@@ -246,8 +246,8 @@ def stream(
 
     Arguments are checked at once (a bad one raises here, not at the first ``next``). The ``eos_id`` token
     is yielded too, and ends the stream; ``on_logits`` sees each step's (1, V) logits just before its id is
-    yielded. The model stays in eval mode until the stream is exhausted or
-    closed. Feed the ids to a :class:`TextStreamer` to print text as it comes.
+    yielded. The model stays in eval mode until the stream is exhausted or closed. Feed the ids to a
+    :class:`TextStreamer` to print text as it comes.
     """
     ids = _prepare(
         model,

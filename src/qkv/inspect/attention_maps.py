@@ -1,11 +1,10 @@
 """Attention maps: every layer's and head's weights softmax(Q K^T / sqrt(d_k) + mask) for one text.
 
-The notes on Attention Is All You Need: "this process allows the model to attend to all words in the sentence ...,
-but to varying
-degrees". A map is that degree as a picture: row i is query token i, column j key token j, and the cell is
-the weight alpha_ij, so each row sums to 1. The weights are the model's own, read from its forward pass by
-:func:`~qkv.inspect.trace.trace` (the explicit attention path computes them before dropout), not from a
-second implementation.
+The notes on Attention Is All You Need: "this process allows the model to attend to all words in the sentence
+..., but to varying degrees". A map is that degree as a picture: row i is query token i, column j key token j,
+and the cell is the weight alpha_ij, so each row sums to 1. The weights are the model's own, read from its
+forward pass by :func:`~qkv.inspect.trace.trace` (the explicit attention path computes them before dropout), not
+from a second implementation.
 
 A GPT has one kind of attention (masked self-attention, lower-triangular maps); a translator has three:
 encoder self-attention (source x source), decoder masked self-attention (target x target) and

@@ -7,10 +7,9 @@ id picks one row of the embedding matrix W_E. A tokenizer is exactly that map, i
     text ─▶ tokens ("The", " quick", ...) ─▶ ids (464, 2068, ...) ─▶ rows of W_E
     ids  ─▶ text                                            (decode, after the model has predicted ids)
 
-Four special tokens have fixed roles: ``<pad>`` fills batches to equal length, ``<bos>`` marks the start
-of a sequence (the decoder's start token in the encoder-decoder study notes), ``<eos>`` marks its end, and ``<unk>``
-stands for
-anything the vocabulary cannot express. qkv's own tokenizers give them ids 0, 1, 2, 3.
+Four special tokens have fixed roles: ``<pad>`` fills batches to equal length, ``<bos>`` marks the start of a
+sequence (the decoder's start token in the encoder-decoder study notes), ``<eos>`` marks its end, and ``<unk>``
+stands for anything the vocabulary cannot express. qkv's own tokenizers give them ids 0, 1, 2, 3.
 
 Every tokenizer saves itself as one JSON file, ``{"kind": ..., "format_version": 1, ...}``, and
 :func:`load_tokenizer` reads any of them back.

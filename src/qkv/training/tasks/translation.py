@@ -3,11 +3,10 @@
 The encoder-decoder is the paper's Transformer, or (``--arch rnnsearch``) RNNSearch, the recurrent model
 with additive attention that came before it: same data, tokenizers, batches, loss and evaluation.
 
-Teacher forcing (the notes on Attention Is All You Need, "inference vs training"): the decoder is fed the true target
-shifted right
-after ``<bos>`` and learns to predict each next target token, all positions at once (the causal mask
-keeps position t from seeing t+1). Label smoothing (the paper, section 5.4) moves a little probability
-mass (0.1) from the correct token to all others, which hurts perplexity but helps BLEU. Validation
+Teacher forcing (the notes on Attention Is All You Need, "inference vs training"): the decoder is fed the true
+target shifted right after ``<bos>`` and learns to predict each next target token, all positions at once (the
+causal mask keeps position t from seeing t+1). Label smoothing (the paper, section 5.4) moves a little
+probability mass (0.1) from the correct token to all others, which hurts perplexity but helps BLEU. Validation
 reports the loss, and decodes held-out sentences to score them with sacrebleu's BLEU and chrF (and the
 exact-match rate, the natural measure for the built-in dates task).
 
