@@ -47,8 +47,8 @@ def default_threads(cores: int, busy: float | None) -> int:
 
     One per idle core, at least one. Torch's threads meet at a barrier after every parallel op, and a thread
     that shares its core with another process makes the others spin there until the scheduler gives it a
-    turn: on 2 cores beside one busy process, 2 threads ran the README's job 2.5x slower than 1 (issue 23,
-    bench/threads_under_load.py). ``busy`` None (unknown) means all cores.
+    turn (docs/training.md, "CPU threads on a busy machine", has the measurements). ``busy`` None (unknown)
+    means all cores.
     """
     if busy is None:
         return max(1, cores)
