@@ -5,8 +5,6 @@ encoder keys."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -15,14 +13,7 @@ from qkv.decoding.decode_step import cross_attention_keys, gpt_step, transformer
 from qkv.layers.fused import fuse_linears
 from qkv.models import Transformer, TransformerConfig
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """Tiny tensors: one thread is fastest, and on a busy machine extra threads only wait."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread is fastest (tests/conftest.py)
 
 
 VARIANTS = [

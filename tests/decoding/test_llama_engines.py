@@ -24,12 +24,7 @@ VARIANTS = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread is fastest (tests/conftest.py)
 
 
 @pytest.fixture
