@@ -62,7 +62,7 @@ class Sequence:
         return True
 
     def finish(self) -> None:
-        """The sequence left the batch normally (length, end token, or :meth:`emit` said stop)."""
+        """The sequence left the batch: its length, its end token, :meth:`emit` said stop, or cancelled."""
 
     def fail(self, error: Exception) -> None:
         """Choosing or emitting one of its tokens raised ``error``: it leaves, the others go on."""
@@ -144,9 +144,10 @@ class Batcher:
     @torch.no_grad()
     def drop_cancelled(self) -> int:
         """Free the rows of sequences whose client went away; how many left."""
-        gone = [i for i, s in enumerate(self.running) if s.cancelled()]
-        for i in reversed(gone):
-            self._drop(i)
+        gone = [s for s in self.running if s.cancelled()]
+        for sequence in gone:
+            self._drop(self.running.index(sequence))
+            sequence.finish()
         return len(gone)
 
     @torch.no_grad()
