@@ -61,7 +61,7 @@ def test_next_token_shows_the_top_token_and_its_probability(gpt) -> None:
 def test_attention_is_the_interactive_page_in_an_iframe(gpt) -> None:
     maps = attention_maps(gpt, "the fox")
     first, second = maps._repr_html_(), maps._repr_html_()
-    assert first.startswith("<iframe") and "cdn" not in first.lower() and "src=\"http" not in first
+    assert first.startswith("<iframe") and "cdn" not in first.lower() and 'src="http' not in first
     ids = [re.search(r'id="([^"]+)"', out).group(1) for out in (first, second)]
     assert ids[0] != ids[1]  # two outputs in one notebook never share an id
     page = frame_page(first)
