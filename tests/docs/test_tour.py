@@ -71,6 +71,7 @@ def test_the_tour_runs_and_shows_the_sources_numbers(executed) -> None:
     assert "'quick' attends with weights [0.0976 0.1333 0.1819 0.2483 0.3389]" in everything  # the notes' example
     assert "-inf" in everything and "row sums: [1. 1. 1. 1. 1.]" in everything  # the causal mask
     assert "same without the cache: True" in everything  # KV cache = recomputing everything
+    assert "streamed one at a time, the same tokens: True" in everything
     assert "times gain, plus bias: True" in everything  # LayerNorm by hand = the model's
     difference = re.search(r"max difference from the model's own weights: ([0-9.e+-]+)", everything)
     assert difference and float(difference.group(1)) < 1e-5
