@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import operator
 import os
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -366,7 +367,33 @@ def unknown_note(tokenizer: Tokenizer, text: str, what: str = "the text", ids: l
     if not unknown:
         return None
     every = "all" if unknown == total else f"{unknown} of"
+    pieces = unknown_pieces(tokenizer, text, _NAMED + 1)
+    more = ", ..." if len(pieces) > _NAMED else ""
+    named = f" ({', '.join(repr(p) for p in pieces[:_NAMED])}{more})" if pieces else ""
     return (
-        f"note: {every} {total} tokens of {what} became <unk> (not in the tokenizer's vocabulary, learnt from the "
-        "training data): the model sees <unk> in their place"
+        f"note: {every} {total} tokens of {what} became <unk>{named}, not in the tokenizer's vocabulary (learnt "
+        "from the training data): the model sees <unk> in their place"
     )
+
+
+_NAMED = 5  # unknown pieces a note names at most
+_PIECES = re.compile(r"\w+|[^\w\s]|\s")  # words, punctuation marks and single spaces: the word tokenizer's split
+
+
+def unknown_pieces(tokenizer: Tokenizer, text: str, limit: int = _NAMED) -> list[str]:
+    """The first ``limit`` distinct pieces of ``text`` that become <unk>: characters for a tokenizer with a token
+    per character, else words or punctuation marks (each distinct piece encoded once)."""
+    unk, found = tokenizer.unk_id, []
+    if unk is None:
+        return found
+    for piece in dict.fromkeys(_PIECES.findall(text)):
+        ids = tokenizer.encode(piece)
+        if unk not in ids:
+            continue
+        chars = len(ids) == len(piece)  # one token per character: name the characters
+        for p in [c for c, i in zip(piece, ids, strict=True) if i == unk] if chars else [piece]:
+            if p not in found:
+                found.append(p)
+            if len(found) == limit:
+                return found
+    return found
