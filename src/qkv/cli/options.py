@@ -6,7 +6,7 @@ mean one thing everywhere.
 - ``--out`` names every file or folder a verb writes; pictures go to the run folder unless ``--out`` says
   otherwise, and never silently over a file in the current folder.
 - ``--top N`` (alias ``-k``) is how many entries a table lists; ``--target TEXT`` a translator's target
-  side; ``--seed`` defaults to 0; durations take units (``30s``, ``10m``, ``2h``).
+  side; ``--seed`` defaults to 1337 (as in ``qkv train``); durations take units (``30s``, ``10m``, ``2h``).
 - Old spellings stay as aliases, hidden from ``--help`` (:func:`add_alias`).
 """
 
@@ -20,7 +20,8 @@ from typing import NoReturn
 
 from qkv.errors import QkvError
 
-SEED_DEFAULT = 0
+SEED_DEFAULT = 1337
+"""Every verb's --seed default: `qkv train`'s (so the same command gives the same numbers in every verb)."""
 
 
 class QkvParser(argparse.ArgumentParser):
@@ -40,6 +41,12 @@ def add_top_argument(parser, *, default: int | None, what: str) -> None:
     """--top N (alias -k): how many entries are listed."""
     shown = f" (default {default})" if default is not None else ""
     parser.add_argument("--top", "-k", type=int, default=default, metavar="N", help=f"{what}{shown}")
+
+
+def add_seed_argument(parser, *, what: str, default: int | None = SEED_DEFAULT, shown: str = "") -> None:
+    """--seed N, with the default every verb shares."""
+    parser.add_argument("--seed", type=int, default=default, metavar="N",
+                        help=f"{what} (default {shown or default})")  # fmt: skip
 
 
 def add_target_argument(parser, *, what: str = "a translator's target text (default: its own greedy translation)",
@@ -71,6 +78,22 @@ def picture_path(out: str | None, run_dir: str | None, name: str) -> Path:
     return here
 
 
+def add_html_argument(parser, what: str) -> None:
+    """--html [FILE]: also write a standalone page (default: the picture's name with .html), in lens and
+    attention alike."""
+    parser.add_argument(
+        "--html", nargs="?", const="", metavar="FILE", help=f"also write {what} (default: the --out name with .html)"
+    )
+
+
+def html_path(args, name: str) -> Path:
+    """The page --html asked for: its FILE, else the picture's path (:func:`picture_path`) with .html."""
+    if args.html:
+        return Path(args.html)
+    out = str(Path(args.out).with_suffix(".html")) if args.out else None
+    return picture_path(out, args.run_dir, str(Path(name).with_suffix(".html")))
+
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|sec|m|min|h)?\s*$")
 _MINUTES = {"s": 1 / 60, "sec": 1 / 60, "m": 1.0, "min": 1.0, "h": 60.0, None: 1.0}
 
@@ -88,6 +111,12 @@ def is_main_process() -> bool:
     import os
 
     return os.environ.get("RANK", "0") == "0"
+
+
+def compile_note(engine: str) -> None:
+    """Say that torch.compile is at work before the first token takes a minute (--engine compiled*)."""
+    if engine.startswith("compiled"):
+        note("compiling the decode step with torch.compile: about a minute the first time")
 
 
 def note(text: str) -> None:

@@ -51,6 +51,10 @@ TRAIN_HELP = {
     "label_smoothing": "label smoothing of the loss (a regulariser for language models and translators alike)",
     "max_time": "stop after this long: 30s, 10m, 2h (a bare number is minutes), with an evaluation and a "
     "checkpoint, if --steps has not come first; the schedule still spans --steps",
+    "shared_vocab": "translate: one tokenizer for source and target (false: one each)",
+    "bleu_sentences": "translate: validation sentences decoded for BLEU at each evaluation (0: pick the best model "
+    "by validation loss)",
+    "eval_beam": "translate: beam size of those decodings",
     "val_data": "translate: validation pairs (a TSV file or SRC,TGT files; default: split off the data)",
     "max_tokens": "translate: batch by a budget of tokens per batch instead of a sentence count (old name: "
     "--max-tokens)",
