@@ -105,7 +105,7 @@ def test_a_translators_arch_is_refused_for_a_language_model(capsys) -> None:
     [
         ["lens", "RUN", "one two"],
         ["attribute", "RUN", "one two"],
-        ["patch", "RUN", "--clean", "one two", "--corrupt", "two one", "--token", "TWO"],
+        ["patch", "RUN", "--clean", "one two", "--corrupt", "two one", "--target", "TWO"],
         ["heads", "RUN"],
     ],
 )
