@@ -52,7 +52,7 @@ def _commands(path: Path) -> list[tuple[int, str, bool]]:
 def _split(text: str) -> list[str]:
     """The commands of a line joined by ``&&``, each from its ``qkv``; none when the line is qkv's own output."""
     parts = [part.strip() for part in text.split("&&")]
-    return [part for part in parts if part.startswith("qkv ") and not re.match(r"qkv [A-Za-z-]*:", part)]
+    return [part for part in parts if re.match(r"qkv [a-z-]", part) and not re.match(r"qkv [A-Za-z-]*:", part)]
 
 
 COMMANDS = [(f"{p.name}:{n}", c, whole) for p in DOCS for n, text, whole in _commands(p) for c in _split(text)]
