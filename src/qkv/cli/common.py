@@ -94,7 +94,7 @@ def note_unknown(tokenizer, text: str, what: str = "the text") -> None:
     from qkv.tokenizers.base import unknown_note
 
     if text:
-        note = unknown_note(tokenizer, text, what)
+        note = unknown_note(tokenizer, text, what, readable=True)
         if note:
             print(note, file=sys.stderr)
 

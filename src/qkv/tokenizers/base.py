@@ -359,17 +359,21 @@ def count_unknown(tokenizer: Tokenizer, text: str, ids: list[int] | None = None)
     return (0 if unk is None else sum(i == unk for i in ids)), len(ids)
 
 
-def unknown_note(tokenizer: Tokenizer, text: str, what: str = "the text", ids: list[int] | None = None) -> str | None:
+def unknown_note(
+    tokenizer: Tokenizer, text: str, what: str = "the text", ids: list[int] | None = None, *, readable: bool = False
+) -> str | None:
     """One line for the user when ``text`` has tokens the tokenizer does not know (else None): the model sees
-    <unk> in their place, so a score or a continuation says nothing about them. ``ids``: as for
-    :func:`count_unknown`."""
+    <unk> in their place, so a score or a continuation says nothing about them. It names the first unknown
+    pieces: as written with ``readable`` (a terminal), else escaped to ASCII ('\\u2603'), which an HTTP header
+    can carry. ``ids``: as for :func:`count_unknown`."""
     unknown, total = count_unknown(tokenizer, text, ids)
     if not unknown:
         return None
     every = "all" if unknown == total else f"{unknown} of"
     pieces = unknown_pieces(tokenizer, text, _NAMED + 1)
     more = ", ..." if len(pieces) > _NAMED else ""
-    named = f" ({', '.join(repr(p) for p in pieces[:_NAMED])}{more})" if pieces else ""
+    show = repr if readable else ascii
+    named = f" ({', '.join(show(p) for p in pieces[:_NAMED])}{more})" if pieces else ""
     return (
         f"note: {every} {total} tokens of {what} became <unk>{named}, not in the tokenizer's vocabulary (learnt "
         "from the training data): the model sees <unk> in their place"
