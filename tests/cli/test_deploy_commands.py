@@ -167,7 +167,7 @@ def test_quantized_folders_cannot_be_trained_exported_or_quantized_again(runs, c
 
 
 def test_export_bad_inputs_are_one_line(runs, capsys, tmp_path) -> None:
-    assert "--onnx model.onnx" in fails(capsys, "export", runs["gpt"])
+    assert "--out model.onnx" in fails(capsys, "export", runs["gpt"])
     assert "should end in .onnx" in fails(capsys, "export", runs["gpt"], "--onnx", str(tmp_path / "model.txt"))
     tok = CharTokenizer.train(TEXT)
     short = GPT(GPTConfig(vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_layers=1, context_length=4))

@@ -25,7 +25,7 @@ HELP = "embed sentences with an encoder and print their cosine similarities"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser, what="an encoder: a qkv run directory or (with --model) a pretrained BERT folder")
-    parser.add_argument("sentences", nargs="*", metavar="SENTENCE")
+    parser.add_argument("sentences", nargs="*", metavar="SENTENCE", help="the sentences to embed and compare")
     parser.add_argument("--json", action="store_true", help="print the embeddings and similarities as JSON")
     add_device_arguments(parser)
     add_quantize_argument(parser)
