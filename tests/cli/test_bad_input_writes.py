@@ -17,7 +17,7 @@ WRITERS = [
     ("export", ["--onnx", "{out}"], "model.onnx"),
     ("lens", ["hello world", "--out", "{out}"], "lens.png"),
     ("attribute", ["hello world", "--out", "{out}"], "attribute.png"),
-    ("patch", ["--clean", "hello world", "--corrupt", "small world", "--target", "h", "--foil", "w", "--out", "{out}"],
+    ("patch", ["--clean", "hello world", "--corrupt", "small world", "--token", "h", "--foil", "w", "--out", "{out}"],
      "patch.png"),
     ("heads", ["--length", "4", "--batch", "1", "--out", "{out}"], "heads.png"),
     ("embeddings", ["--plot", "{out}"], "embeddings.png"),

@@ -167,8 +167,9 @@ def test_embeddings_answers_and_pictures(capsys, runs, tmp_path, monkeypatch) ->
     assert len(data["neighbours"]["e"]) == 3 and data["pictures"] == []
     assert {t for t, _ in data["analogy"]["answers"]}.isdisjoint({"a", "b", "c"})
     monkeypatch.chdir(tmp_path)
-    assert main(["embeddings", str(translator), "--target"]) == 0
-    assert png_size(tmp_path / "embeddings.png") == (850, 700) and png_size(tmp_path / "positions.png")[0] > 300
+    assert main(["embeddings", str(translator), "--target-side"]) == 0
+    assert png_size(translator / "embeddings.png") == (850, 700) and png_size(translator / "positions.png")[0] > 300
+    assert not list(tmp_path.glob("*.png"))  # pictures go to the run folder
     assert main(["embeddings", "--positions", "pe.png", "--d-model", "32", "--length", "20"]) == 0
     assert (tmp_path / "pe.png").is_file()
     assert "which model?" in fails(capsys, "embeddings", "--neighbours", "e")

@@ -38,9 +38,9 @@ def test_embeddings_reads_a_word2vec_run_like_any_w_e(capsys, run: Path, tmp_pat
     assert {w for w, _ in out["neighbours"]["crown"][:2]} == {"throne", "palace"}
     assert out["analogy"]["answers"][0][0] == "queen"
     monkeypatch.chdir(tmp_path)
-    assert main(["embeddings", str(run), "--top", "30"]) == 0
-    assert (tmp_path / "embeddings.png").stat().st_size > 1000
-    assert not (tmp_path / "positions.png").exists()  # Word2Vec has no positions to draw
+    assert main(["embeddings", str(run), "--first", "30"]) == 0
+    assert (run / "embeddings.png").stat().st_size > 1000  # into the run folder, not the current one
+    assert not (run / "positions.png").exists() and not list(tmp_path.glob("*.png"))  # Word2Vec has no positions
 
 
 def test_analogies_file_gives_accuracy_per_section(capsys, run: Path, tmp_path: Path) -> None:

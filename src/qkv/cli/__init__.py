@@ -1,7 +1,7 @@
 """The ``qkv`` command. Each verb lives in its own module and registers its flags on a subparser.
 
 Problems with the user's input are :class:`~qkv.errors.QkvError`: printed as one line, exit code 2, no
-traceback. Ctrl-C exits with code 130.
+traceback; so are argparse's usage errors (:class:`qkv.cli.options.QkvParser`). Ctrl-C exits with code 130.
 """
 
 from __future__ import annotations
@@ -39,8 +39,12 @@ MODULES = {"next": "next_token"}  # a verb whose module has another name (qkv.cl
 def build_parser() -> argparse.ArgumentParser:
     import importlib
 
-    parser = argparse.ArgumentParser(prog="qkv", description="The Transformer, completely and for real.")
-    sub = parser.add_subparsers(dest="verb", required=True, metavar="COMMAND")
+    from qkv.cli.options import QkvParser
+    from qkv.version import __version__
+
+    parser = QkvParser(prog="qkv", description="The Transformer, completely and for real.")
+    parser.add_argument("--version", action="version", version=f"qkv {__version__}", help="print the version")
+    sub = parser.add_subparsers(dest="verb", required=True, metavar="COMMAND", help="the verb (qkv COMMAND --help)")
     for verb in VERBS:
         module = importlib.import_module(f"qkv.cli.{MODULES.get(verb, verb)}")
         command = sub.add_parser(verb, help=module.HELP, description=module.__doc__)

@@ -28,7 +28,7 @@ HELP = "embed whole sentences with an encoder, compare them by cosine (for the r
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser, what="an encoder: a qkv run directory or (with --model) a pretrained BERT folder")
-    parser.add_argument("sentences", nargs="*", metavar="SENTENCE")
+    parser.add_argument("sentences", nargs="*", metavar="SENTENCE", help="the sentences to embed and compare")
     parser.add_argument("--json", action="store_true", help="print the embeddings and similarities as JSON")
     add_device_arguments(parser)
     add_quantize_argument(parser)

@@ -28,6 +28,7 @@ import json
 import sys
 
 from qkv.cli.common import add_device_arguments
+from qkv.cli.options import SEED_DEFAULT, add_seed_argument, add_target_argument
 from qkv.errors import QkvError
 from qkv.loading import load
 
@@ -55,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     which.add_argument(
         "--part", choices=("encoder", "decoder", "cross"), help="a translator's attention (default encoder)"
     )
-    which.add_argument("--target", help="a translator's target text (default: its own greedy translation)")
+    add_target_argument(which)
     which.add_argument(
         "--query", help="focus on this token (its text or its index); the examples focus on their source's"
     )
@@ -66,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     made = parser.add_argument_group("random weights (--embeddings, 003-weights, other texts)")
     made.add_argument("--heads", type=int, default=1, help="split the projections into this many heads (default 1)")
     made.add_argument("--d-k", type=int, default=2, help="columns per head of W_q, W_k, W_v (default 2)")
-    made.add_argument("--seed", type=int, default=123, help="seed of torch.rand for missing weights (default 123)")
+    add_seed_argument(made, what="seed of torch.rand for missing weights", default=None,
+                      shown=f"{SEED_DEFAULT}; 003-weights: the book's 123")  # fmt: skip
     shown = parser.add_argument_group("output")
     shown.add_argument("--digits", type=int, default=4, help="decimals shown (default 4)")
     shown.add_argument("--max-columns", type=int, default=10, help="columns shown per matrix (default 10)")
@@ -80,6 +82,8 @@ def _explain(args: argparse.Namespace):
     from qkv.inspect.explain import explain_given, explain_projected
     from qkv.inspect.explain_model import explain_model
 
+    seed_given = args.seed is not None
+    args.seed = args.seed if seed_given else SEED_DEFAULT
     sources = [name for name in ("run_dir", "model", "qkv", "embeddings", "example") if getattr(args, name)]
     if len(sources) > 1:
         flags = " and ".join("--" + ("run" if s == "run_dir" else s) for s in sources)
@@ -132,8 +136,9 @@ def _explain(args: argparse.Namespace):
         own = examples.QUICK_FOX_TOKENS if example == "quick-fox" else examples.JOURNEY_TOKENS
         if words is not None and words != own:
             raise QkvError(f"example {example} has its own text: drop the text, or drop --example for random vectors")
+        seed = args.seed if seed_given else 123  # the book's torch.manual_seed(123)
         return examples.explain_example(
-            example, causal=causal, query=query, seed=args.seed, d_k=args.d_k, n_heads=args.heads, head=args.head
+            example, causal=causal, query=query, seed=seed, d_k=args.d_k, n_heads=args.heads, head=args.head
         )
     return _random_example(words, args, causal, query)
 

@@ -48,6 +48,13 @@ class AttentionGroup:
         heads = list(range(self.n_heads)) if head is None else [head]
         return layers, heads
 
+    def _repr_png_(self) -> bytes:
+        """Every layer x head as ``qkv attention`` draws it (:func:`~qkv.inspect.figures.draw_attention`)."""
+        from qkv.inspect.figures import draw_attention
+        from qkv.inspect.notebook import cached_png, png_bytes
+
+        return cached_png(self, lambda: png_bytes(draw_attention, self))
+
 
 @dataclass
 class AttentionMaps:
@@ -77,6 +84,23 @@ class AttentionMaps:
                 for name, g in self.groups.items()
             },
         }
+
+    def main_group(self) -> AttentionGroup:
+        """The kind a picture shows first: a translator's cross-attention (its alignment), else the first kind."""
+        return self.groups.get("cross") or next(iter(self.groups.values()))
+
+    def _repr_html_(self) -> str:
+        """The page ``qkv attention --html`` writes (:func:`~qkv.inspect.html_view.attention_html`: pick the kind,
+        layer and head, hover a cell), inside the notebook's output."""
+        from qkv.inspect.html_view import attention_html
+        from qkv.inspect.notebook import page_frame
+
+        rows = max(len(g.query_tokens) for g in self.groups.values())
+        return page_frame(attention_html(self), height=320 + 23 * rows, title="attention maps")
+
+    def _repr_png_(self) -> bytes:
+        """:meth:`main_group` drawn as ``qkv attention`` draws it: every layer x head."""
+        return self.main_group()._repr_png_()
 
 
 def maps_from_trace(traced: Trace) -> AttentionMaps:

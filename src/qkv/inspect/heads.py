@@ -110,6 +110,18 @@ class HeadDetection:
             },
         }
 
+    def _repr_png_(self) -> bytes:
+        """The score maps ``qkv heads`` draws (:func:`~qkv.inspect.circuit_figures.draw_head_scores`)."""
+        from qkv.inspect.circuit_views import heads_png
+
+        return heads_png(self)
+
+    def _repr_html_(self) -> str:
+        """The score maps and the best head of every score (for notebooks)."""
+        from qkv.inspect.circuit_views import heads_html
+
+        return heads_html(self)
+
 
 def score_weights(weights: Tensor, offset: int, length: int) -> dict[str, np.ndarray]:
     """The four scores of every head from attention weights (B, H, T, T) of sequences with ``offset`` tokens

@@ -107,6 +107,7 @@ class TrainResult:
     tokens: int = 0  # training tokens processed over the whole run (all processes)
     train_seconds: float = 0.0  # time in training steps, without evaluations and checkpoints
     compile_seconds: float = 0.0  # with torch.compile: the first step of this session (mostly compiling)
+    metric: str = ""  # what ``best`` measures: the task's metric, e.g. "val_loss", "bleu" or "exact_match"
 
 
 class Trainer:
@@ -423,6 +424,7 @@ class Trainer:
             tokens=self.state.tokens,
             train_seconds=self.state.elapsed,
             compile_seconds=self.compile_seconds,
+            metric=self.task.metric,
         )
 
 
