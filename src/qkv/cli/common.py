@@ -77,7 +77,7 @@ def add_device_arguments(parser, *, device: bool = True, default: str = "auto", 
         first = "auto (the default: a CUDA GPU, then Apple's MPS, then the CPU)" if default == "auto" else "auto"
         rest = ", cpu" if default == "auto" else f", cpu (the default{why})"
         parser.add_argument("--device", default=default, help=f"{first}{rest}, cuda, cuda:N or mps")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads torch may use (default: all cores)")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads torch may use (default: the idle cores)")
 
 
 def use_device(args) -> str:

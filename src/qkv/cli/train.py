@@ -68,7 +68,7 @@ TRAIN_HELP = {
     "seed": "random seed (same seed, same run)",
     "device": "auto, cpu, cuda, cuda:N or mps",
     "precision": "auto (bf16/fp16 autocast on GPUs, fp32 on CPU), fp32, bf16 or fp16",
-    "threads": "CPU threads (default: all cores)",
+    "threads": "CPU threads (default: the cores other processes leave idle)",
     "window": "word2vec: context words on each side (a random reduced window of 1..N per word)",
     "negative": "word2vec: negative words drawn per row (unigram^0.75)",
     "min_count": "word2vec: drop words seen fewer times",
