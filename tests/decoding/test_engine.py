@@ -4,8 +4,6 @@ model's Linear modules are replaced by other modules, and run CUDA graphs where 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -29,18 +27,6 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs nee
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread is fastest (tests/conftest.py)
 
 
-@pytest.fixture
-def quick_compile(monkeypatch) -> Iterator[dict]:
-    """torch.compile through AOT autograd without inductor's code generation (seconds instead of minutes on
-    this machine; the graph, its breaks and its recompiles are Dynamo's either way). Yields Dynamo's counters."""
-    import torch._dynamo
-    from torch._dynamo.utils import counters
-
-    monkeypatch.setattr(engine_module, "COMPILE_BACKEND", "aot_eager")
-    torch._dynamo.reset()
-    counters.clear()
-    yield counters
-    torch._dynamo.reset()
 
 
 def tiny_transformer(**variant) -> Transformer:
