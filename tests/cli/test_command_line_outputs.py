@@ -9,23 +9,13 @@ import torch
 
 from qkv.cli import main
 from qkv.cli.train import best_score
-from qkv.model_dir import save_model_dir
-from qkv.models import GPT, GPTConfig, Transformer, TransformerConfig
-from qkv.tokenizers.char import CharTokenizer
+from tests.cli.conftest import gpt_and_translator
 from tests.cli.test_bad_input import GOOD_TEXT, assert_one_line_error, run_cli, train_args
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    tok = CharTokenizer.train("the quick brown fox jumps over the lazy dog")
-    torch.manual_seed(0)
-    gpt = GPT(GPTConfig(vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_layers=2, context_length=64))
-    translator = Transformer(TransformerConfig(
-        src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_encoder_layers=1,
-        n_decoder_layers=1, context_length=24,
-    ))  # fmt: skip
-    root = tmp_path_factory.mktemp("outputs")
-    return save_model_dir(root / "gpt", gpt, tok), save_model_dir(root / "translator", translator, tok)
+    return gpt_and_translator(tmp_path_factory.mktemp("outputs"), gpt_context=64)
 
 
 # (argv without the model, the picture's name): with RUN_DIR and no --out, the picture goes into the run folder

@@ -7,13 +7,10 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 from qkv.cli import main
 from qkv.inspect import png_size
-from qkv.model_dir import save_model_dir
-from qkv.models import GPT, GPTConfig, Transformer, TransformerConfig
-from qkv.tokenizers import CharTokenizer
+from tests.cli.conftest import gpt_and_translator
 
 QUICK_FOX_Q = [[0.1, 0.2], [0.5, 0.6], [0.9, 1.0], [1.3, 1.4], [1.7, 1.8]]
 QUICK_FOX_K = [[0.2, 0.1], [0.6, 0.5], [1.0, 0.9], [1.4, 1.3], [1.8, 1.7]]
@@ -22,15 +19,7 @@ QUICK_FOX_V = [[0.3, 0.4], [0.7, 0.8], [1.1, 1.2], [1.5, 1.6], [1.9, 2.0]]
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    tok = CharTokenizer.train("the quick brown fox jumps over the lazy dog")
-    torch.manual_seed(0)
-    gpt = GPT(GPTConfig(vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_layers=2, context_length=32))
-    translator = Transformer(TransformerConfig(
-        src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_encoder_layers=1,
-        n_decoder_layers=1, context_length=24,
-    ))  # fmt: skip
-    root = tmp_path_factory.mktemp("inspect-cli")
-    return save_model_dir(root / "gpt", gpt, tok), save_model_dir(root / "translator", translator, tok)
+    return gpt_and_translator(tmp_path_factory.mktemp("inspect-cli"), gpt_context=32)
 
 
 def run_json(capsys, *argv: str) -> dict:
