@@ -175,3 +175,16 @@ def test_export_bad_inputs_are_one_line(runs, capsys, tmp_path) -> None:
     err = fails(capsys, "export", str(tmp_path / "short"), "--onnx", str(tmp_path / "short.onnx"))
     assert "a context of 4 positions is too short to export" in err
     assert not list(tmp_path.glob("*.onnx"))
+
+
+def test_a_rerun_after_an_interrupted_quantize_cleans_its_own_temporary_files(runs, capsys) -> None:
+    out = runs["root"] / "interrupted"
+    out.mkdir()
+    (out / ".model.safetensors.k3j2.tmp").write_bytes(b"half a file")  # what a kill -9 mid-write leaves
+    assert main(["quantize", runs["gpt"], "--out", str(out)]) == 0
+    assert "removed 1 unfinished file" in capsys.readouterr().err
+    assert not list(out.glob(".*.tmp")) and is_quantized(load(str(out)).model)
+    (runs["root"] / "busy").mkdir()
+    (runs["root"] / "busy" / "notes.txt").write_text("mine")
+    err = fails(capsys, "quantize", runs["gpt"], "--out", str(runs["root"] / "busy"))
+    assert "already holds other files (notes.txt)" in err

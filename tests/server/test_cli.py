@@ -61,7 +61,6 @@ def test_qkv_serve_starts_a_server_that_answers(gpt_run) -> None:
     [
         (["--max-concurrent", "0"], "max_concurrent must be at least 1"),
         (["--max-tokens", "0"], "max_tokens must be at least 1"),
-        (["--queue-timeout", "-1"], "queue_timeout"),
         (["--port", "70000"], "is not a port number"),
         (["--max-n", "0"], "max_n must be at least 1"),
         (["--max-logprobs", "-1"], "max_logprobs must be >= 0"),
@@ -75,6 +74,14 @@ def test_bad_flags_are_one_line_errors(gpt_run, capsys, flags, message) -> None:
     assert main(["serve", gpt_run, *flags]) == 2
     err = capsys.readouterr().err
     assert err.startswith("qkv serve: error:") and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("value", ["-1", "ten seconds"])
+def test_a_queue_timeout_that_is_no_duration_is_one_line(gpt_run, capsys, value) -> None:
+    with pytest.raises(SystemExit) as stop:  # argparse's own error, made one line by qkv's parser
+        main(["serve", gpt_run, "--queue-timeout", value])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and "is not a duration: give e.g. 500ms, 10s" in err
 
 
 def test_a_missing_model_is_a_one_line_error(tmp_path, capsys) -> None:

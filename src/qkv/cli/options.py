@@ -106,6 +106,17 @@ def minutes(text: str) -> float:
     return float(match.group(1)) * _MINUTES[match.group(2)]
 
 
+_SECONDS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, None: 1.0}
+
+
+def seconds(text: str) -> float:
+    """A duration as seconds: ``500ms``, ``10s``, ``1m``; a bare number is seconds (as --queue-timeout was)."""
+    match = re.match(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|sec|m|min|h)?\s*$", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration: give e.g. 500ms, 10s or 1m")
+    return float(match.group(1)) * _SECONDS[match.group(2)]
+
+
 def is_main_process() -> bool:
     """True except in the processes of rank 1 and up under torchrun: notes and summaries print once."""
     import os

@@ -24,6 +24,7 @@ from qkv.cli.common import (
     model_path,
     use_device,
 )
+from qkv.cli.options import seconds
 from qkv.errors import QkvError
 from qkv.loading import load
 
@@ -58,7 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="sequential: generations running at once; and translations/analyses at once (default 2)",
     )  # fmt: skip
     parser.add_argument(
-        "--queue-timeout", type=float, default=10.0, help="seconds a request waits for a free slot before 503 (10)"
+        "--queue-timeout", type=seconds, default=10.0, metavar="DURATION",
+        help="how long a request waits for a free slot before 503: 10s (the default), 500ms, 1m; a number is seconds"
     )
     parser.add_argument("--max-n", type=int, default=8, help="most completions per prompt a request may ask for (8)")
     parser.add_argument(
@@ -75,7 +77,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_engine_argument(parser)
     add_device_arguments(parser)
     add_quantize_argument(parser)
-    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument(
+        "--log-level", default="info", choices=("debug", "info", "warning", "error"),
+        help="the server's log: info (the default) has one line per request with its timings; warning, error: problems",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

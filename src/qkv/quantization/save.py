@@ -12,6 +12,7 @@ this module sits above the training and pretrained code that runs those forwards
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,16 @@ from qkv.quantization.model import check_scheme, is_quantized, quantize_model
 from qkv.training.perplexity import token_log_probs
 
 
+def _remove_interrupted_writes(out: Path) -> None:
+    """Delete the temporary files (``.NAME.XXXX.tmp``, :func:`qkv.io.atomic_write`) that an interrupted
+    quantize left in ``out``: they are never a finished file, and a re-run would otherwise refuse the folder."""
+    leftovers = [path for path in out.glob(".*.tmp") if path.is_file()]
+    for path in leftovers:
+        path.unlink()
+    if leftovers:
+        print(f"note: removed {len(leftovers)} unfinished file(s) an interrupted run left in {out}", file=sys.stderr)
+
+
 def _check_out_dir(out: Path, source: Path) -> None:
     """Refuse an output folder whose files a quantized copy would overwrite or mix with."""
     if out.exists() and not out.is_dir():
@@ -35,8 +46,12 @@ def _check_out_dir(out: Path, source: Path) -> None:
         raise QkvError(f"--out {out} is the model itself: its float weights would be replaced; give a new folder")
     if (out / "train_config.json").exists() or (out / "checkpoints").exists():
         raise QkvError(f"--out {out} holds a training run, whose weights would be replaced: give a new folder")
+    if out.is_dir():
+        _remove_interrupted_writes(out)
     if out.is_dir() and any(out.iterdir()) and not (out / "quantization.json").is_file():
-        raise QkvError(f"--out {out} already holds other files: give a new or empty folder")
+        names = sorted(p.name for p in out.iterdir())
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        raise QkvError(f"--out {out} already holds other files ({shown}): give a new or empty folder")
     check_writable(out)  # before calibrating, which takes minutes on a large model
 
 
