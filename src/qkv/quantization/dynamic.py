@@ -6,7 +6,7 @@ lets the CPU's int8 dot-product instructions (AVX-512 VNNI: four int8 products p
 the sum exactly in int32 (the arithmetic CTranslate2's ``int8`` compute type uses):
 
     a_r = max_j |x_rj|,   x'_r = x_r / a_r  in [-1, 1],
-    x'_rj ~ t (X_rj - z)  with X_rj = round(x'_rj / t) + z  in [0, 255],  t = 2 / 255,  z = 128,
+    x'_rj ~ t (X_rj - z)  with X_rj = round(x'_rj / t) + z  in [0, 255],  t = 2 / 255,  z = 127,
     y_ri = sum_j x_rj W_ij + b_i  ~  a_r t s_i sum_j (X_rj - z) Q_ij + b_i.
 
 Each input vector r gets its own scale a_r, so a row's numbers never depend on the other rows of the batch
@@ -16,7 +16,7 @@ most a_r t / 2 (about a_r / 255), on top of the weights' s_i / 2.
 **Kernel.** ``torch.ops.quantized.linear_dynamic`` multiplies by a matrix packed once in fbgemm's blocked
 layout (:func:`pack`), quantizing its input with one (t, z) for the whole tensor, chosen from the tensor's
 minimum and maximum. :func:`dynamic_int8_linear` divides each row by a_r and appends one guard row
-(1, -1, 0, ...), so that range is exactly [-1, 1] whatever the rows: t = 2 / 255, z = 128, the same for every
+(1, -1, 0, ...), so that range is exactly [-1, 1] whatever the rows: t = 2 / 255, z = 127, the same for every
 row and every batch. Without VNNI the kernel's 16-bit pair sums could saturate, so the input keeps 7 bits
 (``reduce_range``, t = 2 / 127). The packed matrix is a second int8 copy of Q (Q stays, for the state dict
 and the weight-only path): this mode costs half the float32 bytes instead of a quarter.
@@ -71,14 +71,15 @@ def dynamic_int8_linear(x: Tensor, packed: object, bias: Tensor | None) -> Tenso
     return y.to(x.dtype).reshape(*shape[:-1], y.shape[-1])
 
 
-def reference(x: Tensor, q: Tensor, scale: Tensor, bias: Tensor | None, reduce_range: bool = False) -> Tensor:
-    """The formula of the module docstring in float64, step by step: what :func:`dynamic_int8_linear` computes."""
+def reference(x: Tensor, q: Tensor, scale: Tensor, bias: Tensor | None) -> Tensor:
+    """The formula of the module docstring step by step (8-bit inputs, as with VNNI), the sums in float64:
+    what :func:`dynamic_int8_linear` computes. (..., K) -> (..., N)."""
     rows = x.reshape(-1, x.shape[-1]).double()
     size = rows.abs().amax(dim=1, keepdim=True)
     size = torch.where(size > 0, size, torch.ones_like(size))
-    top = 127 if reduce_range else 255
-    step, zero = 2.0 / top, (128 if top == 255 else 64)  # z: top / 2 rounded half to even, as torch chooses it
-    levels = torch.clamp(torch.round(rows / size / step) + zero, 0, top)  # X_rj
-    y = (levels - zero) @ q.double().T * (step * scale.double()) * size
+    step = torch.tensor(2.0 / 255, dtype=torch.float32)  # fbgemm's float32 t, and x' times its float32 1 / t:
+    inverse = 1.0 / step  # just below 127.5, so x' = 1 gives level 254 and x' = -1 level 0
+    levels = torch.clamp(torch.round((rows / size).float() * inverse) + 127, 0, 255).double()  # X_rj
+    y = (levels - 127) @ q.double().T * (float(step) * scale.double()) * size
     y = y if bias is None else y + bias.double()
     return y.reshape(*x.shape[:-1], q.shape[0])
