@@ -57,15 +57,23 @@ def pack(q: Tensor, scale: Tensor) -> object:
         return torch.ops.quantized.linear_prepack(weight, None)
 
 
+TINY = 1e-30  # a_r of a row of zeros: any positive number keeps it zero
+
+
+@functools.lru_cache(maxsize=16)
+def _guard(n_in: int) -> Tensor:
+    """The guard row (1, -1, 0, ...): (1, K), fixing the quantization range to [-1, 1]. Read-only, shared."""
+    guard = torch.zeros(1, n_in)
+    guard[0, 0], guard[0, -1] = 1.0, -1.0
+    return guard
+
+
 def dynamic_int8_linear(x: Tensor, packed: object, bias: Tensor | None) -> Tensor:
     """y = x W^T + b with x quantized per row to 8 bits and W the packed int8 matrix: (..., K) -> (..., N)."""
     shape, n_in = x.shape, x.shape[-1]
     rows = x.reshape(-1, n_in).float()  # (M, K)
-    size = rows.abs().amax(dim=1, keepdim=True)  # (M, 1): a_r
-    size = torch.where(size > 0, size, torch.ones_like(size))  # a row of zeros stays zeros
-    guard = rows.new_zeros(1, n_in)
-    guard[0, 0], guard[0, -1] = 1.0, -1.0  # (1, K): fixes the quantization range to [-1, 1]
-    unit = torch.cat([rows / size, guard])  # (M + 1, K)
+    size = rows.abs().amax(dim=1, keepdim=True).clamp_min_(TINY)  # (M, 1): a_r (a row of zeros stays zeros)
+    unit = torch.cat([rows / size, _guard(n_in)])  # (M + 1, K)
     y = torch.ops.quantized.linear_dynamic(unit, packed, not has_vnni())[:-1]  # (M, N)
     y = y * size if bias is None else torch.addcmul(bias.float(), y, size)
     return y.to(x.dtype).reshape(*shape[:-1], y.shape[-1])
