@@ -72,7 +72,7 @@ def main_(argv: list[str] | None = None) -> None:
     shakespeare, dates = runs / "docs-shakespeare", runs / "docs-dates"
     if not (args.reuse and (shakespeare / "model.safetensors").is_file()):
         quick = ("--preset", "gpt-nano", "--steps", "300", "--threads", "1") if args.quick else ()
-        qkv("train", "--data", args.data, *quick, "--seed", "1337", "--out-dir", str(shakespeare), "--quiet",
+        qkv("train", "--data", args.data, *quick, "--seed", "1337", "--out", str(shakespeare), "--quiet",
             "--no-samples")  # fmt: skip
     if not args.quick and not (args.reuse and (dates / "model.safetensors").is_file()):
         load(DOCS / "make_pictures.py", "make_pictures").train_dates(dates)
@@ -87,9 +87,9 @@ def main_(argv: list[str] | None = None) -> None:
     qkv("attribute", str(shakespeare), line, "--out", image("attribution.png"))
     clean, corrupt = "Romeo loves Juliet. Romeo loves J", "Romeo loves Helena. Romeo loves H"
     qkv("patch", str(shakespeare), "--clean", clean, "--corrupt", corrupt, "--out", image("patch.png"))
-    qkv("heads", str(shakespeare), "--no-plot")
-    qkv("heads", str(two), "--length", "16", "--out", image("heads-induction.png"))
-    qkv("heads", str(one), "--length", "16", "--no-plot")
+    qkv("heads", str(shakespeare), "--seed", "0", "--no-plot")
+    qkv("heads", str(two), "--length", "16", "--seed", "0", "--out", image("heads-induction.png"))
+    qkv("heads", str(one), "--length", "16", "--seed", "0", "--no-plot")
     qkv("lens", str(two), "ABCDABC", "--no-plot")  # one induction circuit, end to end
     qkv("attribute", str(two), "ABCDABC", "--no-plot")
     qkv("patch", str(two), "--clean", "ABCDABC", "--corrupt", "ABCEABC", "--no-plot")
@@ -97,7 +97,7 @@ def main_(argv: list[str] | None = None) -> None:
     if not args.quick:
         date = "Wednesday, 3 March 2021"
         qkv("lens", str(dates), date, "--out", image("lens-dates.png"))
-        qkv("patch", str(dates), "--clean", "3 March 2021", "--corrupt", "3 April 2021", "--prefix", "2021-0",
+        qkv("patch", str(dates), "--clean", "3 March 2021", "--corrupt", "3 April 2021", "--target", "2021-0",
             "--out", image("patch-dates.png"))  # fmt: skip
         pictures += ["lens-dates", "patch-dates"]
     for picture in pictures:

@@ -30,7 +30,7 @@ def qkv(*argv: str) -> None:
 def train_gpt(run: Path) -> None:
     qkv(
         "train", "--preset", "gpt-nano", "--steps", "800", "--warmup-steps", "50", "--eval-interval", "400",
-        "--eval-batches", "10", "--seed", "1337", "--out-dir", str(run), "--quiet", "--no-samples",
+        "--eval-batches", "10", "--seed", "1337", "--out", str(run), "--quiet", "--no-samples",
     )  # fmt: skip
 
 
@@ -38,7 +38,7 @@ def train_dates(run: Path) -> None:
     qkv(
         "train", "--task", "translate", "--d-model", "64", "--n-heads", "4", "--d-ff", "256", "--steps", "700",
         "--batch-size", "32", "--lr", "2e-3", "--warmup-steps", "50", "--eval-interval", "700", "--eval-batches",
-        "5", "--bleu-sentences", "50", "--seed", "1337", "--out-dir", str(run), "--quiet", "--no-samples",
+        "5", "--bleu-sentences", "50", "--seed", "1337", "--out", str(run), "--quiet", "--no-samples",
     )  # fmt: skip
 
 
@@ -67,13 +67,13 @@ def main_(argv: list[str] | None = None) -> None:
     qkv("attention", str(dates), date, "--part", "encoder", "--out", image("attention-encoder.png"))
 
     # docs/next-token.md
-    qkv("next", str(gpt), "The function ret", "--top", "8", "--plot", image("next-token.png"))
-    qkv("next", str(dates), date, "--target", "2021-0", "--top", "5", "--plot", image("next-token-dates.png"))
+    qkv("next", str(gpt), "The function ret", "--top", "8", "--out", image("next-token.png"))
+    qkv("next", str(dates), date, "--target", "2021-0", "--top", "5", "--out", image("next-token-dates.png"))
 
     # docs/embeddings.md
-    qkv("embeddings", str(gpt), "--plot", image("embeddings.png"), "--positions", image("positions-none.png"))
+    qkv("embeddings", str(gpt), "--out", image("embeddings.png"), "--positions", image("positions-none.png"))
     Path(image("positions-none.png")).unlink(missing_ok=True)  # gpt-nano uses RoPE: no table of its own
-    qkv("embeddings", str(dates), "--plot", image("embeddings-dates.png"), "--positions", image("positions.png"))
+    qkv("embeddings", str(dates), "--out", image("embeddings-dates.png"), "--positions", image("positions.png"))
     for picture in sorted(IMAGES.glob("*")):
         print(f"{picture.relative_to(DOCS)}: {picture.stat().st_size // 1024} KB")
 

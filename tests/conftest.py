@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from qkv.models import GPT, GPTConfig
+
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
@@ -42,3 +44,18 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def tiny_gpt(
+    *, vocab_size: int = 50, context_length: int = 40, d_model: int = 32, n_heads: int = 4, n_layers: int = 2,
+    seed: int | None = 1, dtype: torch.dtype = torch.float64, init_std: float | None = 0.5, **variant,
+) -> GPT:
+    """A tiny random GPT in eval mode, the one the decoding, model and optimizer tests share. float64 by default:
+    cached and uncached paths add the same numbers in different orders, and in float32 a near-tie between two
+    logits could flip an argmax. init_std=0.5 gives varied logits, so greedy text does not repeat one token;
+    ``seed`` None keeps the current random state."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    settings = dict(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers,
+                    context_length=context_length, **({} if init_std is None else {"init_std": init_std}), **variant)
+    return GPT(GPTConfig(**settings)).to(dtype).eval()  # fmt: skip

@@ -6,6 +6,7 @@
 
     import qkv
     bundle = qkv.load("runs/shakespeare")           # or a quantized folder, a Hugging Face folder, "gpt2"
+    m = qkv.views("runs/shakespeare")               # the same, with every view as a method (docs/python.md)
 
 See README.md for a tour and docs/ for one page per task.
 """
@@ -30,15 +31,21 @@ from qkv.models import (
 from qkv.version import __version__
 
 if TYPE_CHECKING:
+    from qkv.inspect.views import views
     from qkv.loading import load
 
 
 def __getattr__(name: str):
-    """``qkv.load`` (:func:`qkv.loading.load`), imported on first use: ``import qkv`` stays light."""
+    """``qkv.load`` (:func:`qkv.loading.load`) and ``qkv.views`` (:func:`qkv.inspect.views.views`), imported on
+    first use: ``import qkv`` stays light."""
     if name == "load":
         from qkv.loading import load
 
         return load
+    if name == "views":
+        from qkv.inspect.views import views
+
+        return views
     raise AttributeError(f"module 'qkv' has no attribute {name!r}")
 
 
@@ -60,4 +67,5 @@ __all__ = [
     "make_config",
     "next_token_distribution",
     "softmax",
+    "views",
 ]

@@ -1,38 +1,97 @@
 """Reading and writing files safely.
 
 Writes are atomic: the bytes go to a temporary file in the same directory, which is then renamed over the
-target, so an interrupted write never leaves a half-written checkpoint or config. Reads turn the usual
+target, so an interrupted write never leaves a half-written checkpoint or config. A write that fails (a
+read-only folder, a full disk, a path under a file) is a :class:`CannotWrite`: one sentence naming the path,
+what the system said and the fix, and still an OSError for callers that add their own context (train names
+the last intact checkpoint). Every file qkv writes goes through :func:`writing`. Reads turn the usual
 failures (missing file, empty file, invalid UTF-8, invalid JSON) into one :class:`QkvError` sentence that
 names the file and the fix.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from qkv.errors import QkvError
 
 
-def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
-    """Call ``write(temp_path)`` and then rename the temporary file to ``path``."""
+class CannotWrite(QkvError, OSError):
+    """A file or folder qkv was asked to write could not be written: a QkvError (one line, exit code 2) that
+    keeps the OSError's errno, strerror and filename."""
+
+    def __init__(self, error: OSError, path: Path) -> None:
+        super().__init__(error.errno, error.strerror, error.filename or str(path))
+        reason = error.strerror or str(error)
+        if error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+            fix = "free some space or write somewhere else"
+        else:
+            fix = f"choose a folder you can write to (is {_first_missing_folder(path)} a folder, and writable?)"
+        where = f": {error.filename}" if error.filename and Path(error.filename) != path else ""
+        self.message = f"cannot write {path} ({reason}{where}): {fix}"
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _first_missing_folder(path: Path) -> Path:
+    """The nearest existing ancestor of ``path`` (the folder to check), or its parent."""
+    for parent in path.absolute().parents:
+        if parent.exists():
+            return parent
+    return path.parent
+
+
+def check_writable(path: str | Path) -> None:
+    """:class:`CannotWrite` now, before a long computation, when ``path`` (a file or a folder, made with its
+    parents) could not be created: its nearest existing ancestor is a file or not writable."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    folder = _first_missing_folder(path)
+    if not folder.is_dir():
+        raise CannotWrite(OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder)), path)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise CannotWrite(OSError(errno.EACCES, os.strerror(errno.EACCES), str(folder)), path)
+
+
+@contextmanager
+def writing(path: str | Path) -> Iterator[Path]:
+    """Around any code that writes ``path`` (a file or a folder): an OSError inside becomes :class:`CannotWrite`.
+
+    >>> with writing("out/lens.png") as target:  # doctest: +SKIP
+    ...     figure.savefig(target)
+    """
+    path = Path(path)
     try:
-        write(tmp)
-        with open(tmp, "rb+") as written:  # the bytes reach the disk before the rename makes them visible
-            os.fsync(written.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes files private; checkpoints are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        yield path
+    except CannotWrite:
         raise
+    except OSError as error:
+        raise CannotWrite(error, path) from None
+
+
+def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
+    """Call ``write(temp_path)`` and then rename the temporary file to ``path``; a failure is :class:`CannotWrite`."""
+    path = Path(path)
+    with writing(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            write(tmp)
+            with open(tmp, "rb+") as written:  # the bytes reach the disk before the rename makes them visible
+                os.fsync(written.fileno())
+            os.chmod(tmp, 0o644)  # mkstemp makes files private; checkpoints are meant to be shared
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:

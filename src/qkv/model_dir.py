@@ -35,7 +35,7 @@ from torch import Tensor, nn
 
 from qkv import storage
 from qkv.errors import QkvError
-from qkv.io import atomic_write_text, read_json
+from qkv.io import atomic_write_text, read_json, writing
 from qkv.models.config import ModelConfig
 from qkv.models.family import build_model, family_of
 from qkv.models.memory import check_fits
@@ -147,7 +147,8 @@ def save_model_dir(
     if not isinstance(config, ModelConfig):
         raise TypeError(f"{type(model).__name__} has no qkv config (model.config); build it with build_model()")
     check_vocab(config, tokenizer, target_tokenizer, directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    with writing(directory):
+        directory.mkdir(parents=True, exist_ok=True)
     if weights_name is not None:
         save_weights(model, directory / weights_name, state=state)
     tokenizer.save(directory / TOKENIZER_FILE)

@@ -74,5 +74,11 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     complete = [p for p in step_dirs(root) if is_complete(p)]
     if not complete:
         return None
-    warnings.warn(f"{problem}; resuming from {complete[-1]}, the newest complete checkpoint", stacklevel=2)
+    message = f"{problem}; resuming from {complete[-1]}, the newest complete checkpoint"
+    if message not in _WARNED:  # a resume asks several times; the user hears it once
+        _WARNED.add(message)
+        warnings.warn(message, stacklevel=2)
     return complete[-1]
+
+
+_WARNED: set[str] = set()

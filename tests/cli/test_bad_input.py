@@ -26,6 +26,11 @@ def assert_one_line_error(code: int, err: str, fragment: str) -> None:
     assert fragment in lines[0], lines[0]
 
 
+def refused(capsys, argv: list[str], fragment: str) -> None:
+    """``qkv ARGV`` fails with one line holding ``fragment`` (exit code 2, no traceback)."""
+    assert_one_line_error(*run_cli(capsys, *argv), fragment)
+
+
 def train_args(data: Path, out: Path, *extra: str) -> list[str]:
     return [
         "train",

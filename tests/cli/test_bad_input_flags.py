@@ -22,8 +22,8 @@ TRAIN_FLAGS = [
     (["--max-time", "0"], "--max-time is in minutes and must be above 0"),
     (["--device", "banana"], "--device 'banana' is not a device"),
     (["--preset", "transformer-tiny"], "a transformer model has no vocab_size"),
-    (["--val-data", "x.tsv"], "--val-data and --max-tokens are for --task translate"),
-    (["--max-tokens", "1000"], "--val-data and --max-tokens are for --task translate"),
+    (["--val-data", "x.tsv"], "--val-data and --batch-tokens are for --task translate"),
+    (["--max-tokens", "1000"], "--val-data and --batch-tokens are for --task translate"),  # the old name of it
     (["--d-model", "1000000000", "--n-heads", "1"], "this model does not fit any machine"),
     (["--batch-size", "1000000000000"], "this model does not fit: training it needs at least"),
     (["--n-layers", "100000"], "this model does not fit: training it needs at least"),

@@ -174,3 +174,26 @@ def test_a_relative_data_path_that_no_longer_resolves(tiny_run, tmp_path, capsys
     assert "give its path with --data" in err
     assert main(["train", "--resume", str(run), "--steps", "6", "--quiet", "--no-samples"]
                 + ["--data", str(tiny_run.parent / "data.txt")]) == 0  # fmt: skip
+
+
+def test_a_missing_checkpoint_pointer_is_said_once(tmp_path, capsys, recwarn) -> None:
+    run = tmp_path / "run"
+    assert main(train_args(_data(tmp_path), run)) == 0
+    (run / "checkpoints" / "latest.json").unlink()
+    assert main(["train", "--resume", str(run), "--steps", "6", "--quiet", "--no-samples"]) == 0
+    said = [str(w.message) for w in recwarn if "latest.json is missing" in str(w.message)]
+    assert len(said) == 1, said  # it was given three times, from three callers
+
+
+def test_resuming_a_checkpoint_with_nan_weights(tmp_path, capsys) -> None:
+    """A checkpoint saved after the weights went NaN (older qkv saved them) is named for what it is."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    run = tmp_path / "run"
+    assert main(train_args(_data(tmp_path), run)) == 0
+    weights = latest_checkpoint(run) / "model.safetensors"
+    save_file({k: torch.full_like(v, float("nan")) for k, v in load_file(weights).items()}, weights)
+    code, err = run_cli(capsys, "train", "--resume", str(run), "--steps", "8", "--quiet", "--no-samples")
+    assert_one_line_error(code, err, f"the checkpoint {latest_checkpoint(run)} holds NaN or infinite weights")
+    assert "last good" not in err

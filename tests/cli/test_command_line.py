@@ -106,3 +106,16 @@ def test_a_translator_prints_sample_translations_and_the_next_commands(tmp_path,
     assert "sample translations of validation sentences" in captured.out
     assert captured.out.count("reference: ") == 8
     assert f'qkv translate {run} "a sentence to translate"' in captured.err
+
+
+def test_embed_and_embeddings_say_how_they_differ() -> None:
+    listing = " ".join(build_parser().format_help().split())
+    assert "compare them by cosine (for the rows of W_E: qkv embeddings)" in listing
+    assert "the positional table (sentences: qkv embed)" in listing
+
+
+def test_the_next_verb_lives_in_a_module_that_does_not_shadow_next() -> None:
+    import importlib.util
+
+    assert importlib.util.find_spec("qkv.cli.next") is None
+    assert "next" in build_parser().format_help()

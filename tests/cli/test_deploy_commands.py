@@ -12,6 +12,8 @@ from qkv.cli import main
 from qkv.loading import load
 from qkv.model_dir import QUANTIZATION_FILE, save_model_dir
 from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig, Transformer, TransformerConfig
+from qkv.models.config import LlamaConfig
+from qkv.models.llama import Llama
 from qkv.quantization import is_quantized
 from qkv.tokenizers import CharTokenizer
 
@@ -35,6 +37,7 @@ def runs(tmp_path_factory) -> dict:
             )
         ),  # fmt: skip
         "encoder": Encoder(EncoderConfig(vocab_size=tok.vocab_size, n_layers=2, **small)),
+        "llama": Llama(LlamaConfig(vocab_size=tok.vocab_size, n_layers=2, n_kv_heads=1, qkv_bias=True, **small)),
     }
     root = tmp_path_factory.mktemp("deploy")
     (root / "text.txt").write_text(TEXT * 3)
@@ -67,7 +70,7 @@ def test_quantize_writes_a_folder_that_loads_as_int8(runs, capsys) -> None:
     assert "int8 weights" in err and "x smaller" in err
 
 
-@pytest.mark.parametrize("name", ["gpt", "encoder"])
+@pytest.mark.parametrize("name", ["gpt", "encoder", "llama"])
 def test_quantize_with_calibration_text_changes_only_the_roundings(runs, capsys, name) -> None:
     out = runs["root"] / f"{name}-calibrated"
     assert main(["quantize", runs[name], "--out", str(out), "--calibrate", runs["text"]]) == 0
@@ -98,6 +101,16 @@ def test_generate_from_the_quantized_folder_equals_generate_with_the_flag(runs, 
     from_folder = output(capsys, "generate", runs["gpt-int8"], *common)
     with_flag = output(capsys, "generate", runs["gpt"], *common, "--quantize", "int8")
     assert from_folder == with_flag and len(from_folder) > len("the ") + 10
+
+
+def test_a_llama_quantizes_and_generates_from_its_int8_folder(runs, capsys) -> None:
+    out = str(runs["root"] / "llama-int8")
+    assert main(["quantize", runs["llama"], "--out", out]) == 0
+    model = load(out).model
+    assert is_quantized(model) and model.decoder.blocks[0].feed_forward.gate.qweight.dtype == torch.int8
+    common = ["--prompt", "the ", "--temperature", "0", "--max-new-tokens", "20"]
+    with_flag = output(capsys, "generate", runs["llama"], *common, "--quantize", "int8")
+    assert output(capsys, "generate", out, *common) == with_flag
 
 
 def test_eval_with_int8_weights_is_close_to_float(runs, capsys) -> None:
@@ -154,7 +167,7 @@ def test_quantized_folders_cannot_be_trained_exported_or_quantized_again(runs, c
 
 
 def test_export_bad_inputs_are_one_line(runs, capsys, tmp_path) -> None:
-    assert "--onnx model.onnx" in fails(capsys, "export", runs["gpt"])
+    assert "--out model.onnx" in fails(capsys, "export", runs["gpt"])
     assert "should end in .onnx" in fails(capsys, "export", runs["gpt"], "--onnx", str(tmp_path / "model.txt"))
     tok = CharTokenizer.train(TEXT)
     short = GPT(GPTConfig(vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_layers=1, context_length=4))

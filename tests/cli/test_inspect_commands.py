@@ -7,30 +7,19 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 from qkv.cli import main
 from qkv.inspect import png_size
-from qkv.model_dir import save_model_dir
-from qkv.models import GPT, GPTConfig, Transformer, TransformerConfig
-from qkv.tokenizers import CharTokenizer
+from tests.cli.conftest import gpt_and_translator
 
-SEED_004_Q = [[0.1, 0.2], [0.5, 0.6], [0.9, 1.0], [1.3, 1.4], [1.7, 1.8]]
-SEED_004_K = [[0.2, 0.1], [0.6, 0.5], [1.0, 0.9], [1.4, 1.3], [1.8, 1.7]]
-SEED_004_V = [[0.3, 0.4], [0.7, 0.8], [1.1, 1.2], [1.5, 1.6], [1.9, 2.0]]
+QUICK_FOX_Q = [[0.1, 0.2], [0.5, 0.6], [0.9, 1.0], [1.3, 1.4], [1.7, 1.8]]
+QUICK_FOX_K = [[0.2, 0.1], [0.6, 0.5], [1.0, 0.9], [1.4, 1.3], [1.8, 1.7]]
+QUICK_FOX_V = [[0.3, 0.4], [0.7, 0.8], [1.1, 1.2], [1.5, 1.6], [1.9, 2.0]]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    tok = CharTokenizer.train("the quick brown fox jumps over the lazy dog")
-    torch.manual_seed(0)
-    gpt = GPT(GPTConfig(vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_layers=2, context_length=32))
-    translator = Transformer(TransformerConfig(
-        src_vocab_size=tok.vocab_size, tgt_vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_encoder_layers=1,
-        n_decoder_layers=1, context_length=24,
-    ))  # fmt: skip
-    root = tmp_path_factory.mktemp("inspect-cli")
-    return save_model_dir(root / "gpt", gpt, tok), save_model_dir(root / "translator", translator, tok)
+    return gpt_and_translator(tmp_path_factory.mktemp("inspect-cli"), gpt_context=32)
 
 
 def run_json(capsys, *argv: str) -> dict:
@@ -47,7 +36,7 @@ def fails(capsys, *argv: str) -> str:
 
 
 def seed_004_weights(causal: bool = False) -> np.ndarray:
-    scores = np.array(SEED_004_Q) @ np.array(SEED_004_K).T / math.sqrt(2)
+    scores = np.array(QUICK_FOX_Q) @ np.array(QUICK_FOX_K).T / math.sqrt(2)
     if causal:
         scores[np.triu_indices(5, k=1)] = -np.inf
     e = np.exp(scores - scores.max(axis=1, keepdims=True))
@@ -73,7 +62,7 @@ def test_explain_json_gives_the_same_numbers(capsys, causal: bool) -> None:
 
 def test_explain_reads_your_matrices(capsys, tmp_path) -> None:
     path = tmp_path / "qkv.json"
-    path.write_text(json.dumps({"Q": SEED_004_Q, "K": SEED_004_K, "V": SEED_004_V}))
+    path.write_text(json.dumps({"Q": QUICK_FOX_Q, "K": QUICK_FOX_K, "V": QUICK_FOX_V}))
     data = run_json(capsys, "explain", "The quick brown fox jumps", "--qkv", str(path), "--query", "fox", "--json")
     np.testing.assert_allclose(np.array(data["weights"]), seed_004_weights(), atol=1e-12)
     assert data["query"] == 3
@@ -85,7 +74,7 @@ def test_explain_reads_your_matrices(capsys, tmp_path) -> None:
 
 
 def test_explain_seed_003_and_a_model(capsys, runs) -> None:
-    data = run_json(capsys, "explain", "--example", "003", "--json")
+    data = run_json(capsys, "explain", "--example", "journey", "--json")
     assert [round(w, 4) for w in data["weights"][1]] == [0.1385, 0.2379, 0.2333, 0.124, 0.1082, 0.1581]
     gpt, translator = runs
     data = run_json(capsys, "explain", "the fox", "--run", str(gpt), "--layer", "1", "--head", "1", "--json")
@@ -99,7 +88,7 @@ def test_explain_seed_003_and_a_model(capsys, runs) -> None:
     "argv,message",
     [
         (["--query", "dog"], "--query 'dog' is not one of the tokens"),
-        (["--example", "003", "--query", "9"], "--query 9 is out of range"),
+        (["--example", "journey", "--query", "9"], "--query 9 is out of range"),
         (["the fox", "--run", "GPT", "--layer", "7"], "--layer 7 is out of range"),
         (["the fox", "--run", "GPT", "--head", "2"], "--head 2 is out of range"),
         (["the fox", "--run", "GPT", "--example", "004"], "give one source of numbers"),
@@ -167,8 +156,9 @@ def test_embeddings_answers_and_pictures(capsys, runs, tmp_path, monkeypatch) ->
     assert len(data["neighbours"]["e"]) == 3 and data["pictures"] == []
     assert {t for t, _ in data["analogy"]["answers"]}.isdisjoint({"a", "b", "c"})
     monkeypatch.chdir(tmp_path)
-    assert main(["embeddings", str(translator), "--target"]) == 0
-    assert png_size(tmp_path / "embeddings.png") == (850, 700) and png_size(tmp_path / "positions.png")[0] > 300
+    assert main(["embeddings", str(translator), "--target-side"]) == 0
+    assert png_size(translator / "embeddings.png") == (850, 700) and png_size(translator / "positions.png")[0] > 300
+    assert not list(tmp_path.glob("*.png"))  # pictures go to the run folder
     assert main(["embeddings", "--positions", "pe.png", "--d-model", "32", "--length", "20"]) == 0
     assert (tmp_path / "pe.png").is_file()
     assert "which model?" in fails(capsys, "embeddings", "--neighbours", "e")

@@ -136,3 +136,18 @@ def test_a_target_is_refused_with_the_familys_title(capsys, llama) -> None:
     ):
         assert main(argv) == 2
         assert capsys.readouterr().err == f"qkv {argv[0]}: error: --target is for translators: {title} {end}\n"
+
+
+SAMPLING = [["--temperature", "0"], ["--temperature", "0.9", "--top-p", "0.9", "--seed", "3"]]
+
+
+@pytest.mark.parametrize("sampling", SAMPLING)
+def test_generate_streams_the_same_text_with_every_engine(capsys, llama, sampling) -> None:
+    """The CLI streams tokens as they come; the reference forward and the static-cache step (the cache holds
+    n_kv_heads heads) write the same text, greedy or seeded sampling."""
+    texts = {}
+    for engine in ("model", "static"):
+        argv = ["generate", llama, "--prompt", "the ", "--max-new-tokens", "16", "--engine", engine, *sampling]
+        assert main(argv) == 0
+        texts[engine] = capsys.readouterr().out
+    assert texts["model"] == texts["static"] and len(texts["model"]) > len("the ")

@@ -9,6 +9,7 @@ import pytest
 import sacrebleu
 
 from qkv.cli import main
+from tests.cli.test_bad_input import refused
 from tests.training.tasks.test_translation import write_pairs
 
 
@@ -122,17 +123,12 @@ def test_eval_reports_sacrebleu_scores(translator, capsys) -> None:
     assert scores["bleu_signature"].startswith("nrefs:1")
 
 
-def one_line_error(capsys, args, fragment) -> None:
-    assert main(args) == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and fragment in err, err
-
 
 def test_bad_translation_input(translator, tmp_path, capsys) -> None:
     run, _ = translator
     (tmp_path / "a.en").write_text("one\ntwo\nthree\n")
     (tmp_path / "a.de").write_text("eins\nzwei\n")
-    one_line_error(
+    refused(
         capsys,
         [
             "train",
@@ -147,7 +143,7 @@ def test_bad_translation_input(translator, tmp_path, capsys) -> None:
         "a.en has 3 lines but a.de has 2",
     )
     (tmp_path / "bad.tsv").write_text("one\tONE\ntwo TWO\n")
-    one_line_error(
+    refused(
         capsys,
         [
             "train",
@@ -163,7 +159,7 @@ def test_bad_translation_input(translator, tmp_path, capsys) -> None:
     )
     (tmp_path / "src.txt").write_text("one\ntwo\n")
     (tmp_path / "ref.txt").write_text("ONE\n")
-    one_line_error(
+    refused(
         capsys,
         ["eval", str(run), "--src", str(tmp_path / "src.txt"), "--ref", str(tmp_path / "ref.txt")],
         "has 2 lines but",
@@ -198,7 +194,7 @@ def test_language_model_run_given_to_translate(tmp_path, capsys) -> None:
         == 0
     )
     expected = "holds a GPT language model (decoder only), not a translator: use `qkv generate`"
-    one_line_error(capsys, ["translate", str(tmp_path / "lm"), "hello"], expected)
+    refused(capsys, ["translate", str(tmp_path / "lm"), "hello"], expected)
 
 
 def test_long_sources_are_cropped_with_a_warning(translator, capsys) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from qkv.cli import main
+from tests.cli.test_bad_input import refused
 from tests.training.tasks.test_word2vec import planted_corpus
 
 QUESTIONS = """: royal-common
@@ -37,9 +38,9 @@ def test_embeddings_reads_a_word2vec_run_like_any_w_e(capsys, run: Path, tmp_pat
     assert {w for w, _ in out["neighbours"]["crown"][:2]} == {"throne", "palace"}
     assert out["analogy"]["answers"][0][0] == "queen"
     monkeypatch.chdir(tmp_path)
-    assert main(["embeddings", str(run), "--top", "30"]) == 0
-    assert (tmp_path / "embeddings.png").stat().st_size > 1000
-    assert not (tmp_path / "positions.png").exists()  # Word2Vec has no positions to draw
+    assert main(["embeddings", str(run), "--first", "30"]) == 0
+    assert (run / "embeddings.png").stat().st_size > 1000  # into the run folder, not the current one
+    assert not (run / "positions.png").exists() and not list(tmp_path.glob("*.png"))  # Word2Vec has no positions
 
 
 def test_analogies_file_gives_accuracy_per_section(capsys, run: Path, tmp_path: Path) -> None:
@@ -56,26 +57,20 @@ def test_analogies_file_gives_accuracy_per_section(capsys, run: Path, tmp_path: 
     assert "royal-common" in table and "100.0%" in table
 
 
-def one_line_error(capsys, argv: list[str], fragment: str) -> None:
-    assert main(argv) == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert len(err) == 1 and fragment in err[0], err
-    assert "Traceback" not in err[0]
-
 
 def test_bad_input_is_one_line(capsys, run: Path, tmp_path: Path) -> None:
     small = tmp_path / "small.txt"
     small.write_text("the cat sat on the mat\n")
     train = ["train", "--task", "word2vec", "--out-dir", str(tmp_path / "bad"), "--quiet", "--no-samples"]
-    one_line_error(capsys, [*train, "--data", str(small)], "--min-count=5")
-    one_line_error(capsys, [*train, "--data", str(small), "--window", "0"], "--window must be a positive")
-    one_line_error(capsys, [*train, "--data", str(small), "--arch", "transformer"], "skipgram, cbow")
-    one_line_error(capsys, [*train, "--data", str(small), "--min-count", "1", "--n-layers", "2"], "drop --n-layers")
-    one_line_error(capsys, ["train", "--data", str(small), "--window", "3"], "are for --task word2vec")
-    one_line_error(capsys, ["embeddings", str(run), "--analogy", "king", "man", "zzz"], "'zzz' is not in this model")
+    refused(capsys, [*train, "--data", str(small)], "--min-count=5")
+    refused(capsys, [*train, "--data", str(small), "--window", "0"], "--window must be a positive")
+    refused(capsys, [*train, "--data", str(small), "--arch", "transformer"], "skipgram, cbow")
+    refused(capsys, [*train, "--data", str(small), "--min-count", "1", "--n-layers", "2"], "drop --n-layers")
+    refused(capsys, ["train", "--data", str(small), "--window", "3"], "are for --task word2vec")
+    refused(capsys, ["embeddings", str(run), "--analogy", "king", "man", "zzz"], "'zzz' is not in this model")
     missing = tmp_path / "none.txt"
     missing.write_text(": s\nzzz yyy xxx www\n")
-    one_line_error(capsys, ["embeddings", str(run), "--analogies", str(missing)], "none of the 1 questions")
-    one_line_error(capsys, ["generate", str(run), "--prompt", "king"], "qkv embeddings")
+    refused(capsys, ["embeddings", str(run), "--analogies", str(missing)], "none of the 1 questions")
+    refused(capsys, ["generate", str(run), "--prompt", "king"], "qkv embeddings")
     for argv in (["lens", str(run), "the king"], ["attribute", str(run), "the king"], ["heads", str(run)]):
-        one_line_error(capsys, argv, "`qkv embeddings`")
+        refused(capsys, argv, "`qkv embeddings`")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
 from functools import cache
 from types import SimpleNamespace
 
@@ -23,13 +22,7 @@ PAD, BOS = 0, 1
 LENGTHS = (7, 2, 5, 1, 6)  # source sentences of different lengths, padded into one batch
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """These tensors are tiny: one thread is fastest, and on a busy machine extra threads only wait (10x slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread is fastest (tests/conftest.py)
 
 
 @cache

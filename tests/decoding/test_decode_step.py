@@ -5,8 +5,6 @@ encoder keys."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
@@ -15,14 +13,7 @@ from qkv.decoding.decode_step import cross_attention_keys, gpt_step, transformer
 from qkv.layers.fused import fuse_linears
 from qkv.models import Transformer, TransformerConfig
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """Tiny tensors: one thread is fastest, and on a busy machine extra threads only wait."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread is fastest (tests/conftest.py)
 
 
 VARIANTS = [
@@ -111,3 +102,46 @@ def test_a_source_with_nothing_to_attend_to_gets_zero_cross_attention_as_in_the_
             logits = transformer_step(model, _projections(model), tgt[:, t], torch.tensor([t]), kv, cross, t + 1)
             assert logits.isfinite().all()
             torch.testing.assert_close(logits, expected[:, t], atol=1e-10, rtol=0)
+
+
+def _per_row_model(kind: str) -> GPT:
+    torch.manual_seed(0)
+    if kind == "llama":  # rotary angles per row, and a cache of n_kv_heads = 2 heads for 4 query heads
+        from qkv.models.config import LlamaConfig
+        from qkv.models.llama import Llama
+
+        config = LlamaConfig(vocab_size=40, d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, d_ff=48,
+                             context_length=24, init_std=0.3)  # fmt: skip
+        return Llama(config).double().eval()
+    variant = dict(positional="learned") if kind == "learned" else dict(positional="rope", norm_first=False)
+    config = GPTConfig(vocab_size=40, d_model=32, n_heads=4, n_layers=2, context_length=24, init_std=0.3, **variant)
+    return GPT(config).double().eval()
+
+
+@pytest.mark.parametrize("kind", ["learned", "rope", "llama"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_a_step_with_a_position_per_row_gives_each_row_the_forward_logits_at_its_own_position(
+    kind: str, masked: bool
+) -> None:
+    """Continuous batching: three texts started at different times step together, each at its own position,
+    over cache rows that hold another text's leftovers past that position (which the mask must hide)."""
+    model = _per_row_model(kind)
+    config = model.config
+    ids = torch.randint(40, (3, 14))
+    starts = [5, 0, 2]  # tokens already in each row's cache when the batch begins
+    with torch.no_grad():
+        expected = model(ids)  # (B, T, V)
+        buffer = model.new_cache(16).allocate(3, config.n_kv_heads, config.head_dim, dtype=torch.float64,
+                                              device=torch.device("cpu"))  # fmt: skip
+        buffer.normal_(0, 5.0)  # a previous request's keys and values, everywhere
+        projections = _projections(model)
+        for row, start in enumerate(starts):  # each row alone, as a prefill would leave it
+            kv = buffer[:, row : row + 1].unbind(0)
+            for t in range(start):
+                gpt_step(model, projections, ids[row : row + 1, t], torch.tensor([t]), kv, t + 1)
+        kv = buffer.unbind(0)
+        for step in range(8):
+            position = torch.tensor([start + step for start in starts])  # (B,)
+            n_keys = None if masked else int(position.max()) + 1
+            logits = gpt_step(model, projections, ids[torch.arange(3), position], position, kv, n_keys)
+            torch.testing.assert_close(logits, expected[torch.arange(3), position], atol=1e-10, rtol=0)

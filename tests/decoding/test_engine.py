@@ -4,14 +4,12 @@ model's Linear modules are replaced by other modules, and run CUDA graphs where 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from qkv import GPT, GPTConfig
+from qkv import GPT
 from qkv.decoding import beam_search, generate, greedy_decode, stream
 from qkv.decoding import engine as engine_module
 from qkv.decoding.engine import engine_for, lm_session, resolve_engine
@@ -21,37 +19,14 @@ from qkv.layers.capture import capture
 from qkv.layers.linear import Linear
 from qkv.models import Transformer, TransformerConfig
 from qkv.tokenizers import CharTokenizer
+from tests.conftest import tiny_gpt
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """Tiny tensors: one thread is fastest, and on a busy machine extra threads only wait."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread is fastest (tests/conftest.py)
 
 
-@pytest.fixture
-def quick_compile(monkeypatch) -> Iterator[dict]:
-    """torch.compile through AOT autograd without inductor's code generation (seconds instead of minutes on
-    this machine; the graph, its breaks and its recompiles are Dynamo's either way). Yields Dynamo's counters."""
-    import torch._dynamo
-    from torch._dynamo.utils import counters
-
-    monkeypatch.setattr(engine_module, "COMPILE_BACKEND", "aot_eager")
-    torch._dynamo.reset()
-    counters.clear()
-    yield counters
-    torch._dynamo.reset()
-
-
-def tiny_gpt(dtype: torch.dtype = torch.float64, **variant) -> GPT:
-    torch.manual_seed(1)
-    config = GPTConfig(vocab_size=50, d_model=32, n_heads=4, n_layers=2, context_length=40, init_std=0.5, **variant)
-    return GPT(config).to(dtype).eval()
 
 
 def tiny_transformer(**variant) -> Transformer:
@@ -105,7 +80,7 @@ def test_static_engine_generates_the_reference_tokens(variant: dict) -> None:
 
 
 def test_float32_static_engine_generates_the_reference_tokens() -> None:
-    model = tiny_gpt(torch.float32)
+    model = tiny_gpt(dtype=torch.float32)
     prompt = torch.randint(50, (3, 6), generator=torch.Generator().manual_seed(1))
     _assert_same(_generate_all(model, "static", prompt), _generate_all(model, "model", prompt))
 
@@ -270,7 +245,7 @@ def test_cuda_engines_give_the_eager_tokens_in_float32(engine: str, monkeypatch)
     captures: list[int] = []
     original = engine_module.StepBuffers.capture
     monkeypatch.setattr(engine_module.StepBuffers, "capture", lambda self, *a: captures.append(1) or original(self, *a))
-    model = tiny_gpt(torch.float32).cuda()
+    model = tiny_gpt(dtype=torch.float32).cuda()
     prompt = torch.randint(50, (2, 4), generator=torch.Generator().manual_seed(0)).cuda()
     for new in (20, 16):  # 4 + 20 - 1 and 4 + 16 - 1 positions: the same cache of 32, so the same graph
         greedy = dict(max_new_tokens=new, temperature=0)

@@ -14,6 +14,7 @@ from qkv import GPT, GPTConfig
 from qkv.decoding import TextStreamer, generate, stream
 from qkv.errors import QkvError
 from qkv.tokenizers import BPETokenizer
+from tests.conftest import tiny_gpt as shared_tiny_gpt
 
 CONTEXT = 16
 VOCAB = 50
@@ -22,17 +23,7 @@ POSITIONALS = ("rope", "learned", "sinusoidal")
 
 @cache
 def tiny_gpt(positional: str, dtype: torch.dtype = torch.float64) -> GPT:
-    """A tiny random GPT. init_std=0.5 gives varied logits, so greedy text does not just repeat a token.
-
-    float64 by default: the cached and uncached paths add the same numbers in different orders, and in
-    float32 a near-tie between two logits could (very rarely) flip an argmax; float64 keeps the comparison
-    about the decoding scheme. One float32 test checks the default precision too.
-    """
-    torch.manual_seed(1)
-    config = GPTConfig(
-        vocab_size=VOCAB, d_model=32, n_heads=4, n_layers=2, context_length=CONTEXT, positional=positional, init_std=0.5
-    )
-    return GPT(config).to(dtype).eval()
+    return shared_tiny_gpt(vocab_size=VOCAB, context_length=CONTEXT, positional=positional, dtype=dtype)
 
 
 def reference_generate(model: GPT, prompt: list[int], max_new_tokens: int) -> list[int]:

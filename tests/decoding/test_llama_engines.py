@@ -4,12 +4,9 @@ of a grouped-query model is n_kv_heads / n_heads the size of the full-heads one.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
-from qkv.decoding import engine as engine_module
 from qkv.decoding import generate
 from qkv.decoding.engine import lm_session
 from qkv.models.config import LlamaConfig
@@ -24,25 +21,9 @@ VARIANTS = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread is fastest (tests/conftest.py)
 
 
-@pytest.fixture
-def quick_compile(monkeypatch) -> Iterator[dict]:
-    """torch.compile through AOT autograd, without inductor's code generation (see tests/decoding/test_engine.py)."""
-    import torch._dynamo
-    from torch._dynamo.utils import counters
-
-    monkeypatch.setattr(engine_module, "COMPILE_BACKEND", "aot_eager")
-    torch._dynamo.reset()
-    counters.clear()
-    yield counters
-    torch._dynamo.reset()
 
 
 def tiny_llama(**variant) -> Llama:

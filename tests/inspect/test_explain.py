@@ -11,7 +11,7 @@ import torch
 
 from qkv.errors import QkvError
 from qkv.inspect import explain_example, explain_given, explain_model, explain_projected, read_matrices
-from qkv.inspect.examples import SEED_003_INPUTS, SEED_004_K, SEED_004_Q, SEED_004_V, check_tokens
+from qkv.inspect.examples import JOURNEY_INPUTS, QUICK_FOX_K, QUICK_FOX_Q, QUICK_FOX_V, check_tokens
 from qkv.layers.capture import capture
 
 
@@ -21,22 +21,22 @@ def softmax_rows(scores: np.ndarray) -> np.ndarray:
 
 
 def test_seed_004_reproduces_the_worked_example_computed_independently() -> None:
-    e = explain_example("004")
+    e = explain_example("quick-fox")
     assert e.query_tokens == ["The", "quick", "brown", "fox", "jumps"] and e.query == 1  # the seed focuses on "quick"
     # Plain Python for the seed's step 4: "quick"'s query against every key.
     q_quick = [0.5, 0.6]
-    dots = [q_quick[0] * k[0] + q_quick[1] * k[1] for k in SEED_004_K]
+    dots = [q_quick[0] * k[0] + q_quick[1] * k[1] for k in QUICK_FOX_K]
     assert dots == pytest.approx([0.16, 0.60, 1.04, 1.48, 1.92], abs=1e-12)
     scaled = [d / math.sqrt(2) for d in dots]
     exps = [math.exp(s) for s in scaled]
     weights = [x / sum(exps) for x in exps]
-    output = [sum(w * v[c] for w, v in zip(weights, SEED_004_V, strict=True)) for c in range(2)]
+    output = [sum(w * v[c] for w, v in zip(weights, QUICK_FOX_V, strict=True)) for c in range(2)]
     np.testing.assert_allclose(e.scores[1], dots, atol=1e-12)
     np.testing.assert_allclose(e.scaled[1], scaled, atol=1e-12)
     np.testing.assert_allclose(e.weights[1], weights, atol=1e-12)
     np.testing.assert_allclose(e.output[1], output, atol=1e-12)
     # The whole matrices, with numpy.
-    Q, K, V = (np.array(m) for m in (SEED_004_Q, SEED_004_K, SEED_004_V))
+    Q, K, V = (np.array(m) for m in (QUICK_FOX_Q, QUICK_FOX_K, QUICK_FOX_V))
     expected = softmax_rows(Q @ K.T / math.sqrt(2))
     np.testing.assert_allclose(e.weights, expected, atol=1e-12)
     np.testing.assert_allclose(e.output, expected @ V, atol=1e-12)
@@ -44,8 +44,8 @@ def test_seed_004_reproduces_the_worked_example_computed_independently() -> None
 
 
 def test_seed_004_with_the_causal_mask_hides_later_tokens() -> None:
-    e = explain_example("004", causal=True)
-    Q, K, V = (np.array(m) for m in (SEED_004_Q, SEED_004_K, SEED_004_V))
+    e = explain_example("quick-fox", causal=True)
+    Q, K, V = (np.array(m) for m in (QUICK_FOX_Q, QUICK_FOX_K, QUICK_FOX_V))
     scores = Q @ K.T / math.sqrt(2)
     scores[np.triu_indices(5, k=1)] = -np.inf
     expected = softmax_rows(scores)
@@ -55,8 +55,8 @@ def test_seed_004_with_the_causal_mask_hides_later_tokens() -> None:
 
 
 def test_seed_003_attention_without_weights_matches_the_book() -> None:
-    e = explain_example("003")
-    x = np.array(SEED_003_INPUTS)
+    e = explain_example("journey")
+    x = np.array(JOURNEY_INPUTS)
     scores = x @ x[1]  # omega_2j = x^(j) . x^(2)
     np.testing.assert_allclose(e.scores[1], scores, atol=1e-12)
     np.testing.assert_allclose(e.weights[1], softmax_rows(scores), atol=1e-12)
@@ -69,10 +69,10 @@ def test_seed_003_attention_without_weights_matches_the_book() -> None:
 
 
 def test_seed_003_trainable_weights_reproduce_section_3_4() -> None:
-    e = explain_example("003-weights")  # W = torch.rand(3, 2) three times after torch.manual_seed(123)
+    e = explain_example("journey-weights")  # W = torch.rand(3, 2) three times after torch.manual_seed(123)
     torch.manual_seed(123)
     W_q, W_k, W_v = (torch.rand(3, 2).double().numpy() for _ in range(3))
-    x = np.array(SEED_003_INPUTS)
+    x = np.array(JOURNEY_INPUTS)
     np.testing.assert_allclose(e.projections["W_q"], W_q)
     assert [f"{q:.4f}" for q in e.queries[1]] == ["0.4306", "1.4551"]
     expected = softmax_rows((x @ W_q) @ (x @ W_k).T / math.sqrt(2))
@@ -82,7 +82,7 @@ def test_seed_003_trainable_weights_reproduce_section_3_4() -> None:
 
 
 def test_two_heads_are_concatenated_and_projected_by_w_o() -> None:
-    x = np.array(SEED_003_INPUTS)
+    x = np.array(JOURNEY_INPUTS)
     rng = np.random.default_rng(0)
     W_q, W_k, W_v = (rng.normal(size=(3, 4)) for _ in range(3))
     W_o = rng.normal(size=(4, 4))
@@ -154,15 +154,15 @@ def test_bad_choices_are_one_sentence_errors(gpt, kwargs, message) -> None:
 def test_matrix_files_in_every_format_give_the_same_explanation(tmp_path) -> None:
     tokens = ["The", "quick", "brown", "fox", "jumps"]
     whole = tmp_path / "whole.json"
-    whole.write_text(json.dumps({"tokens": tokens, "Q": SEED_004_Q, "K": SEED_004_K, "V": SEED_004_V}))
+    whole.write_text(json.dumps({"tokens": tokens, "Q": QUICK_FOX_Q, "K": QUICK_FOX_K, "V": QUICK_FOX_V}))
     per_token = tmp_path / "per_token.json"
     per_token.write_text(json.dumps({t: {"Q": q, "K": k, "V": v} for t, q, k, v in
-                                     zip(tokens, SEED_004_Q, SEED_004_K, SEED_004_V, strict=True)}))  # fmt: skip
+                                     zip(tokens, QUICK_FOX_Q, QUICK_FOX_K, QUICK_FOX_V, strict=True)}))  # fmt: skip
     table = tmp_path / "qkv.csv"
     rows = [f"{t},{q[0]},{q[1]},{k[0]},{k[1]},{v[0]},{v[1]}" for t, q, k, v in
-            zip(tokens, SEED_004_Q, SEED_004_K, SEED_004_V, strict=True)]  # fmt: skip
+            zip(tokens, QUICK_FOX_Q, QUICK_FOX_K, QUICK_FOX_V, strict=True)]  # fmt: skip
     table.write_text("token,q1,q2,k1,k2,v1,v2\n" + "\n".join(rows) + "\n")
-    reference = explain_example("004")
+    reference = explain_example("quick-fox")
     for path in (whole, per_token, table):
         file_tokens, m = read_matrices(path)
         assert check_tokens(file_tokens, None, 5, path) == tokens
@@ -192,8 +192,21 @@ def test_malformed_matrix_files_are_one_sentence_errors(tmp_path, name, content,
 
 def test_shapes_that_do_not_fit_are_errors() -> None:
     with pytest.raises(QkvError, match="one row per token"):
-        explain_given(["a", "b"], SEED_004_Q, SEED_004_K, SEED_004_V)
+        explain_given(["a", "b"], QUICK_FOX_Q, QUICK_FOX_K, QUICK_FOX_V)
     with pytest.raises(QkvError, match="do not fit together"):
         explain_given(["a", "b"], [[1, 2], [3, 4]], [[1, 2, 3], [4, 5, 6]], [[1], [2]])
     with pytest.raises(QkvError, match="not divisible by 3 heads"):
         explain_projected(["a", "b"], [[1.0, 2.0], [3.0, 4.0]], n_heads=3, d_k=1, W_q=[[1, 2], [3, 4]])
+
+
+OLD_NAMES = [("004", "quick-fox"), ("003", "journey"), ("003-weights", "journey-weights")]
+
+
+@pytest.mark.parametrize(("old", "name"), OLD_NAMES)
+def test_the_examples_old_numbers_still_name_them(old, name) -> None:
+    assert np.array_equal(explain_example(old).weights, explain_example(name).weights)
+
+
+def test_an_unknown_example_lists_the_names() -> None:
+    with pytest.raises(QkvError, match="choose one of quick-fox, journey, journey-weights"):
+        explain_example("005")

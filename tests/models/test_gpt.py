@@ -8,16 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qkv.errors import QkvError
-from qkv.models import GPT, GPTConfig
+from qkv.models import GPT
+from tests.conftest import tiny_gpt as shared_tiny_gpt
 
 VOCAB = 37
 
 
 def tiny_gpt(positional: str = "rope", **kw) -> GPT:
-    config = GPTConfig(
-        vocab_size=VOCAB, d_model=32, n_heads=4, n_layers=2, context_length=24, positional=positional, **kw
-    )
-    return GPT(config).eval()
+    return shared_tiny_gpt(vocab_size=VOCAB, context_length=24, positional=positional, seed=None, dtype=torch.float32,
+                           init_std=None, **kw)  # fmt: skip
 
 
 MODELS = {p: tiny_gpt(p) for p in ("rope", "learned", "sinusoidal")}

@@ -14,6 +14,7 @@ import pytest
 import qkv
 from qkv.errors import QkvError
 from qkv.pretrained import load_pretrained
+from tests.cli.test_bad_input import assert_one_line_error
 from tests.pretrained.conftest import llama_config
 
 transformers = pytest.importorskip("transformers")
@@ -93,7 +94,4 @@ def test_command_line_exit_code_2_without_traceback(name: str, tmp_path: Path) -
         [sys.executable, "-m", "qkv", "generate", "--model", str(folder), "--prompt", "x"],
         capture_output=True, text=True, env=env, timeout=120,
     )  # fmt: skip
-    assert done.returncode == 2, done.stderr
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert "Traceback" not in done.stderr and len(lines) == 1, done.stderr
-    assert fragment in lines[0]
+    assert_one_line_error(done.returncode, done.stderr, fragment)

@@ -138,5 +138,5 @@ def encoder(encoder_dir) -> Iterator[Served]:
 
 @pytest.fixture
 def busy_gpt(gpt_run) -> Iterator[Served]:
-    """One generation at a time, a short wait for a slot, and room for long generations."""
-    yield from serve(gpt_run, Limits(max_tokens=100_000, max_concurrent=1, queue_timeout=0.3))
+    """One generation at a time (one row of the batch), a short wait for a slot, and room for long generations."""
+    yield from serve(gpt_run, Limits(max_tokens=100_000, max_concurrent=1, max_batch=1, queue_timeout=0.3))

@@ -66,6 +66,9 @@ def test_qkv_serve_starts_a_server_that_answers(gpt_run) -> None:
         (["--max-n", "0"], "max_n must be at least 1"),
         (["--max-logprobs", "-1"], "max_logprobs must be >= 0"),
         (["--max-request-bytes", "0"], "max_request_bytes must be at least 1"),
+        (["--max-batch", "0"], "max_batch must be at least 1"),
+        (["--kv-tokens", "8"], "the KV cache bound holds no sequence"),
+        (["--engine", "compiled"], "--scheduler sequential"),
     ],
 )
 def test_bad_flags_are_one_line_errors(gpt_run, capsys, flags, message) -> None:

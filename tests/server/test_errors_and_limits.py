@@ -139,7 +139,7 @@ def test_a_saturated_server_answers_503_then_recovers_when_the_stream_is_closed(
             response = busy_gpt.client.post("/v1/completions", json={"prompt": "x", "max_tokens": 2})
             waited = time.monotonic() - started
             message = error_of(response, (429, 503))
-            assert "busy" in message and "--max-concurrent" in message
+            assert "busy" in message and "--max-batch" in message  # the batched scheduler: one row
             assert response.headers.get("retry-after") == "1"
             assert 0.25 <= waited < 5  # it waited for a slot (queue_timeout 0.3 s) before giving up
             # one-pass requests have their own slots and still work while the generation runs

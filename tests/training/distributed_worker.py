@@ -1,5 +1,5 @@
 """Run by tests/training/test_strategy.py under ``torchrun --nproc_per_node=2`` (gloo, CPU): the same small
-GPT trained with DDP and with FSDP (also compiled), an FSDP run stopped and resumed, Muon's shared
+GPT trained with DDP and with FSDP (also compiled; a Llama with FSDP), an FSDP run stopped and resumed, Muon's shared
 Newton-Schulz, and a DDP run on a folder written by ``qkv prepare`` that records the windows each process
 trains on.
 
@@ -47,6 +47,9 @@ def recorded_windows() -> Iterator[list[torch.Tensor]]:
         yield seen
     finally:
         LanguageModelTask.train_batch = original
+
+
+LLAMA = dict(preset="llama-micro", model={"context_length": 16, "dropout": 0.0, "n_layers": 2, "d_model": 64})
 
 
 def settings(out: Path, name: str, **changes) -> TrainConfig:
@@ -99,6 +102,7 @@ def main(out: Path) -> None:
     train_language_model(settings(out, "ddp", strategy="ddp"), quiet=True)
     train_language_model(settings(out, "fsdp", strategy="fsdp"), quiet=True)
     train_language_model(settings(out, "fsdp-adamw", strategy="fsdp", optimizer="adamw"), quiet=True)
+    train_language_model(settings(out, "fsdp-llama", strategy="fsdp", **LLAMA), quiet=True)  # GQA, RMSNorm, SwiGLU
     split = settings(out, "fsdp-split", strategy="fsdp", steps=3)
     train_language_model(split, quiet=True)
     train_language_model(split.replace(steps=6), resume=split.out_dir, quiet=True)

@@ -5,14 +5,16 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from qkv.models import GPT, GPTConfig
+from qkv.models import GPT
 from qkv.training.muon import Muon, orthogonalize
 from qkv.training.optim import make_optimizer
+from tests.conftest import tiny_gpt
 
 
-def tiny_gpt() -> GPT:
-    torch.manual_seed(0)
-    return GPT(GPTConfig(vocab_size=20, d_model=16, n_heads=2, n_layers=2, context_length=8))
+def _small_gpt() -> GPT:
+    """The shared tiny GPT, smaller, float32 and in training mode, as an optimizer sees it."""
+    return tiny_gpt(vocab_size=20, context_length=8, d_model=16, n_heads=2, seed=0, dtype=torch.float32,
+                    init_std=None).train()  # fmt: skip
 
 
 def test_newton_schulz_gives_nearly_orthogonal_matrices() -> None:
@@ -38,7 +40,7 @@ def test_one_muon_step_by_hand() -> None:
 
 
 def test_muon_takes_the_linear_matrices_and_adamw_the_rest() -> None:
-    model = tiny_gpt()
+    model = _small_gpt()
     optimizer = make_optimizer(model, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.99), device_type="cpu", kind="muon")
     muon_params = {id(p) for g in optimizer.param_groups if g["muon"] for p in g["params"]}
     linears = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Linear)}
@@ -49,7 +51,7 @@ def test_muon_takes_the_linear_matrices_and_adamw_the_rest() -> None:
 
 
 def test_the_adamw_half_equals_torch_adamw() -> None:
-    a, b = tiny_gpt(), tiny_gpt()
+    a, b = _small_gpt(), _small_gpt()
     ours = make_optimizer(a, lr=1e-2, weight_decay=0.1, betas=(0.9, 0.99), device_type="cpu", kind="muon")
     reference = torch.optim.AdamW(
         [

@@ -49,13 +49,15 @@ def runs(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def one_process(runs):
     """The same runs in this process with the whole global batch (2 processes x 2 rows = 4 rows), by optimizer."""
-    made: dict[str, Path] = {}
+    made: dict[tuple[str, str], Path] = {}
 
-    def run_dir(optimizer: str) -> Path:
-        if optimizer not in made:
-            config = worker.settings(runs, f"one-{optimizer}", batch_size=4, threads=None, optimizer=optimizer)
-            made[optimizer] = train_language_model(config, quiet=True).run_dir
-        return made[optimizer]
+    def run_dir(optimizer: str, family: str = "gpt") -> Path:
+        if (optimizer, family) not in made:
+            model = worker.LLAMA if family == "llama" else {}
+            name = f"one-{family}-{optimizer}"
+            config = worker.settings(runs, name, batch_size=4, threads=None, optimizer=optimizer, **model)
+            made[optimizer, family] = train_language_model(config, quiet=True).run_dir
+        return made[optimizer, family]
 
     return run_dir
 
@@ -74,9 +76,12 @@ def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) 
         torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4, msg=key)
 
 
-@pytest.mark.parametrize(("two", "optimizer"), [("ddp", "muon"), ("fsdp", "muon"), ("fsdp-adamw", "adamw")])
-def test_two_processes_train_like_one_with_the_same_global_batch(runs, one_process, two, optimizer) -> None:
-    single = one_process(optimizer)
+@pytest.mark.parametrize(
+    ("two", "optimizer", "family"),
+    [("ddp", "muon", "gpt"), ("fsdp", "muon", "gpt"), ("fsdp-adamw", "adamw", "gpt"), ("fsdp-llama", "muon", "llama")],
+)
+def test_two_processes_train_like_one_with_the_same_global_batch(runs, one_process, two, optimizer, family) -> None:
+    single = one_process(optimizer, family)
     expected = train_losses(single)
     assert len(expected) == 6 and expected[-1] < expected[0] - 0.5  # it learns: not six equal numbers
     torch.testing.assert_close(train_losses(runs / two), expected, atol=0, rtol=1e-5)

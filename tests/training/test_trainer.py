@@ -73,15 +73,15 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path) -> None:
                 next(trainer.model.parameters()).fill_(float("nan"))
 
     config = tiny_config(tmp_path, "nan", checkpoint_interval=2, eval_interval=2)
-    with pytest.raises(TrainingDiverged, match="loss became nan at step 7") as info:
+    with pytest.raises(TrainingDiverged, match="weights became NaN or infinite by step 6") as info:
         train_language_model(config, quiet=True, on_step=poison)
-    assert "step-000006" in str(info.value)
+    assert "the last good checkpoint" in str(info.value) and "step-000004" in str(info.value)
     kept = latest_checkpoint(config.out_dir)
-    assert kept.name == "step-000006"
-    weights = load_file(str(tmp_path / "nan" / "model.safetensors"))  # the best model before the NaN
-    assert all(torch.isfinite(t).all() for t in weights.values())
+    assert kept.name == "step-000004"  # step 6's weights are NaN: never saved as a checkpoint to resume from
+    for weights in (kept / "model.safetensors", tmp_path / "nan" / "model.safetensors"):  # and the best model
+        assert all(torch.isfinite(t).all() for t in load_file(str(weights)).values())
     state = json.loads((kept / "trainer_state.json").read_text())
-    assert state["step"] == 6
+    assert state["step"] == 4
 
 
 def test_best_model_and_metrics_are_written(tmp_path) -> None:

@@ -1,7 +1,7 @@
 """The ``qkv`` command. Each verb lives in its own module and registers its flags on a subparser.
 
 Problems with the user's input are :class:`~qkv.errors.QkvError`: printed as one line, exit code 2, no
-traceback. Ctrl-C exits with code 130.
+traceback; so are argparse's usage errors (:class:`qkv.cli.options.QkvParser`). Ctrl-C exits with code 130.
 """
 
 from __future__ import annotations
@@ -33,14 +33,20 @@ VERBS = (
     "export",
 )
 
+MODULES = {"next": "next_token"}  # a verb whose module has another name (qkv.cli.next would shadow next())
+
 
 def build_parser() -> argparse.ArgumentParser:
     import importlib
 
-    parser = argparse.ArgumentParser(prog="qkv", description="The Transformer, completely and for real.")
-    sub = parser.add_subparsers(dest="verb", required=True, metavar="COMMAND")
+    from qkv.cli.options import QkvParser
+    from qkv.version import __version__
+
+    parser = QkvParser(prog="qkv", description="The Transformer, completely and for real.")
+    parser.add_argument("--version", action="version", version=f"qkv {__version__}", help="print the version")
+    sub = parser.add_subparsers(dest="verb", required=True, metavar="COMMAND", help="the verb (qkv COMMAND --help)")
     for verb in VERBS:
-        module = importlib.import_module(f"qkv.cli.{verb}")
+        module = importlib.import_module(f"qkv.cli.{MODULES.get(verb, verb)}")
         command = sub.add_parser(verb, help=module.HELP, description=module.__doc__)
         module.add_arguments(command)
         command.set_defaults(run=module.run)
@@ -52,7 +58,6 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpar
     ``qkv translate RUN --beam 1 "a" "b"`` gives both sentences (argparse alone stops the positionals at the
     first flag)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    # (not next(): importing the verb modules binds qkv.cli.next, the `qkv next` module, over the builtin)
     verbs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)][0].choices
     if argv and argv[0] in verbs:
         args = verbs[argv[0]].parse_intermixed_args(argv[1:])

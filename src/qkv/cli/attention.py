@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 from qkv.cli.common import add_device_arguments, add_model_argument, model_path, note_unknown, use_device
+from qkv.cli.options import add_html_argument, add_picture_out, add_target_argument, html_path, picture_path
 from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.models.family import family_of
@@ -27,18 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
     add_device_arguments(parser)
     parser.add_argument("text", help="the text to run the model on (a translator's source sentence)")
-    parser.add_argument("--target", help="a translator's target text (default: its own greedy translation)")
+    add_target_argument(parser)
     parser.add_argument("--part", choices=("encoder", "decoder", "cross"), help="draw only this kind of attention")
     parser.add_argument("--layer", type=int, help="draw only this layer")
     parser.add_argument("--head", type=int, help="draw only this head")
-    parser.add_argument(
-        "--out", default="attention.png",
-        help="the PNG to write (default attention.png; a translator's kinds add -encoder, -decoder, -cross)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--html", nargs="?", const="", metavar="FILE",
-        help="also write the interactive HTML view (default: the PNG's name with .html)",
-    )  # fmt: skip
+    add_picture_out(parser, "attention.png", "the PNG to write (a translator's kinds add -encoder, -decoder, -cross)")
+    add_html_argument(parser, "the interactive HTML view")
     parser.add_argument("--json", action="store_true", help="print the files written and every weight as JSON")
 
 
@@ -56,13 +51,15 @@ def run(args: argparse.Namespace) -> int:
     if args.target is not None and not family.two_vocabularies:
         raise QkvError(f"--target is for translators: {family.title} reads one text")
     note_unknown(bundle.tokenizer, args.text, what="the text")
+    if args.target is not None:
+        note_unknown(bundle.target_tokenizer or bundle.tokenizer, args.target, what="the target")
     maps = attention_maps(bundle, args.text, target=args.target)
     if args.part is not None and args.part not in maps.groups:
         raise QkvError(f"{family.title} has no {args.part} attention: choose --part from {', '.join(maps.groups)}")
     names = [args.part] if args.part else list(maps.groups)
     for name in names:
         maps.groups[name].select(args.layer, args.head)  # check --layer/--head before drawing anything
-    out = Path(args.out)
+    out = picture_path(args.out, args.run_dir, "attention.png")
     where = f" ({bundle.path.name})" if bundle.path else ""
     pictures = []
     for name in names:
@@ -71,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         pictures.append(draw_attention(group, path, layer=args.layer, head=args.head, title=group.title + where))
     html = None
     if args.html is not None:
-        page = Path(args.html) if args.html else out.with_suffix(".html")
+        page = html_path(args, "attention.png")
         html = write_attention_html(maps, page, title=f"Attention maps{where}")
     if args.json:
         written = [{"path": str(p.path), "width": p.width, "height": p.height, "panels": p.panels} for p in pictures]

@@ -3,10 +3,10 @@ logit of one next token up or down, at one position (--position, default the las
 
 The final LayerNorm is linearised as TransformerLens does (its scale sigma computed on the whole stream), so
 the parts sum exactly to the model's logit; the line "bias" is what the norm's bias and W_U's bias add.
---target picks the token (default: the model's top prediction); with --foil the parts explain
-logit(target) - logit(foil). Needs a pre-LN model (a GPT, GPT-2, a pre-LN translator): a post-LN model
-renormalises the stream in every block. A translator's TEXT is the source sentence and --prefix the
-target written so far.
+--token picks the token (default: the model's top prediction); with --foil the parts explain
+logit(token) - logit(foil). Needs a pre-LN model (a GPT, GPT-2, a pre-LN translator): a post-LN model
+renormalises the stream in every block. A translator's TEXT is the source sentence and --target the
+target written so far (--prefix, the old name, still works).
 """
 
 from __future__ import annotations
@@ -14,7 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import add_device_arguments, add_model_argument, model_path, use_device
+from qkv.cli.common import (
+    add_device_arguments,
+    add_model_argument,
+    check_answer_tokens,
+    check_top,
+    model_path,
+    use_device,
+)
+from qkv.cli.options import add_picture_out, add_target_argument, add_top_argument, picture_path
 from qkv.loading import load
 
 HELP = "direct logit attribution: each layer's and head's push on one token's logit (table + chart)"
@@ -24,13 +32,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
     add_device_arguments(parser)
     parser.add_argument("text", help="the text (a translator's source sentence)")
-    parser.add_argument("--target", metavar="TOKEN", help="the token whose logit is explained (default: the top one)")
-    parser.add_argument("--foil", metavar="TOKEN", help="explain logit(target) - logit(foil) instead")
+    parser.add_argument("--token", metavar="TOKEN", help="the token whose logit is explained (default: the top one)")
+    parser.add_argument("--foil", metavar="TOKEN", help="explain logit(token) - logit(foil) instead")
     parser.add_argument("--position", default="-1", help="the position predicting it: index or token (default -1)")
-    parser.add_argument("--prefix", default="", help="a translator's target prefix (default: none, just <bos>)")
+    add_target_argument(parser, what="a translator's target prefix (default: none, just <bos>)", default="",
+                        old="--prefix")  # fmt: skip
     parser.add_argument("--layer", type=int, help="list every head of this block instead of the top ones")
-    parser.add_argument("--top", type=int, default=8, help="heads listed, largest |contribution| first (default 8)")
-    parser.add_argument("--out", default="attribution.png", help="the chart to write (default attribution.png)")
+    add_top_argument(parser, default=8, what="heads listed, largest |contribution| first")
+    add_picture_out(parser, "attribution.png", "the chart to write")
     parser.add_argument("--no-plot", action="store_true", help="do not draw the chart")
     parser.add_argument("--json", action="store_true", help="print every number as JSON")
 
@@ -58,13 +67,15 @@ def run(args: argparse.Namespace) -> int:
     from qkv.inspect.circuit_figures import draw_attribution
     from qkv.inspect.trace import check_range
 
+    check_top(args.top)
     bundle = load(model_path(args), device=use_device(args))
-    result = attribute(bundle, args.text, target=args.target, foil=args.foil, position=args.position,
-                       prefix=args.prefix)  # fmt: skip
+    check_answer_tokens(bundle, args.target, args.token, args.foil)
+    result = attribute(bundle, args.text, target=args.token, foil=args.foil, position=args.position,
+                       prefix=args.target)  # fmt: skip
     check_range("decoder", result.n_layers, result.heads.shape[1], args.layer, None)
     picture = None
     if not args.no_plot:
-        picture = draw_attribution(result, args.out)
+        picture = draw_attribution(result, picture_path(args.out, args.run_dir, "attribution.png"))
     if args.json:
         print(json.dumps({**result.to_dict(), "plot": str(picture.path) if picture else None}, ensure_ascii=False))
         return 0

@@ -17,7 +17,11 @@ def load_for_use(path: str, *, expect: str, device: str = "cpu", quantize: str |
     ``expect`` is a role (:data:`qkv.models.family.ROLES`): "language model", "translator" or "encoder"; a
     translator may be a Transformer or an RNNSearch.
     """
-    bundle = load(path, device=device, quantize=quantize)
+    return check_role(load(path, device=device, quantize=quantize), path, expect=expect)
+
+
+def check_role(bundle: ModelBundle, path: str, *, expect: str) -> ModelBundle:
+    """``bundle`` itself when its family has the role ``expect``; a QkvError naming the verb to use otherwise."""
     family = family_of(bundle.model)
     if family.role != expect:
         wanted = ("an " if expect[0] in "aeiou" else "a ") + expect
@@ -66,15 +70,14 @@ def add_engine_argument(parser) -> None:
     )
 
 
-def add_device_arguments(parser, *, device: bool = True) -> None:
-    """--device (default auto) and --threads: where the model runs, for every verb that runs one."""
+def add_device_arguments(parser, *, device: bool = True, default: str = "auto", why: str = "") -> None:
+    """--device (default auto; the writers quantize and export: cpu) and --threads: where the model runs, for
+    every verb that runs one."""
     if device:
-        parser.add_argument(
-            "--device",
-            default="auto",
-            help="auto (the default: a CUDA GPU, then Apple's MPS, then the CPU), cpu, cuda, cuda:N or mps",
-        )
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads torch may use (default: all cores)")
+        first = "auto (the default: a CUDA GPU, then Apple's MPS, then the CPU)" if default == "auto" else "auto"
+        rest = ", cpu" if default == "auto" else f", cpu (the default{why})"
+        parser.add_argument("--device", default=default, help=f"{first}{rest}, cuda, cuda:N or mps")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads torch may use (default: the idle cores)")
 
 
 def use_device(args) -> str:
@@ -91,6 +94,32 @@ def note_unknown(tokenizer, text: str, what: str = "the text") -> None:
     from qkv.tokenizers.base import unknown_note
 
     if text:
-        note = unknown_note(tokenizer, text, what)
+        note = unknown_note(tokenizer, text, what, readable=True)
         if note:
             print(note, file=sys.stderr)
+
+
+def check_top(top: int) -> None:
+    """--top is how many rows to list: at least 1 (0 listed nothing, and a negative count sliced from the end)."""
+    if top < 1:
+        raise QkvError(f"--top {top} must be at least 1")
+
+
+def check_answer_tokens(bundle: ModelBundle, target: str, token: str | None, foil: str | None) -> None:
+    """attribute and patch: --target (a translator's target text) only for translators, and --token/--foil
+    each one token of the vocabulary the answer is read from; one line naming the flag otherwise."""
+    from qkv.inspect.answer import one_token
+
+    family = family_of(bundle.model)
+    if target and not family.two_vocabularies:
+        raise QkvError(
+            f"--target is for translators: {family.title} continues the text itself (the token to explain is --token)"
+        )
+    vocabulary = (bundle.target_tokenizer or bundle.tokenizer) if family.two_vocabularies else bundle.tokenizer
+    given = (("--token", token), ("--foil", foil))
+    ids = {what: one_token(vocabulary, text, what=what) for what, text in given if text is not None}
+    if len(ids) == 2 and ids["--token"] == ids["--foil"]:
+        raise QkvError("--foil is the same token as --token: give two different tokens")
+    limit = getattr(bundle.config, "context_length", None)
+    if target and limit is not None and len(vocabulary.encode(target)) + 1 > limit:
+        raise QkvError(f"--target is longer than the model's {limit} positions: shorten it")

@@ -1,7 +1,10 @@
 """Sentence embeddings from an encoder (e.g. a BERT-family model such as all-MiniLM-L6-v2): one vector per
 sentence (the mean of its token vectors, normalised if the model says so) and the cosine-similarity
 matrix between the sentences. Similar meanings point in similar directions (the GPT notes after
-3Blue1Brown's videos: the dot product measures how well two vectors align)."""
+3Blue1Brown's videos: the dot product measures how well two vectors align).
+
+`qkv embed` runs the encoder on sentences; `qkv embeddings` looks at single tokens' vectors, the rows of W_E,
+without running the model."""
 
 from __future__ import annotations
 
@@ -20,12 +23,12 @@ from qkv.cli.common import (
 )
 from qkv.errors import QkvError
 
-HELP = "embed sentences with an encoder and print their cosine similarities"
+HELP = "embed whole sentences with an encoder, compare them by cosine (for the rows of W_E: qkv embeddings)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser, what="an encoder: a qkv run directory or (with --model) a pretrained BERT folder")
-    parser.add_argument("sentences", nargs="*", metavar="SENTENCE")
+    parser.add_argument("sentences", nargs="*", metavar="SENTENCE", help="the sentences to embed and compare")
     parser.add_argument("--json", action="store_true", help="print the embeddings and similarities as JSON")
     add_device_arguments(parser)
     add_quantize_argument(parser)

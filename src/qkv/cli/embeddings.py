@@ -2,13 +2,17 @@
 (E(king) - E(man) + E(woman)), a labelled 2-D map (PCA) of the embeddings, and a picture of the
 positional-encoding table.
 
-With --neighbours, --analogy or --analogies the answers are printed (pictures only if --plot/--positions
-are given); with none of them, both pictures are drawn (a Word2Vec run has no positions: only the map).
+With --neighbours, --analogy or --analogies the answers are printed (pictures only if --out/--positions
+are given); with none of them, both pictures are drawn into the run folder (a Word2Vec run has no
+positions: only the map).
 --analogies FILE scores a questions-words file (": section" lines, then "a b c d" questions) section by
 section, as gensim's evaluate_word_analogies does, over the --restrict-vocab most frequent words.
 Analogies exclude a, b and c from the answer, as word2vec does, and scale the three vectors to length 1
-first. Special tokens (<pad>, <bos>, ...) are never answers. Without a
-model, --positions draws the paper's sinusoidal table for --d-model.
+first. Special tokens (<pad>, <bos>, ...) are never answers. Without a model, --positions draws the paper's
+sinusoidal table for --d-model.
+
+`qkv embeddings` reads the table W_E (one vector per token, no forward pass); `qkv embed` runs an encoder on
+whole sentences and compares the sentence vectors.
 """
 
 from __future__ import annotations
@@ -16,17 +20,17 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import add_device_arguments, use_device
+from qkv.cli.common import add_device_arguments, add_model_argument, use_device
+from qkv.cli.options import add_alias, add_top_argument, picture_path
 from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.models.family import family_of
 
-HELP = "nearest neighbours, analogies and a 2-D map of token embeddings; the positional table"
+HELP = "token embeddings W_E: neighbours, analogies, a 2-D map; the positional table (sentences: qkv embed)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", metavar="RUN_DIR", nargs="?", help="a run directory written by `qkv train`")
-    parser.add_argument("--model", help="a pretrained model instead: a Hugging Face folder or a Hub name")
+    add_model_argument(parser)
     add_device_arguments(parser)
     parser.add_argument("--neighbours", nargs="+", metavar="TOKEN", help="nearest tokens to each TOKEN by cosine")
     parser.add_argument("--analogy", nargs=3, metavar=("A", "B", "C"), help="tokens nearest to A - B + C")
@@ -40,16 +44,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="--analogies: only the N most frequent words take part (default 30000, as in the word2vec paper)",
     )
-    parser.add_argument("-k", type=int, default=5, help="how many answers (default 5)")
-    parser.add_argument("--plot", help="the 2-D map to write (default embeddings.png when nothing else is asked)")
+    add_top_argument(parser, default=5, what="how many answers per question")
+    parser.add_argument(
+        "--out", metavar="FILE",
+        help="the 2-D map to write (drawn by default when nothing else is asked: RUN_DIR/embeddings.png)",
+    )  # fmt: skip
+    add_alias(parser, "--plot", of="--out", dest="out")
     parser.add_argument("--tokens", nargs="+", metavar="TOKEN", help="the tokens to put on the map")
     parser.add_argument(
-        "--top", type=int, help="otherwise the first N non-special ids (default: all characters, or 100)"
-    )
-    parser.add_argument("--positions", help="the positional-table picture to write (default positions.png)")
+        "--first", type=int, metavar="N",
+        help="otherwise the map shows the first N non-special ids (default: all characters, or 100)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--positions", nargs="?", const="", metavar="FILE",
+        help="draw the positional table (default RUN_DIR/positions.png, or ./positions.png without a model)",
+    )  # fmt: skip
     parser.add_argument("--length", type=int, default=64, help="positions in that picture (default 64)")
     parser.add_argument("--d-model", type=int, default=64, help="its width when there is no model (default 64)")
-    parser.add_argument("--target", action="store_true", help="a translator's target embedding instead of its source")
+    parser.add_argument(
+        "--target-side", action="store_true", dest="target", help="a translator's target embedding, not its source"
+    )
+    add_alias(parser, "--target", of="--target-side", dest="target", action="store_true")
     parser.add_argument("--json", action="store_true", help="print the answers as JSON")
 
 
@@ -59,22 +74,30 @@ def run(args: argparse.Namespace) -> int:
 
     if args.run_dir and args.model:
         raise QkvError("give the model once: either RUN_DIR or --model")
-    if args.k < 1 or (args.top is not None and args.top < 2) or args.length < 1 or args.d_model < 1:
-        raise QkvError("-k, --length and --d-model must be at least 1 and --top at least 2")
+    if args.top < 1 or (args.first is not None and args.first < 2) or args.length < 1 or args.d_model < 1:
+        raise QkvError("--top, --length and --d-model must be at least 1 and --first at least 2")
     path = args.run_dir or args.model
     asked = bool(args.neighbours or args.analogy or args.analogies)
-    if path is None and (asked or args.plot or not args.positions):
+    if path is None and (asked or args.out or args.positions is None):
         raise QkvError("which model? give a run directory (RUN_DIR) or --model; only --positions works without one")
     bundle = load(path, device=use_device(args)) if path else None
+    if args.target and (bundle is None or not family_of(bundle.model).two_vocabularies):
+        raise QkvError("--target-side is for translators, which have a source and a target embedding")
     has_positions = bundle is None or family_of(bundle.model).has("positions")
-    plot = args.plot or (None if asked else "embeddings.png")
-    positions = args.positions or (None if asked or not has_positions else "positions.png")
+    if args.positions is not None and not has_positions:  # it drew the paper's sinusoid, which this model never adds
+        raise QkvError(
+            f"{family_of(bundle.model).title} adds no positions to its vectors, so it has no table to draw: drop "
+            "--positions, or give it without a model for the paper's sinusoidal table"
+        )
+    plot = picture_path(args.out, args.run_dir, "embeddings.png") if args.out or not asked else None
+    draw_positions = args.positions is not None or (not asked and has_positions)
+    positions = picture_path(args.positions, args.run_dir, "positions.png") if draw_positions else None
     out: dict = {}
     if args.neighbours:
-        out["neighbours"] = {t: emb.neighbours_of(bundle, t, k=args.k, target=args.target) for t in args.neighbours}
+        out["neighbours"] = {t: emb.neighbours_of(bundle, t, k=args.top, target=args.target) for t in args.neighbours}
     if args.analogy:
         a, b, c = args.analogy
-        answers = emb.analogy_of(bundle, a, b, c, k=args.k, target=args.target)
+        answers = emb.analogy_of(bundle, a, b, c, k=args.top, target=args.target)
         out["analogy"] = {"a": a, "b": b, "c": c, "answers": answers}
     if args.analogies:
         from qkv.inspect.analogies import analogy_accuracy
@@ -84,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     pictures = []
     if plot and bundle is not None:
         table, tokenizer = emb.embedding_matrix(bundle, target=args.target)
-        ids = emb.tokens_to_plot(tokenizer, tokens=args.tokens, top=args.top)
+        ids = emb.tokens_to_plot(tokenizer, tokens=args.tokens, top=args.first)
         points, explained = emb.pca_2d(table[ids])
         labels = [emb.token_label(tokenizer, i) for i in ids]
         title = f"token embeddings W_E of {bundle.path.name}: {len(ids)} tokens on their first two principal components"

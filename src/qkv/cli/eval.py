@@ -10,6 +10,7 @@ from qkv.cli.common import (
     add_device_arguments,
     add_model_argument,
     add_quantize_argument,
+    check_role,
     load_for_use,
     model_path,
     note_unknown,
@@ -37,11 +38,25 @@ def run(args: argparse.Namespace) -> int:
         args.file, args.run_dir = args.run_dir, None
     if args.src or args.ref:
         return evaluate_translator_from_cli(args)
-    if not args.file:
-        raise QkvError("give a text FILE to evaluate on: qkv eval RUN_DIR FILE")
+    from qkv.loading import load
+    from qkv.models.family import family_of
     from qkv.training.perplexity import score_text
 
-    bundle = load_for_use(model_path(args), expect="language model", device=use_device(args), quantize=args.quantize)
+    path = model_path(args)
+    if not args.file:
+        if family_of(load(path).model).role == "translator":
+            raise QkvError(
+                f"{path} is a translator: give a test set with --src SOURCES --ref REFERENCES (one sentence per "
+                "line) for BLEU and chrF"
+            )
+        raise QkvError("give a text FILE to evaluate on: qkv eval RUN_DIR FILE")
+    bundle = load(path, device=use_device(args), quantize=args.quantize)
+    if family_of(bundle.model).role == "translator":
+        raise QkvError(
+            f"{path} is a translator: it scores a test set, not a text file: qkv eval {path} --src SOURCES --ref "
+            "REFERENCES"
+        )
+    bundle = check_role(bundle, path, expect="language model")
     text = read_text(args.file)
     note_unknown(bundle.tokenizer, text, what=args.file)
     score = score_text(bundle.model, bundle.tokenizer, text)

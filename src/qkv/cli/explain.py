@@ -9,12 +9,12 @@ Where the numbers come from (give at most one):
   --qkv FILE                     your Q, K, V, one row per token (JSON or CSV)
   --embeddings FILE              your embeddings X (and W_q, W_k, W_v, W_o if the file has them; the
                                  missing ones are torch.rand with --seed)
-  --example 004 | 003 | 003-weights
-                                 a worked example (004, the default: "The quick brown fox jumps"
-                                 with its Q, K, V, from notes on "Attention Is All You Need"; 003:
+  --example quick-fox | journey | journey-weights
+                                 a worked example (quick-fox, the default: "The quick brown fox jumps"
+                                 with its Q, K, V, from notes on "Attention Is All You Need"; journey:
                                  "Your journey starts with one step" without trainable weights, from
                                  Raschka's Build a Large Language Model (From Scratch), section 3.3.1;
-                                 003-weights adds W = torch.rand after torch.manual_seed(123), the
+                                 journey-weights adds W = torch.rand after torch.manual_seed(123), the
                                  book's section 3.4; see docs/references.md)
 
 Any other TEXT without a model or file gets random 4-dimensional embeddings and random weights (--seed),
@@ -28,6 +28,7 @@ import json
 import sys
 
 from qkv.cli.common import add_device_arguments
+from qkv.cli.options import SEED_DEFAULT, add_seed_argument, add_target_argument
 from qkv.errors import QkvError
 from qkv.loading import load
 
@@ -45,9 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--embeddings", metavar="FILE", help="embeddings X (and optionally W_q, W_k, W_v, W_o)")
     source.add_argument(
         "--example",
-        choices=("004", "003", "003-weights"),
-        help="a worked example: 004 (the notes on Attention Is All You Need), 003 or 003-weights (Raschka, "
-        "Build a Large Language Model (From Scratch), sections 3.3.1 and 3.4); see docs/references.md",
+        metavar="NAME",
+        help="a worked example: quick-fox (the notes on Attention Is All You Need), journey or journey-weights "
+        "(Raschka, Build a Large Language Model (From Scratch), sections 3.3.1 and 3.4); see docs/references.md",
     )
     which = parser.add_argument_group("which head and query")
     which.add_argument("--layer", type=int, default=0, help="layer of a real model (default 0)")
@@ -55,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     which.add_argument(
         "--part", choices=("encoder", "decoder", "cross"), help="a translator's attention (default encoder)"
     )
-    which.add_argument("--target", help="a translator's target text (default: its own greedy translation)")
+    add_target_argument(which)
     which.add_argument(
         "--query", help="focus on this token (its text or its index); the examples focus on their source's"
     )
@@ -66,7 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     made = parser.add_argument_group("random weights (--embeddings, 003-weights, other texts)")
     made.add_argument("--heads", type=int, default=1, help="split the projections into this many heads (default 1)")
     made.add_argument("--d-k", type=int, default=2, help="columns per head of W_q, W_k, W_v (default 2)")
-    made.add_argument("--seed", type=int, default=123, help="seed of torch.rand for missing weights (default 123)")
+    add_seed_argument(made, what="seed of torch.rand for missing weights", default=None,
+                      shown=f"{SEED_DEFAULT}; 003-weights: the book's 123")  # fmt: skip
     shown = parser.add_argument_group("output")
     shown.add_argument("--digits", type=int, default=4, help="decimals shown (default 4)")
     shown.add_argument("--max-columns", type=int, default=10, help="columns shown per matrix (default 10)")
@@ -80,6 +82,8 @@ def _explain(args: argparse.Namespace):
     from qkv.inspect.explain import explain_given, explain_projected
     from qkv.inspect.explain_model import explain_model
 
+    seed_given = args.seed is not None
+    args.seed = args.seed if seed_given else SEED_DEFAULT
     sources = [name for name in ("run_dir", "model", "qkv", "embeddings", "example") if getattr(args, name)]
     if len(sources) > 1:
         flags = " and ".join("--" + ("run" if s == "run_dir" else s) for s in sources)
@@ -122,17 +126,19 @@ def _explain(args: argparse.Namespace):
             tokens, matrices["X"], **weights, n_heads=args.heads, head=args.head, d_k=args.d_k, seed=args.seed,
             causal=causal, query=query, title=str(path),
         )  # fmt: skip
-    example = args.example
+    example = None if args.example is None else examples.example_name(args.example)  # 004 and 003 still work
     if example is None:
-        if words in (None, examples.SEED_004_TOKENS):
-            example = "004"
-        elif words == examples.SEED_003_TOKENS:
-            example = "003"
+        if words in (None, examples.QUICK_FOX_TOKENS):
+            example = "quick-fox"
+        elif words == examples.JOURNEY_TOKENS:
+            example = "journey"
     if example is not None:
-        if words is not None and words != (examples.SEED_004_TOKENS if example == "004" else examples.SEED_003_TOKENS):
+        own = examples.QUICK_FOX_TOKENS if example == "quick-fox" else examples.JOURNEY_TOKENS
+        if words is not None and words != own:
             raise QkvError(f"example {example} has its own text: drop the text, or drop --example for random vectors")
+        seed = args.seed if seed_given else 123  # the book's torch.manual_seed(123)
         return examples.explain_example(
-            example, causal=causal, query=query, seed=args.seed, d_k=args.d_k, n_heads=args.heads, head=args.head
+            example, causal=causal, query=query, seed=seed, d_k=args.d_k, n_heads=args.heads, head=args.head
         )
     return _random_example(words, args, causal, query)
 

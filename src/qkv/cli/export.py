@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from qkv.cli.common import add_device_arguments, add_model_argument, model_path, use_device
+from qkv.cli.options import add_alias
 from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.models.family import ENCODER, family_of
@@ -21,23 +22,27 @@ HELP = "export a model to ONNX (GPT with its KV cache, encoder, encoder-decoder)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser, what="the model to export: a run directory (or --model for a pretrained one)")
-    add_device_arguments(parser, device=False)  # written from the CPU
-    parser.add_argument("--onnx", metavar="FILE", help="write the ONNX graph(s) here (a name ending in .onnx)")
+    add_device_arguments(parser, default="cpu", why="; the graph is traced on the CPU whatever the device")
+    parser.add_argument(
+        "--out", metavar="FILE.onnx",
+        help="write the ONNX graph(s) here (a name ending in .onnx; a translator's two files add .encoder, .decoder)",
+    )  # fmt: skip
+    add_alias(parser, "--onnx", of="--out", dest="out")
     parser.add_argument("--force", action="store_true", help="replace ONNX files that exist (else they are refused)")
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.onnx:
-        raise QkvError("say where to write the export: qkv export RUN --onnx model.onnx")
+    if not args.out:
+        raise QkvError("say where to write the export: qkv export RUN --out model.onnx")
     from pathlib import Path
 
     from qkv.export.onnx import check_exportable, export_onnx, sentence_head_of
 
     bundle = load(model_path(args), device=use_device(args))
-    check_exportable(bundle.model, Path(args.onnx), overwrite=args.force)
+    check_exportable(bundle.model, Path(args.out), overwrite=args.force)
     family = family_of(bundle.model)
     head = sentence_head_of(bundle) if family.role == ENCODER else {}
     print(f"qkv export: tracing {family.title} (a minute for GPT-2 small)...", file=sys.stderr)
-    for path in export_onnx(bundle.model, args.onnx, overwrite=args.force, **head):
+    for path in export_onnx(bundle.model, args.out, overwrite=args.force, **head):
         print(f"qkv export: wrote {path} ({path.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)
     return 0

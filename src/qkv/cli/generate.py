@@ -22,6 +22,7 @@ from qkv.cli.common import (
     note_unknown,
     use_device,
 )
+from qkv.cli.options import add_seed_argument, compile_note
 from qkv.errors import QkvError
 
 HELP = "generate text with a trained GPT"
@@ -34,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=0.8, help="0 = greedy; higher = more varied (0.8)")
     parser.add_argument("--top-k", type=int, default=None, help="sample only among the k likeliest tokens")
     parser.add_argument("--top-p", type=float, default=None, help="sample only from the nucleus of mass p")
-    parser.add_argument("--seed", type=int, default=None, help="random seed, for repeatable samples")
+    add_seed_argument(parser, what="random seed: the same seed and settings give the same text")
     parser.add_argument("--num-samples", type=int, default=1, help="how many samples (default 1)")
     add_device_arguments(parser)
     add_quantize_argument(parser)
@@ -50,12 +51,13 @@ def run(args: argparse.Namespace) -> int:
     args.device = use_device(args)
     bundle = load_for_use(model_path(args), expect="language model", device=args.device, quantize=args.quantize)
     tokenizer, model = bundle.tokenizer, bundle.model
+    compile_note(args.engine)
     note_unknown(tokenizer, args.prompt, what="the prompt")
     prompt = tokenizer.encode(args.prompt) if args.prompt else []
     if not prompt:
         prompt = [tokenizer.bos_id] if tokenizer.bos_id is not None else tokenizer.encode("\n")
     generator = torch.Generator(device=use_device(args))
-    generator.manual_seed(args.seed if args.seed is not None else torch.seed())
+    generator.manual_seed(args.seed)
     warned = False
 
     def on_crop(dropped: int) -> None:

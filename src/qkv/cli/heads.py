@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import add_device_arguments, add_model_argument, model_path, use_device
+from qkv.cli.common import add_device_arguments, add_model_argument, check_top, model_path, use_device
+from qkv.cli.options import add_picture_out, add_seed_argument, add_top_argument, picture_path
 from qkv.loading import load
 
 HELP = "head detector: previous-token, first-token, induction and duplicate-token scores of every head"
@@ -25,13 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_arguments(parser)
     parser.add_argument("--length", type=int, help="random tokens per sequence, repeated twice (default 50 or less)")
     parser.add_argument("--batch", type=int, default=8, help="random sequences averaged over (default 8)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random tokens (default 0)")
+    add_seed_argument(parser, what="seed of the random tokens")
     parser.add_argument("--bos", action="store_true", help="put the <bos> token first (TransformerLens does for GPT-2)")
     parser.add_argument("--part", choices=("encoder", "decoder"), help="a translator's self-attention to list")
     parser.add_argument("--layer", type=int, help="show every head of this layer")
     parser.add_argument("--head", type=int, help="show this head (of every layer, or of --layer)")
-    parser.add_argument("--top", type=int, default=5, help="heads listed per score (default 5)")
-    parser.add_argument("--out", default="heads.png", help="the heatmaps to write (default heads.png)")
+    add_top_argument(parser, default=5, what="heads listed per score")
+    add_picture_out(parser, "heads.png", "the heatmaps to write")
     parser.add_argument("--no-plot", action="store_true", help="do not draw the heatmaps")
     parser.add_argument("--json", action="store_true", help="print every score as JSON")
 
@@ -72,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from qkv.inspect.circuit_figures import draw_head_scores
     from qkv.inspect.heads import detect_heads
 
+    check_top(args.top)
     bundle = load(model_path(args), device=use_device(args))
     detection = detect_heads(bundle, length=args.length, batch=args.batch, seed=args.seed, bos=args.bos)
     parts = [detection.part(args.part)] if args.part else detection.parts
@@ -79,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     if not fitting:  # say what exists in the first kind of attention
         detection.check(args.layer, args.head, parts[0].part)
     parts = fitting
-    picture = None if args.no_plot else draw_head_scores(detection, args.out)
+    picture = None if args.no_plot else draw_head_scores(detection, picture_path(args.out, args.run_dir, "heads.png"))
     if args.json:
         data = detection.to_dict(top=args.top)
         print(json.dumps({**data, "plot": str(picture.path) if picture else None}, ensure_ascii=False))

@@ -9,7 +9,7 @@ top token), with each row's top token written in. In a post-LN model (the paper'
 block already ends in a LayerNorm, so W_U reads each block's output directly. A translator's TEXT is the
 source sentence; the lens reads its decoder on --target (default: its own greedy translation).
 
---html FILE also writes the playground's walk-through of a language model on TEXT as one standalone page (no network
+--html [FILE] also writes the playground's walk-through of a language model on TEXT as one standalone page (no network
 needed): tokens and ids, the token and position vectors, every block's attention (head picker), residual
 norm and logit lens, then the unembedding with live temperature, top-k and top-p. Click a cell for its numbers.
 """
@@ -18,8 +18,17 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
-from qkv.cli.common import add_device_arguments, add_model_argument, model_path, use_device
+from qkv.cli.common import add_device_arguments, add_model_argument, model_path, note_unknown, use_device
+from qkv.cli.options import (
+    add_html_argument,
+    add_picture_out,
+    add_target_argument,
+    add_top_argument,
+    html_path,
+    picture_path,
+)
 from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.models.family import LANGUAGE_MODEL, family_of
@@ -31,18 +40,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
     add_device_arguments(parser)
     parser.add_argument("text", help="the text (a translator's source sentence)")
-    parser.add_argument("--target", help="a translator's target text (default: its own greedy translation)")
+    add_target_argument(parser)
     parser.add_argument("--position", default="-1", help="the position the table shows: index or token (default -1)")
     parser.add_argument("--layer", type=int, help="show block LAYER's top tokens at every position instead")
-    parser.add_argument("--top", type=int, default=3, help="top tokens per layer and position (default 3)")
+    add_top_argument(parser, default=3, what="top tokens per layer and position")
     parser.add_argument("--color", choices=("final", "top"), default="final",
                         help="colour by P(final prediction) (default) or P(the row's own top token)")  # fmt: skip
-    parser.add_argument("--out", default="lens.png", help="the heatmap to write (default lens.png)")
+    add_picture_out(parser, "lens.png", "the heatmap to write")
     parser.add_argument("--no-plot", action="store_true", help="do not draw the heatmap")
-    parser.add_argument(
-        "--html", metavar="FILE",
-        help="also write the walk-through of the whole forward pass (language models) as one standalone HTML page",
-    )  # fmt: skip
+    add_html_argument(parser, "the walk-through of the whole forward pass (language models) as one standalone page")
     parser.add_argument("--json", action="store_true", help="print every number as JSON")
 
 
@@ -74,6 +80,25 @@ def lens_table(lens, position: int | None, layer: int | None):
     return table
 
 
+LEGIBLE_COLUMNS = 40  # the heatmap writes every cell's token up to this many positions
+
+
+def legible_window(lens, position: int):
+    """The lens cut to at most LEGIBLE_COLUMNS positions ending at ``position`` (or starting at 0), so every cell
+    of the heatmap keeps its token at any text length; and the title's note of which positions it shows."""
+    n = len(lens.tokens)
+    if n <= LEGIBLE_COLUMNS:
+        return lens, ""
+    end = max(position + 1, LEGIBLE_COLUMNS)
+    cut = slice(end - LEGIBLE_COLUMNS, end)
+    shown = replace(
+        lens, tokens=lens.tokens[cut], top_ids=lens.top_ids[:, cut], top_probs=lens.top_probs[:, cut],
+        top_tokens=[row[cut] for row in lens.top_tokens], final_ids=lens.final_ids[cut],
+        final_tokens=lens.final_tokens[cut], final_probs=lens.final_probs[:, cut], final_ranks=lens.final_ranks[:, cut],
+    )  # fmt: skip
+    return shown, f", positions {cut.start}-{cut.stop - 1} of {n}"
+
+
 def run(args: argparse.Namespace) -> int:
     from qkv.inspect.circuit_figures import draw_logit_lens
     from qkv.inspect.lens import logit_lens
@@ -86,7 +111,10 @@ def run(args: argparse.Namespace) -> int:
         raise QkvError(f"--target is for translators: {family.title} reads one text")
     if args.html is not None:  # before the lens runs; the same line as the walk-through itself and the server
         family.require_role(LANGUAGE_MODEL, "the walk-through")
-    lens = logit_lens(bundle, args.text, target=args.target, top=args.top)
+    lens = logit_lens(bundle, args.text, target=args.target, top=args.top)  # refuses a family without a stream
+    note_unknown(bundle.tokenizer, args.text, what="the text")
+    if args.target is not None:
+        note_unknown(bundle.target_tokenizer or bundle.tokenizer, args.target, what="the target")
     check_range("decoder", lens.n_rows - 1, 1, args.layer, None)
     position = find_position(lens.tokens, args.position, what="--position")
     page = None
@@ -96,12 +124,15 @@ def run(args: argparse.Namespace) -> int:
 
         name = f" ({bundle.path.name})" if bundle.path else ""
         walk = walkthrough(bundle, args.text, top=args.top, vocab=True)
-        page = write_walkthrough_html(walk, args.html, title=f"Walk-through{name}")
+        page = write_walkthrough_html(walk, html_path(args, "lens.png"), title=f"Walk-through{name}")
     picture = None
     if not args.no_plot:
         where = f" ({bundle.path.name})" if bundle.path else ""
         what = "P(final prediction)" if args.color == "final" else "P(top token)"
-        picture = draw_logit_lens(lens, args.out, color=args.color, title=f"logit lens{where}: colour = {what}")
+        out = picture_path(args.out, args.run_dir, "lens.png")
+        shown, span = legible_window(lens, position)
+        title = f"logit lens{where}{span}: colour = {what}"
+        picture = draw_logit_lens(shown, out, color=args.color, title=title)
     if args.json:
         plot = str(picture.path) if picture else None
         print(json.dumps({**lens.to_dict(), "plot": plot, "html": str(page) if page else None}, ensure_ascii=False))

@@ -3,9 +3,10 @@ one with a single activation taken from the clean run (the residual stream after
 position, or one head's output), and measure how much of the logit difference logit(target) - logit(foil)
 at the last position comes back: 0 = as corrupt, 1 = as clean.
 
---target defaults to the clean run's top prediction and --foil to the corrupt run's. The heatmaps show
-every site; the table lists the sites that recover most. A translator's --clean/--corrupt are source
-sentences, and --prefix the target written so far (its encoder, decoder and cross-attention are patched).
+--token (the clean answer) defaults to the clean run's top prediction and --foil to the corrupt run's. The
+heatmaps show every site; the table lists the sites that recover most. A translator's --clean/--corrupt are
+source sentences, and --target the target written so far (its encoder, decoder and cross-attention are
+patched; --prefix, the old name, still works).
 """
 
 from __future__ import annotations
@@ -13,7 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from qkv.cli.common import add_device_arguments, add_model_argument, model_path, use_device
+from qkv.cli.common import (
+    add_device_arguments,
+    add_model_argument,
+    check_answer_tokens,
+    check_top,
+    model_path,
+    use_device,
+)
+from qkv.cli.options import add_picture_out, add_target_argument, add_top_argument, picture_path
 from qkv.loading import load
 
 HELP = "activation patching: which layers, positions and heads carry the answer (heatmaps)"
@@ -24,11 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_device_arguments(parser)
     parser.add_argument("--clean", required=True, help="the prompt whose answer is the target")
     parser.add_argument("--corrupt", required=True, help="a prompt of the same token length with another answer")
-    parser.add_argument("--target", metavar="TOKEN", help="the clean answer (default: the clean run's top token)")
+    parser.add_argument("--token", metavar="TOKEN", help="the clean answer (default: the clean run's top token)")
     parser.add_argument("--foil", metavar="TOKEN", help="the corrupt answer (default: the corrupt run's top token)")
-    parser.add_argument("--prefix", default="", help="a translator's target prefix (default: none, just <bos>)")
-    parser.add_argument("--top", type=int, default=5, help="sites listed per map (default 5)")
-    parser.add_argument("--out", default="patch.png", help="the heatmaps to write (default patch.png)")
+    add_target_argument(parser, what="a translator's target prefix (default: none, just <bos>)", default="",
+                        old="--prefix")  # fmt: skip
+    add_top_argument(parser, default=5, what="sites listed per map")
+    add_picture_out(parser, "patch.png", "the heatmaps to write")
     parser.add_argument("--no-plot", action="store_true", help="do not draw the heatmaps")
     parser.add_argument("--json", action="store_true", help="print every number as JSON")
 
@@ -52,17 +62,19 @@ def run(args: argparse.Namespace) -> int:
     from qkv.inspect.circuit_figures import draw_patching
     from qkv.inspect.patching import patch
 
+    check_top(args.top)
     bundle = load(model_path(args), device=use_device(args))
+    check_answer_tokens(bundle, args.target, args.token, args.foil)
     bar, update = _progress()
     if bar is not None:
         bar.start()
     try:
-        result = patch(bundle, args.clean, args.corrupt, target=args.target, foil=args.foil, prefix=args.prefix,
+        result = patch(bundle, args.clean, args.corrupt, target=args.token, foil=args.foil, prefix=args.target,
                        progress=update)  # fmt: skip
     finally:
         if bar is not None:
             bar.stop()
-    picture = None if args.no_plot else draw_patching(result, args.out)
+    picture = None if args.no_plot else draw_patching(result, picture_path(args.out, args.run_dir, "patch.png"))
     if args.json:
         print(json.dumps({**result.to_dict(), "plot": str(picture.path) if picture else None}, ensure_ascii=False))
         return 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from qkv.cli.common import add_device_arguments, add_model_argument, model_path, use_device
+from qkv.cli.common import add_device_arguments, add_model_argument, model_path, note_unknown, use_device
 from qkv.loading import load
 
 HELP = "save an int8 copy of a model (weight-only, a scale per output channel)"
@@ -16,7 +16,7 @@ HELP = "save an int8 copy of a model (weight-only, a scale per output channel)"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser, what="the model to quantize: a run directory (or --model for a pretrained one)")
-    add_device_arguments(parser, device=False)  # written from the CPU
+    add_device_arguments(parser, default="cpu", why="; a GPU makes --calibrate faster")
     parser.add_argument("--out", required=True, metavar="DIR", help="folder for the quantized copy (new or empty)")
     parser.add_argument("--scheme", default="int8", help="quantization scheme: int8 (the default and only one)")
     parser.add_argument(
@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     check_scheme(args.scheme)
     calibration_text = None if args.calibrate is None else read_text(args.calibrate, what="calibration text")
     bundle = load(model_path(args), device=use_device(args))
+    note_unknown(bundle.tokenizer, calibration_text or "", what="the calibration text")
     before = weight_bytes(bundle.model)
     out = save_quantized(bundle, args.out, args.scheme, calibration_text=calibration_text)
     after = weight_bytes(bundle.model)

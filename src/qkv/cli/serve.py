@@ -18,6 +18,7 @@ import sys
 
 from qkv.cli.common import (
     add_device_arguments,
+    add_engine_argument,
     add_model_argument,
     add_quantize_argument,
     model_path,
@@ -36,8 +37,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-prompt-tokens", type=int, default=1024, help="longest prompt accepted (1024)")
     parser.add_argument("--max-tokens", type=int, default=512, help="largest max_tokens a request may ask for (512)")
     parser.add_argument(
-        "--max-concurrent", type=int, default=2, help="generations running at once; others wait (default 2)"
-    )
+        "--scheduler", choices=("batched", "sequential"), default="batched",
+        help="batched (default): one decoding loop steps every running completion together (continuous "
+        "batching); sequential: each completion alone, at most --max-concurrent at once",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-batch", type=int, default=16,
+        help="batched: most sequences decoded together, the KV cache pool's rows (16); others wait",
+    )  # fmt: skip
+    parser.add_argument(
+        "--kv-memory", type=float, default=0, metavar="MB",
+        help="batched: bound the KV cache pool to this many MiB (default: --max-batch rows)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--kv-tokens", type=int, default=0,
+        help="batched: bound the KV cache pool to this many cache positions (default: --max-batch rows)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-concurrent", type=int, default=2,
+        help="sequential: generations running at once; and translations/analyses at once (default 2)",
+    )  # fmt: skip
     parser.add_argument(
         "--queue-timeout", type=float, default=10.0, help="seconds a request waits for a free slot before 503 (10)"
     )
@@ -53,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--allow-host", action="append", default=[], metavar="NAME",
         help="also answer requests whose Host header is NAME (repeatable; '*' for any name)",
     )  # fmt: skip
+    add_engine_argument(parser)
     add_device_arguments(parser)
     add_quantize_argument(parser)
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
@@ -76,14 +96,21 @@ def run(args: argparse.Namespace) -> int:
             max_n=args.max_n,
             max_logprobs=args.max_logprobs,
             max_request_bytes=args.max_request_bytes,
+            max_batch=args.max_batch,
+            kv_tokens=args.kv_tokens,
+            kv_memory_mb=args.kv_memory,
         )
     except ValueError as error:
-        raise QkvError(f"{error}: check the --max-* and --queue-timeout flags") from None
+        raise QkvError(f"{error}: check the --max-*, --kv-* and --queue-timeout flags") from None
     if not 0 <= args.port <= 65535:
         raise QkvError(f"--port {args.port} is not a port number: use 1-65535, or 0 for a free one")
+    from qkv.server.address import check_address
+
+    check_address(args.host, args.port)  # a busy port or a foreign --host: one line, before the model loads
     bundle = load(model_path(args), device=use_device(args), quantize=args.quantize)
     hosts = allowed_hosts(args.host, args.allow_host)
-    app = create_app(bundle, limits, hosts=hosts)
+    app = create_app(bundle, limits, hosts=hosts, scheduler=args.scheduler, engine=args.engine)
+    _log_requests(args.log_level)
     service = app.state.service
     shown = f"[{args.host}]" if ":" in args.host else args.host
     print(f"qkv serve: {service.name}, {service.info().description}", file=sys.stderr)
@@ -100,3 +127,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"qkv serve: answering requests for {', '.join(hosts)} (--allow-host adds names)", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=3)
     return 0
+
+
+def _log_requests(level: str) -> None:
+    """One line per completion on stderr (qkv.server.metrics' logger), at --log-level info or debug."""
+    import logging
+
+    logger = logging.getLogger("qkv.serve")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(level.upper())
+    logger.propagate = False

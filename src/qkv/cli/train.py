@@ -12,9 +12,10 @@ import sys
 from dataclasses import fields
 from typing import Any
 
+from qkv.cli.options import add_alias, is_main_process, minutes, note
 from qkv.errors import QkvError
 from qkv.models.presets import PRESETS
-from qkv.training.config import TASK_ARCHS, TrainConfig, flag_names, read_toml
+from qkv.training.config import FLAG_NAMES, TASK_ARCHS, TrainConfig, flag_names, read_toml
 
 HELP = "train a GPT language model (or, with --task translate, a translator; --task word2vec, word vectors)"
 LM_PRESETS = [name for name, (cls, _) in PRESETS.items() if cls.kind in TASK_ARCHS["lm"]]
@@ -23,7 +24,7 @@ TRAIN_HELP = {
     "task": "lm (a GPT language model), translate (an encoder-decoder) or word2vec (word vectors)",
     "data": "a text, .jsonl, .parquet or compressed file, a folder, a glob, hf:DATASET, a folder written by "
     "`qkv prepare`, or a corpus name (pydoc: built in; tinyshakespeare: downloaded)",
-    "out_dir": "run directory (default runs/<task>-<date>-<time>)",
+    "out_dir": "the run directory to write (default runs/<task>-<date>-<time>; old name: --out-dir)",
     "preset": f"model size: {', '.join(LM_PRESETS)} (translate: transformer-*, rnnsearch-*)",
     "arch": f"lm: {' or '.join(TASK_ARCHS['lm'])} (llama: RMSNorm, SwiGLU, RoPE and grouped-query attention; "
     "preset llama-micro unless --preset is given); translate: transformer (the default) or rnnsearch (Bahdanau "
@@ -48,10 +49,15 @@ TRAIN_HELP = {
     "beta2": "AdamW beta2",
     "grad_clip": "clip the gradient norm to this (0: off)",
     "label_smoothing": "label smoothing of the loss (a regulariser for language models and translators alike)",
-    "max_time": "stop after this many minutes of training (with an evaluation and a checkpoint), if --steps has "
-    "not come first; the schedule still spans --steps",
+    "max_time": "stop after this long: 30s, 10m, 2h (a bare number is minutes), with an evaluation and a "
+    "checkpoint, if --steps has not come first; the schedule still spans --steps",
+    "shared_vocab": "translate: one tokenizer for source and target (false: one each)",
+    "bleu_sentences": "translate: validation sentences decoded for BLEU at each evaluation (0: pick the best model "
+    "by validation loss)",
+    "eval_beam": "translate: beam size of those decodings",
     "val_data": "translate: validation pairs (a TSV file or SRC,TGT files; default: split off the data)",
-    "max_tokens": "translate: batch by a budget of tokens per batch instead of a sentence count",
+    "max_tokens": "translate: batch by a budget of tokens per batch instead of a sentence count (old name: "
+    "--max-tokens)",
     "val_fraction": "fraction of the text held out for validation (the end of the text)",
     "eval_interval": "evaluate every N steps",
     "eval_batches": "batches per evaluation",
@@ -62,7 +68,7 @@ TRAIN_HELP = {
     "seed": "random seed (same seed, same run)",
     "device": "auto, cpu, cuda, cuda:N or mps",
     "precision": "auto (bf16/fp16 autocast on GPUs, fp32 on CPU), fp32, bf16 or fp16",
-    "threads": "CPU threads (default: all cores)",
+    "threads": "CPU threads (default: the cores other processes leave idle)",
     "window": "word2vec: context words on each side (a random reduced window of 1..N per word)",
     "negative": "word2vec: negative words drawn per row (unigram^0.75)",
     "min_count": "word2vec: drop words seen fewer times",
@@ -73,6 +79,9 @@ TRAIN_HELP = {
     "strategy": "under torchrun: ddp (every process a whole copy) or fsdp (every process a shard of the weights, "
     "gradients and optimizer state, for models that do not fit one device)",
 }
+
+# Flags read by their own function: durations take units.
+FLAG_CONVERT = {"max_time": minutes}
 
 # Flags that may be given bare: `--compile` means `--compile on`.
 FLAG_CONSTS = {"compile": "on"}
@@ -134,19 +143,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             continue
         kind = FLAG_TYPES.get(f.name) or type(f.default)
         bare = {"nargs": "?", "const": FLAG_CONSTS[f.name]} if f.name in FLAG_CONSTS else {}
+        flag = FLAG_NAMES.get(f.name) or f"--{f.name.replace('_', '-')}"
+        convert = FLAG_CONVERT.get(f.name) or (_bool if kind is bool else kind)
         train.add_argument(
-            f"--{f.name.replace('_', '-')}",
+            flag,
             dest=f.name,
-            type=_bool if kind is bool else kind,
+            metavar=f.name.upper(),
+            type=convert,
             default=argparse.SUPPRESS,
             **bare,
-            help=TRAIN_HELP.get(f.name, "") + (f" (default {f.default})" if f.default is not None else ""),
+            help=TRAIN_HELP[f.name] + (f" (default {f.default})" if f.default is not None else ""),
         )
+        if flag != f"--{f.name.replace('_', '-')}":  # the old spelling, for scripts written before the rename
+            add_alias(train, f"--{f.name.replace('_', '-')}", of=flag, dest=f.name, type=convert)
     model = parser.add_argument_group("model (override the preset)")
     for name, (kind, text) in MODEL_FLAGS.items():
         model.add_argument(
             f"--{name.replace('_', '-')}",
-            *(["--max-len"] if name == "context_length" else []),  # the name translators used before qkv 0.2
+            *(["--max-len"] if name == "context_length" else []),  # the translators' name before the rename
             *(["--dim"] if name == "d_model" else []),  # word2vec's name for it
             dest=f"model.{name}",
             metavar=name.upper(),
@@ -198,11 +212,12 @@ def run(args: argparse.Namespace) -> int:
         check_resume_steps(args.resume, config.steps)
         check_resume_data(config.data, given="data" in vars(args))
     elif "warmup_steps" not in vars(args) and config.warmup_steps != _default_warmup(config) and not args.quiet:
-        print(
-            f"note: warmup shortened to {config.warmup_steps} steps (a tenth of --steps {config.steps}) so that it "
-            "fits the run; set --warmup-steps to choose",
-            file=sys.stderr,
+        note(
+            f"warmup shortened to {config.warmup_steps} steps (a tenth of --steps {config.steps}) so that it "
+            "fits the run; set --warmup-steps to choose"
         )
+    if not args.quiet and _compiles(config):
+        note("compiling the model with torch.compile: the first step takes about a minute the first time")
     if config.task == "translate":
         from qkv.training.tasks.translation import train_translator as train
     elif config.task == "word2vec":
@@ -211,12 +226,11 @@ def run(args: argparse.Namespace) -> int:
         from qkv.training.tasks.language_model import train_language_model as train
 
     result = train(config, resume=args.resume, quiet=args.quiet)
-    if not args.quiet:
-        best = f"{result.best:.4f}" if result.best is not None else "-"
-        metric = {"lm": "validation loss", "word2vec": "evaluation loss"}.get(config.task, "validation score")
+    if not args.quiet and is_main_process():
+        metric, best = best_score(result.metric, result.best)
         print(f"\n{result.stopped} at step {result.step}; best {metric} {best}; run: {result.run_dir}", file=sys.stderr)
         print(next_commands(config.task, result.run_dir, result.stopped), file=sys.stderr)
-    if not args.no_samples and result.stopped != "interrupted" and _is_main():
+    if not args.no_samples and result.stopped != "interrupted" and is_main_process():
         if config.task == "translate":
             print_translations(result.run_dir, config)
         elif config.task == "word2vec":
@@ -268,10 +282,30 @@ def check_resume_data(data: str | None, *, given: bool) -> None:
         )
 
 
-def _is_main() -> bool:
-    import os
+METRIC_NAMES = {
+    "val_loss": ("validation loss", "{:.4f}"),
+    "train_eval_loss": ("loss on training batches (no validation split)", "{:.4f}"),
+    "eval_loss": ("evaluation loss", "{:.4f}"),
+    "bleu": ("validation BLEU", "{:.2f}"),
+    "exact_match": ("validation exact match", "{:.1%}"),
+}
 
-    return os.environ.get("RANK", "0") == "0"
+
+def best_score(metric: str, best: float | None) -> tuple[str, str]:
+    """The summary's name for the metric that chose the best model, and its best value as text."""
+    name, form = METRIC_NAMES.get(metric, (metric.replace("_", " ") or "score", "{:.4f}"))
+    return name, form.format(best) if best is not None else "-"
+
+
+def _compiles(config: TrainConfig) -> bool:
+    """Whether training will torch.compile the model (--compile on, or auto on a GPU)."""
+    from qkv.training.device import resolve_device
+    from qkv.training.strategy import use_compile
+
+    try:
+        return use_compile(config.compile, resolve_device(config.device))
+    except QkvError:
+        return False  # a bad --device: the trainer says so
 
 
 def print_samples(run_dir, *, length: int, temperatures: tuple[float, ...] = (0.6, 1.0)) -> None:

@@ -19,6 +19,7 @@ from qkv.cli.common import (
     note_unknown,
     use_device,
 )
+from qkv.cli.options import compile_note
 from qkv.errors import QkvError
 from qkv.io import read_text
 
@@ -67,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         args.sentences, args.run_dir = [args.run_dir, *args.sentences], None
     bundle = load_for_use(model_path(args), expect="translator", device=use_device(args), quantize=args.quantize)
     translator = Translator.from_bundle(bundle, engine=args.engine)
+    compile_note(args.engine)
     sentences = read_sentences(args)
     note_unknown(bundle.tokenizer, "\n".join(sentences), what="the sentences")
     with warnings.catch_warnings(record=True):

@@ -22,8 +22,8 @@ by (seed, step), so that a resumed run draws exactly the same rows:
 Consecutive rows are cut into blocks that share their negative words. For skip-gram a block holds the
 pairs of one or two centre words (Ji et al.'s sharing). For CBOW the rows are shuffled first (``shuffle``):
 neighbouring centre words share most of their context words, so a block of neighbours would push the same
-context vectors away from the same negatives several times in one step; on bench/word2vec.py's corpus that
-cost CBOW 0.6 points of analogy accuracy.
+context vectors away from the same negatives several times in one step (what that cost in analogy accuracy:
+docs/word2vec.md, "CBOW's blocks").
 """
 
 from __future__ import annotations

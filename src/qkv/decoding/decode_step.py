@@ -8,6 +8,11 @@ matrix products, and with the same shapes at every position:
 - the position p of the new token is a tensor (1,), not a Python number: positional rows, rotary angles
   and the cache write are indexed by it, so ``torch.compile`` makes one graph for every position, and a
   CUDA graph can replay it;
+- or a tensor (B,) of one position per row, for continuous batching (:mod:`qkv.decoding.batcher`), where
+  the rows are different requests at different points of their text: each row gets its own positional
+  row and rotary angles, its key and value are written at its own position (one ``index_put_``), and the
+  mask ``key position <= p[row]`` hides what lies past it (the row's own future, or a previous request's
+  leftovers in the same cache row);
 - x stays (B, d_model): no time axis to add and remove;
 - W_q, W_k, W_v run as one product (:func:`qkv.layers.fused.fuse_linears`) of width d_model + 2 h_kv d_k,
   whose output holds q, then k and v, head by head: its last 2 h_kv d_k values, viewed as
@@ -25,9 +30,8 @@ matrix products, and with the same shapes at every position:
   per beam.
 
 Every other piece is the model's own module, called as the model calls it (LayerNorms or RMSNorms, the
-feed-forward plain or gated,
-out_proj, embeddings, unembedding), so a module replaced by another with the same call signature (an int8
-linear) is used here too. Dropout is left out: decoding runs in eval mode.
+feed-forward plain or gated, out_proj, embeddings, unembedding), so a module replaced by another with the same
+call signature (an int8 linear) is used here too. Dropout is left out: decoding runs in eval mode.
 """
 
 from __future__ import annotations
@@ -101,10 +105,10 @@ def cross_attention_keys(
 
 
 def embed_step(embedding: InputEmbedding, token_ids: Tensor, position: Tensor) -> Tensor:
-    """W_E rows of ``token_ids`` (B,) plus the positional row of ``position`` (1,): (B, d_model)."""
+    """W_E rows of ``token_ids`` (B,) plus the positional rows of ``position`` (1,) or (B,): (B, d_model)."""
     x = embedding.token_embedding(token_ids)  # (B, d_model)
     if embedding.positional_encoding is not None:
-        x = x + embedding.positional_encoding.at(position)  # (1, d_model) broadcast over B
+        x = x + embedding.positional_encoding.at(position)  # (1 or B, d_model), broadcast over B
     return x
 
 
@@ -119,16 +123,23 @@ def self_attention_step(
     rotary: tuple[Tensor, Tensor] | None,
 ) -> Tensor:
     """Causal self-attention of one new token per row. ``h`` (B, d_model); ``kv`` (B, 2, h_kv, L, d_k) is
-    this layer's cache, written at ``position``; ``projection`` computes [q, k, v] in one product."""
+    this layer's cache, written at ``position`` (1,) or at each row's own position (B,); ``projection``
+    computes [q, k, v] in one product; ``rotary`` is (cos, sin), each (1 or B, 1, 1, d_k)."""
     batch, d_model = h.shape[0], attn.d_model
     qkv = projection(h)  # (B, d_model + 2 h_kv d_k)
     q = qkv[:, :d_model].view(batch, attn.n_kv_heads, attn.group, attn.head_dim)  # (B, h_kv, h / h_kv, d_k)
     new_kv = qkv[:, d_model:].view(batch, 2, attn.n_kv_heads, 1, attn.head_dim)  # (B, 2, h_kv, 1, d_k)
-    if rotary is None:
+    keys = new_kv[:, 0] if rotary is None else apply_rotary(new_kv[:, 0], *rotary)  # (B, h_kv, 1, d_k)
+    if rotary is not None:
+        q = apply_rotary(q, *rotary)  # every query head of the token at p: the same angles
+    if position.numel() > 1:  # row b at its own position p[b]: kv[b, :, :, p[b]] = its key and value
+        rows = torch.arange(batch, device=kv.device)
+        kv[rows, 0, :, position] = keys[:, :, 0]  # (B, h_kv, d_k)
+        kv[rows, 1, :, position] = new_kv[:, 1, :, 0]
+    elif rotary is None:
         kv.index_copy_(3, position, new_kv)  # keys and values at once, into position p
     else:
-        q = apply_rotary(q, *rotary)  # every query head of the token at p: the same angles
-        kv[:, 0].index_copy_(2, position, apply_rotary(new_kv[:, 0], *rotary))
+        kv[:, 0].index_copy_(2, position, keys)
         kv[:, 1].index_copy_(2, position, new_kv[:, 1])
     keys, values = (kv if n_keys is None else kv[:, :, :, :n_keys]).unbind(1)  # (B, h_kv, L or n_keys, d_k)
     out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, h_kv, h / h_kv, d_k)
@@ -166,8 +177,9 @@ def decoder_stack_step(
 ) -> Tensor:
     """The decoder blocks and the final norm for one token per row: (B, d_model) -> (B, d_model)."""
     mask = None
-    if n_keys is None:  # attend over the whole buffer: only positions up to p exist yet
-        mask = torch.arange(kv[0].shape[3], device=x.device)[None] <= position[:, None]  # (1, L)
+    if n_keys is None or position.numel() > 1:  # only positions up to p (each row's own p) exist yet
+        keys = torch.arange(kv[0].shape[3] if n_keys is None else n_keys, device=x.device)
+        mask = (keys[None] <= position[:, None])[:, None, None, :]  # (1 or B, 1, 1, L or n_keys)
     for i, block in enumerate(stack.blocks):
         x = residual(
             block.self_attn_sublayer,
@@ -196,6 +208,14 @@ def decoder_stack_step(
     return stack.final_norm(x)
 
 
+def _rotary(model: GPT | Transformer, position: Tensor) -> tuple[Tensor, Tensor] | None:
+    """RoPE's (cos, sin) at ``position``, (1 or B, 1, 1, d_k) each: per row, shared by its heads."""
+    if model.rotary is None:
+        return None
+    cos, sin = model.rotary.at(position)  # (1 or B, d_k)
+    return cos[:, None, None, :], sin[:, None, None, :]
+
+
 def gpt_step(
     model: GPT,
     projections: Sequence[nn.Module],
@@ -204,9 +224,10 @@ def gpt_step(
     kv: Sequence[Tensor],
     n_keys: int | None = None,
 ) -> Tensor:
-    """Next-token logits (B, vocab_size) of a GPT for new tokens (B,) at ``position`` (1,)."""
+    """Next-token logits (B, vocab_size) of a GPT for new tokens (B,) at ``position`` (1,), or each row at
+    its own position (B,); ``n_keys`` (each row's position + 1 at most) bounds the keys read."""
     x = embed_step(model.embedding, token_ids, position)  # (B, d_model)
-    rotary = model.rotary.at(position) if model.rotary is not None else None  # (1, d_k) each
+    rotary = _rotary(model, position)
     x = decoder_stack_step(model.decoder, projections, x, kv, position, n_keys, rotary, None)
     return model.unembedding(x)  # (B, vocab_size)
 
@@ -222,6 +243,6 @@ def transformer_step(
 ) -> Tensor:
     """Next-token logits (B, tgt_vocab_size) of an encoder-decoder for new target tokens (B,)."""
     x = embed_step(model.tgt_embedding, token_ids, position)
-    rotary = model.rotary.at(position) if model.rotary is not None else None
+    rotary = _rotary(model, position)
     x = decoder_stack_step(model.decoder, projections, x, kv, position, n_keys, rotary, cross)
     return model.unembedding(x)

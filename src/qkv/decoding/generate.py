@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import nullcontext
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -163,6 +164,21 @@ def _decode_steps(
                 return
 
 
+def _settings(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The decoding settings of :func:`generate` or :func:`stream` (their keyword arguments, read from their
+    ``locals()`` at entry), passed on as one object instead of thirteen names spelled out twice."""
+    return {name: value for name, value in arguments.items() if name not in ("model", "prompt_ids")}
+
+
+def _start(model: GPT, prompt_ids: Prompt, *, bos_id: int | None, **settings: Any) -> tuple[Tensor, Iterator[Tensor]]:
+    """Check the settings (at once, not at the first step) and return the prompt (B, T) and its decoding loop."""
+    ids = _prepare(model, prompt_ids, bos_id=bos_id, **{k: settings[k] for k in _PREPARE_SETTINGS})
+    return ids, _decode_steps(model, ids, **settings)
+
+
+_PREPARE_SETTINGS = ("max_new_tokens", "temperature", "top_k", "top_p", "eos_id", "engine")
+
+
 @torch.no_grad()
 def generate(
     model: GPT,
@@ -190,37 +206,12 @@ def generate(
     cannot be read. ``on_logits(logits)`` is called at every step with the (B, V) logits the next tokens are
     chosen from (raw: before temperature and filters), e.g. to report log-probabilities. ``engine`` chooses
     how the cached steps run (:mod:`qkv.decoding.engine`: "auto" picks the fast step for the device;
-    "model" is the model's own forward, the reference). Runs in eval mode
-    without gradients and restores the model's training flag.
+    "model" is the model's own forward, the reference). Runs in eval mode without gradients and restores the
+    model's training flag.
     """
-    ids = _prepare(
-        model,
-        prompt_ids,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        eos_id=eos_id,
-        bos_id=bos_id,
-        engine=engine,
-    )
+    ids, steps = _start(model, prompt_ids, **_settings(locals()))
     with eval_mode(model):
-        new = list(
-            _decode_steps(
-                model,
-                ids,
-                max_new_tokens=max_new_tokens,
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                eos_id=eos_id,
-                use_cache=use_cache,
-                engine=engine,
-                generator=generator,
-                on_crop=on_crop,
-                on_logits=on_logits,
-            )
-        )
+        new = list(steps)
     if not new:
         return ids
     return torch.cat([ids, torch.stack(new, dim=1)], dim=1)  # (B, T + n)
@@ -246,36 +237,12 @@ def stream(
 
     Arguments are checked at once (a bad one raises here, not at the first ``next``). The ``eos_id`` token
     is yielded too, and ends the stream; ``on_logits`` sees each step's (1, V) logits just before its id is
-    yielded. The model stays in eval mode until the stream is exhausted or
-    closed. Feed the ids to a :class:`TextStreamer` to print text as it comes.
+    yielded. The model stays in eval mode until the stream is exhausted or closed. Feed the ids to a
+    :class:`TextStreamer` to print text as it comes.
     """
-    ids = _prepare(
-        model,
-        prompt_ids,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        eos_id=eos_id,
-        bos_id=bos_id,
-        engine=engine,
-    )
+    ids, steps = _start(model, prompt_ids, **_settings(locals()))
     if ids.shape[0] != 1:
         raise QkvError(f"stream takes one prompt, got a batch of {ids.shape[0]}: use generate() for a batch")
-    steps = _decode_steps(
-        model,
-        ids,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        eos_id=eos_id,
-        use_cache=use_cache,
-        engine=engine,
-        generator=generator,
-        on_crop=on_crop,
-        on_logits=on_logits,
-    )
     return _stream_ids(model, steps)
 
 

@@ -50,7 +50,9 @@ from torch import Tensor, nn
 
 from qkv.errors import QkvError
 from qkv.export.past import PastKeyValues
+from qkv.io import check_writable, writing
 from qkv.models import GPT, Encoder, Transformer, mean_pool
+from qkv.models.family import ENCODER, LANGUAGE_MODEL, TRANSLATOR, WORD_VECTORS, family_of
 from qkv.quantization import is_quantized, weight_bytes
 
 EXAMPLE_BATCH, EXAMPLE_LENGTH, EXAMPLE_PAST = 2, 3, 2  # tracing shapes; 0 and 1 would be specialised
@@ -194,29 +196,30 @@ def _save_all(traced: list[tuple[Any, Path, bool]]) -> list[Path]:
     from qkv.data.leftovers import make_work_folder, remove_stale_work_folders
 
     first = traced[0][1]
-    remove_stale_work_folders(first, "exporting")
-    work, owner = make_work_folder(first, "exporting")
-    try:
-        for program, path, external in traced:
-            program.save(str(work / path.name), external_data=external)
-        written = sorted(p for p in work.iterdir() if p.name != ".owner")
-        for file in written:
-            with open(file, "rb+") as handle:  # the bytes reach the disk before the renames make them visible
-                os.fsync(handle.fileno())
-            os.chmod(file, 0o644)
-        for file in written:
-            os.replace(file, first.parent / file.name)
-        return [path for _, path, _ in traced]
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        owner.close()
+    with writing(first):  # a read-only folder, a full disk: one line naming the file
+        remove_stale_work_folders(first, "exporting")
+        work, owner = make_work_folder(first, "exporting")
+        try:
+            for program, path, external in traced:
+                program.save(str(work / path.name), external_data=external)
+            written = sorted(p for p in work.iterdir() if p.name != ".owner")
+            for file in written:
+                with open(file, "rb+") as handle:  # the bytes reach the disk before the renames make them visible
+                    os.fsync(handle.fileno())
+                os.chmod(file, 0o644)
+            for file in written:
+                os.replace(file, first.parent / file.name)
+            return [path for _, path, _ in traced]
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+            owner.close()
 
 
 def output_paths(model: nn.Module, path: str | Path) -> list[Path]:
     """The files :func:`export_onnx` writes for ``model``: ``path``, or NAME.encoder.onnx and NAME.decoder.onnx
     for an encoder-decoder."""
     path = Path(path)
-    if isinstance(model, Transformer):
+    if family_of(model).role == TRANSLATOR:
         return [path.with_suffix(".encoder.onnx"), path.with_suffix(".decoder.onnx")]
     return [path]
 
@@ -228,6 +231,7 @@ def check_free(paths: list[Path], overwrite: bool) -> None:
             raise QkvError(f"--onnx {path} is a folder: give a file name ending in .onnx")
         if path.exists() and not overwrite:
             raise QkvError(f"{path} already exists: add --force to replace it, or choose another --onnx")
+        check_writable(path)  # before tracing, which takes a minute for GPT-2
 
 
 def check_exportable(model: nn.Module, path: Path, *, overwrite: bool = True) -> None:
@@ -242,8 +246,11 @@ def check_exportable(model: nn.Module, path: Path, *, overwrite: bool = True) ->
             "this model holds int8 weights (qkv quantize), which qkv does not export to ONNX: export the "
             "float run it was quantized from (onnxruntime.quantization can quantize the ONNX file)"
         )
-    if not isinstance(model, (GPT, Encoder, Transformer)):
-        raise QkvError(f"qkv exports GPT, encoder and encoder-decoder models to ONNX, not a {type(model).__name__}")
+    family = family_of(model)
+    if family.role == WORD_VECTORS or not family.has("residual stream"):  # the graphs are built from blocks
+        raise QkvError(
+            f"qkv exports Transformer language models, encoders and encoder-decoders to ONNX, not {family.title}"
+        )
     if model.config.context_length < MIN_CONTEXT:
         raise QkvError(
             f"a context of {model.config.context_length} positions is too short to export: the exporter traces "
@@ -272,7 +279,8 @@ def export_onnx(
     ids = torch.zeros(batch, length, dtype=torch.long)
     seq = {0: "batch", 1: "sequence"}
     cache_dims = {0: "batch", 2: "past_sequence"}
-    if isinstance(model, GPT):
+    role = family_of(model).role
+    if role == LANGUAGE_MODEL:
         n = config.n_layers
         pasts = [t for _ in range(n) for t in _empty_like_cache(model, batch, past)]
         return _save_all(
@@ -288,7 +296,7 @@ def export_onnx(
             ]
         )
     mask = torch.ones(batch, length, dtype=torch.long)
-    if isinstance(model, Encoder):
+    if role == ENCODER:
         return _save_all(
             [
                 _export(

@@ -50,8 +50,8 @@ class _Graph:
         self.outputs = [o.name for o in self.session.get_outputs()]
 
     def empty_past(self, batch: int, n_layers: int) -> list[np.ndarray]:
-        heads = self.config["n_heads"]
-        shape = (batch, heads, 0, self.config["d_model"] // heads)
+        heads = self.config["n_heads"]  # query heads; the cache holds the key/value heads (fewer with GQA)
+        shape = (batch, self.config.get("n_kv_heads") or heads, 0, self.config["d_model"] // heads)
         return [np.zeros(shape, dtype=np.float32) for _ in range(2 * n_layers)]
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -21,7 +21,7 @@ mechanism: named activations handed back when asked), never a second implementat
   :mod:`~qkv.inspect.walkthrough_html` (``qkv lens --html``).
 
 >>> from qkv.inspect import explain_example
->>> explain_example("004").weights[1].round(4).tolist()   # "quick" attending to each token
+>>> explain_example("quick-fox").weights[1].round(4).tolist()   # "quick" attending to each token
 [0.0976, 0.1333, 0.1819, 0.2483, 0.3389]
 """
 

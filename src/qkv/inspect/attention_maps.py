@@ -1,11 +1,10 @@
 """Attention maps: every layer's and head's weights softmax(Q K^T / sqrt(d_k) + mask) for one text.
 
-The notes on Attention Is All You Need: "this process allows the model to attend to all words in the sentence ...,
-but to varying
-degrees". A map is that degree as a picture: row i is query token i, column j key token j, and the cell is
-the weight alpha_ij, so each row sums to 1. The weights are the model's own, read from its forward pass by
-:func:`~qkv.inspect.trace.trace` (the explicit attention path computes them before dropout), not from a
-second implementation.
+The notes on Attention Is All You Need: "this process allows the model to attend to all words in the sentence
+..., but to varying degrees". A map is that degree as a picture: row i is query token i, column j key token j,
+and the cell is the weight alpha_ij, so each row sums to 1. The weights are the model's own, read from its
+forward pass by :func:`~qkv.inspect.trace.trace` (the explicit attention path computes them before dropout), not
+from a second implementation.
 
 A GPT has one kind of attention (masked self-attention, lower-triangular maps); a translator has three:
 encoder self-attention (source x source), decoder masked self-attention (target x target) and
@@ -49,6 +48,13 @@ class AttentionGroup:
         heads = list(range(self.n_heads)) if head is None else [head]
         return layers, heads
 
+    def _repr_png_(self) -> bytes:
+        """Every layer x head as ``qkv attention`` draws it (:func:`~qkv.inspect.figures.draw_attention`)."""
+        from qkv.inspect.figures import draw_attention
+        from qkv.inspect.notebook import cached_png, png_bytes
+
+        return cached_png(self, lambda: png_bytes(draw_attention, self))
+
 
 @dataclass
 class AttentionMaps:
@@ -78,6 +84,23 @@ class AttentionMaps:
                 for name, g in self.groups.items()
             },
         }
+
+    def main_group(self) -> AttentionGroup:
+        """The kind a picture shows first: a translator's cross-attention (its alignment), else the first kind."""
+        return self.groups.get("cross") or next(iter(self.groups.values()))
+
+    def _repr_html_(self) -> str:
+        """The page ``qkv attention --html`` writes (:func:`~qkv.inspect.html_view.attention_html`: pick the kind,
+        layer and head, hover a cell), inside the notebook's output."""
+        from qkv.inspect.html_view import attention_html
+        from qkv.inspect.notebook import page_frame
+
+        rows = max(len(g.query_tokens) for g in self.groups.values())
+        return page_frame(attention_html(self), height=320 + 23 * rows, title="attention maps")
+
+    def _repr_png_(self) -> bytes:
+        """:meth:`main_group` drawn as ``qkv attention`` draws it: every layer x head."""
+        return self.main_group()._repr_png_()
 
 
 def maps_from_trace(traced: Trace) -> AttentionMaps:

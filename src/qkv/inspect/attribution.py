@@ -115,6 +115,18 @@ class Attribution:
             "terms": [{"label": label, "value": round(value, digits)} for label, value in self.terms()],
         }
 
+    def _repr_png_(self) -> bytes:
+        """The picture ``qkv attribute`` draws (:func:`~qkv.inspect.circuit_figures.draw_attribution`)."""
+        from qkv.inspect.circuit_views import attribution_png
+
+        return attribution_png(self)
+
+    def _repr_html_(self) -> str:
+        """The picture and every part's contribution (for notebooks)."""
+        from qkv.inspect.circuit_views import attribution_html
+
+        return attribution_html(self)
+
 
 def head_outputs(attention: nn.Module, context: Tensor) -> tuple[Tensor, Tensor]:
     """What each head writes into the stream, z_h W_O[:, h] (H, ..., d), and W_O's bias b_O (d,).

@@ -33,20 +33,20 @@ from qkv.errors import QkvError
 from qkv.inspect.explain import Explanation, explain_given, explain_projected, explain_without_weights
 from qkv.io import read_json, read_text
 
-SEED_004_TOKENS = ["The", "quick", "brown", "fox", "jumps"]
-SEED_004_EMBEDDINGS = [
+QUICK_FOX_TOKENS = ["The", "quick", "brown", "fox", "jumps"]
+QUICK_FOX_EMBEDDINGS = [
     [0.1, 0.2, 0.3, 0.4],
     [0.5, 0.6, 0.7, 0.8],
     [0.9, 1.0, 1.1, 1.2],
     [1.3, 1.4, 1.5, 1.6],
     [1.7, 1.8, 1.9, 2.0],
 ]
-SEED_004_Q = [[0.1, 0.2], [0.5, 0.6], [0.9, 1.0], [1.3, 1.4], [1.7, 1.8]]
-SEED_004_K = [[0.2, 0.1], [0.6, 0.5], [1.0, 0.9], [1.4, 1.3], [1.8, 1.7]]
-SEED_004_V = [[0.3, 0.4], [0.7, 0.8], [1.1, 1.2], [1.5, 1.6], [1.9, 2.0]]
+QUICK_FOX_Q = [[0.1, 0.2], [0.5, 0.6], [0.9, 1.0], [1.3, 1.4], [1.7, 1.8]]
+QUICK_FOX_K = [[0.2, 0.1], [0.6, 0.5], [1.0, 0.9], [1.4, 1.3], [1.8, 1.7]]
+QUICK_FOX_V = [[0.3, 0.4], [0.7, 0.8], [1.1, 1.2], [1.5, 1.6], [1.9, 2.0]]
 
-SEED_003_TOKENS = ["Your", "journey", "starts", "with", "one", "step"]
-SEED_003_INPUTS = [
+JOURNEY_TOKENS = ["Your", "journey", "starts", "with", "one", "step"]
+JOURNEY_INPUTS = [
     [0.43, 0.15, 0.89],  # Your     (x^1)
     [0.55, 0.87, 0.66],  # journey  (x^2)
     [0.57, 0.85, 0.64],  # starts   (x^3)
@@ -56,17 +56,27 @@ SEED_003_INPUTS = [
 ]
 
 EXAMPLES = {
-    "004": "the notes on Attention Is All You Need: one head on 'The quick brown fox jumps' with their given Q, K, V",
-    "003": "Raschka, Build a Large Language Model (From Scratch), section 3.3.1: attention without trainable "
+    "quick-fox": "the notes on Attention Is All You Need: one head on 'The quick brown fox jumps' with their given "
+    "Q, K, V",
+    "journey": "Raschka, Build a Large Language Model (From Scratch), section 3.3.1: attention without trainable "
     "weights on 'Your journey starts with one step'",
-    "003-weights": "Raschka, Build a Large Language Model (From Scratch), section 3.4: W_query, W_key, W_value = "
+    "journey-weights": "Raschka, Build a Large Language Model (From Scratch), section 3.4: W_query, W_key, W_value = "
     "torch.rand(3, 2) after torch.manual_seed(123)",
 }
-DEFAULT_QUERY = {"004": "quick", "003": "journey", "003-weights": "journey"}
+OLD_NAMES = {"004": "quick-fox", "003": "journey", "003-weights": "journey-weights"}  # accepted, no longer shown
+DEFAULT_QUERY = {"quick-fox": "quick", "journey": "journey", "journey-weights": "journey"}
+
+
+def example_name(name: str) -> str:
+    """The example ``name`` stands for (its own name, or an old one); QkvError for one that is not an example."""
+    name = OLD_NAMES.get(name, name)
+    if name not in EXAMPLES:
+        raise QkvError(f"unknown example {name!r}: choose one of {', '.join(EXAMPLES)}")
+    return name
 
 
 def explain_example(
-    name: str = "004",
+    name: str = "quick-fox",
     *,
     causal: bool = False,
     query: str | int | None = None,
@@ -76,21 +86,20 @@ def explain_example(
     head: int = 0,
 ) -> Explanation:
     """One of :data:`EXAMPLES` explained; ``query`` defaults to the token the seed focuses on."""
-    if name not in EXAMPLES:
-        raise QkvError(f"unknown example {name!r}: choose one of {', '.join(EXAMPLES)}")
+    name = example_name(name)
     query = DEFAULT_QUERY[name] if query is None else query
-    if name == "004":
+    if name == "quick-fox":
         explanation = explain_given(
-            SEED_004_TOKENS, SEED_004_Q, SEED_004_K, SEED_004_V, causal=causal, query=query, title=EXAMPLES[name]
+            QUICK_FOX_TOKENS, QUICK_FOX_Q, QUICK_FOX_K, QUICK_FOX_V, causal=causal, query=query, title=EXAMPLES[name]
         )
-        explanation.embeddings = np.array(SEED_004_EMBEDDINGS)
+        explanation.embeddings = np.array(QUICK_FOX_EMBEDDINGS)
         return explanation
-    if name == "003":
+    if name == "journey":
         title = EXAMPLES[name]
-        return explain_without_weights(SEED_003_TOKENS, SEED_003_INPUTS, causal=causal, query=query, title=title)
+        return explain_without_weights(JOURNEY_TOKENS, JOURNEY_INPUTS, causal=causal, query=query, title=title)
     return explain_projected(
-        SEED_003_TOKENS,
-        SEED_003_INPUTS,
+        JOURNEY_TOKENS,
+        JOURNEY_INPUTS,
         seed=seed,
         d_k=d_k,
         n_heads=n_heads,

@@ -129,6 +129,14 @@ class Explanation:
         data["notes"] = self.notes
         return data
 
+    def _repr_html_(self) -> str:
+        """Every step as ``qkv explain`` prints it (:func:`~qkv.inspect.explain_view.render_explanation`), in a
+        notebook."""
+        from qkv.inspect.explain_view import render_explanation
+        from qkv.inspect.notebook import rich_html
+
+        return rich_html(lambda console: render_explanation(self, console, max_columns=8))
+
 
 def _as_matrix(value: Any, name: str) -> Tensor:
     try:

@@ -8,12 +8,15 @@ last table writes its dot products out term by term, as the notes on Attention I
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from qkv.inspect.explain import Explanation
+if TYPE_CHECKING:  # a type only: the result module imports this renderer for its notebook view
+    from qkv.inspect.explain import Explanation
 
 
 def _number(value: float, digits: int) -> str:

@@ -3,16 +3,15 @@
 Every drawing function returns a :class:`Picture`: where the PNG went, its size in pixels and how many
 panels it holds, so a caller (or a test) can check what was drawn without reading the image back.
 
-- :func:`draw_attention`: a grid of attention maps, layers as rows and heads as columns (the Attention Is All You
-Need notes' "attend
-  to all words ... to varying degrees"), or one map with its weights written in the cells;
+- :func:`draw_attention`: a grid of attention maps, layers as rows and heads as columns (the Attention Is All
+  You Need notes' "attend to all words ... to varying degrees"), or one map with its weights written in the
+  cells;
 - :func:`draw_next_token`: the top tokens' probabilities at several temperatures side by side (the GPT notes:
   T flattens or sharpens the softmax);
 - :func:`draw_embedding_map`: token embeddings projected to 2-D, labelled (the GPT notes: "words with similar
   meanings tend to land near each other");
-- :func:`draw_positional_table`: the positional-encoding table, positions x dimensions (the attention-mathematics
-notes' sines
-  and cosines).
+- :func:`draw_positional_table`: the positional-encoding table, positions x dimensions (the
+  attention-mathematics notes' sines and cosines).
 """
 
 from __future__ import annotations

@@ -110,6 +110,18 @@ class HeadDetection:
             },
         }
 
+    def _repr_png_(self) -> bytes:
+        """The score maps ``qkv heads`` draws (:func:`~qkv.inspect.circuit_figures.draw_head_scores`)."""
+        from qkv.inspect.circuit_views import heads_png
+
+        return heads_png(self)
+
+    def _repr_html_(self) -> str:
+        """The score maps and the best head of every score (for notebooks)."""
+        from qkv.inspect.circuit_views import heads_html
+
+        return heads_html(self)
+
 
 def score_weights(weights: Tensor, offset: int, length: int) -> dict[str, np.ndarray]:
     """The four scores of every head from attention weights (B, H, T, T) of sequences with ``offset`` tokens
@@ -194,6 +206,27 @@ def _sides(bundle: ModelBundle, bos: bool) -> list[_Side]:
     return sides
 
 
+MAX_BATCH = 4096  # the scores are means over the batch: they settle with 8 to 64 sequences
+
+
+def check_sizes(config, batch: int, seed: int, device: torch.device) -> None:
+    """QkvError for a --batch below 1, above MAX_BATCH or whose captured activations would not fit in memory
+    (estimated as training's, :func:`qkv.models.memory.activation_numbers`), and for a --seed torch refuses."""
+    from qkv.models.memory import GIB, activation_numbers, available_memory
+
+    if not 1 <= batch <= MAX_BATCH:
+        raise QkvError(f"--batch {batch} must be between 1 and {MAX_BATCH:,}: the scores settle with 8 to 64")
+    free = available_memory(device)
+    need = 4 * activation_numbers(config, batch)
+    if free is not None and need > free // 2:
+        raise QkvError(
+            f"--batch {batch:,} needs about {need / GIB:.1f} GiB of activations, more than half the "
+            f"{free / GIB:.1f} GiB available on {device}: lower --batch (8 to 64 suffice)"
+        )
+    if not 0 <= seed < 2**63:
+        raise QkvError(f"--seed {seed} must be between 0 and 2**63 - 1")
+
+
 @torch.no_grad()
 def detect_heads(
     bundle: ModelBundle, *, length: int | None = None, batch: int = 8, seed: int = 0, bos: bool = False
@@ -203,8 +236,7 @@ def detect_heads(
     (default length: 50, or less to fit the model's context)."""
     model, config = bundle.model, bundle.config
     model.eval()
-    if batch < 1:
-        raise QkvError(f"--batch {batch} must be at least 1")
+    check_sizes(config, batch, seed, device_of(model))
     sides = _sides(bundle, bos)
     extra = max((s.before is not None) + (s.after is not None) for s in sides)
     longest = (config.context_length - extra) // 2

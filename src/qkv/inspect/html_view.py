@@ -11,9 +11,12 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from qkv.inspect.attention_maps import AttentionMaps
 from qkv.io import atomic_write_text
+
+if TYPE_CHECKING:  # a type only: the result module imports this renderer for its notebook view
+    from qkv.inspect.attention_maps import AttentionMaps
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }

@@ -80,6 +80,18 @@ class LogitLens:
             ],
         }
 
+    def _repr_png_(self) -> bytes:
+        """The heatmap ``qkv lens`` draws (:func:`~qkv.inspect.circuit_figures.draw_logit_lens`)."""
+        from qkv.inspect.circuit_views import lens_png
+
+        return lens_png(self)
+
+    def _repr_html_(self) -> str:
+        """The heatmap and, at the last position, every layer's top token (for notebooks)."""
+        from qkv.inspect.circuit_views import lens_html
+
+        return lens_html(self)
+
 
 def norm_description(model: nn.Module) -> str:
     norm = final_norm(model)

@@ -18,9 +18,11 @@ those of the decoder's last position after ``<bos>`` + ``target prefix``.
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -91,6 +93,23 @@ class NextToken:
             "kept": {f"{t:g}": k for t, k in zip(self.temperatures, self.kept(), strict=True)},
             "vocab_size": int(self.logits.shape[0]),
         }
+
+    def _repr_png_(self) -> bytes:
+        """The bars ``qkv next`` draws (:func:`~qkv.inspect.figures.draw_next_token`), one chart per temperature."""
+        from qkv.inspect.figures import draw_next_token
+        from qkv.inspect.notebook import cached_png, png_bytes
+
+        draw = partial(png_bytes, draw_next_token, self.top_tokens, self.top_probabilities, self.temperatures)
+        return cached_png(self, draw)
+
+    def _repr_html_(self) -> str:
+        """The table ``qkv next`` prints (:func:`next_token_table`) above its picture."""
+        from qkv.inspect.notebook import figure_html, rich_html
+
+        context = "".join(self.context_tokens[-40:])
+        table = rich_html(lambda console: console.print(next_token_table(self)), width=110)
+        head = f"<p>after <code>{html.escape(context)}</code>:</p>"
+        return head + figure_html(self._repr_png_(), alt="next-token distribution", numbers=table)
 
 
 def check_temperatures(temperatures: Sequence[float]) -> list[float]:

@@ -93,6 +93,18 @@ class Patching:
             "maps": [m.to_dict(digits) for m in self.maps],
         }
 
+    def _repr_png_(self) -> bytes:
+        """The maps ``qkv patch`` draws (:func:`~qkv.inspect.circuit_figures.draw_patching`)."""
+        from qkv.inspect.circuit_views import patching_png
+
+        return patching_png(self)
+
+    def _repr_html_(self) -> str:
+        """The maps and each one's strongest site (for notebooks)."""
+        from qkv.inspect.circuit_views import patching_html
+
+        return patching_html(self)
+
 
 class _Runs:
     """Runs the corrupt input, n copies at once, and scores m = logit(target) - logit(foil) at the end."""

@@ -201,7 +201,12 @@ def decoder_input(bundle: ModelBundle, text: str, target: str | None) -> tuple[l
     else:
         out = target_tok.encode(target)
         generated = False
-    tgt = [target_tok.bos_id, *out][: config.context_length]
+        if len(out) >= config.context_length:  # refused like a source that long, never cut without a word
+            raise QkvError(
+                f"the target text is {len(out)} tokens long but the model's context takes at most "
+                f"{config.context_length - 1} after <bos>: shorten it"
+            )
+    tgt = [target_tok.bos_id, *out][: config.context_length]  # a greedy translation stops at the context
     return src, tgt, generated
 
 

@@ -109,6 +109,12 @@ class Walkthrough:
             data["vocab"] = self.vocab_labels
         return data
 
+    def _repr_html_(self) -> str:
+        """The page ``qkv lens --html`` writes, live temperature and all, inside a notebook's output."""
+        from qkv.inspect.circuit_views import walkthrough_view
+
+        return walkthrough_view(self)
+
 
 @torch.no_grad()
 def walkthrough(bundle: ModelBundle, text: str, *, top: int = 5, vocab: bool = False) -> Walkthrough:

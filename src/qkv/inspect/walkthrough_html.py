@@ -13,9 +13,12 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from qkv.inspect.walkthrough import Walkthrough
 from qkv.io import atomic_write_text
+
+if TYPE_CHECKING:  # a type only: the result module imports this renderer for its notebook view
+    from qkv.inspect.walkthrough import Walkthrough
 
 STATIC = Path(__file__).resolve().parents[1] / "server" / "static"
 

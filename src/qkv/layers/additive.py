@@ -1,9 +1,9 @@
 """Additive attention (Bahdanau et al. 2015, "RNNSearch"), the attention the Transformer replaced.
 
 The notes on the mathematics of attention: "In the original RNNSearch paper, they use what's called 'Additive
-Attention', where the
-attention values are computed from a learned feedforward neural network ... Here we use 'multiplicative'
-or dot-product attention." The feed-forward network is one tanh hidden layer scored by a vector v:
+Attention', where the attention values are computed from a learned feedforward neural network ... Here we use
+'multiplicative' or dot-product attention." The feed-forward network is one tanh hidden layer scored by a
+vector v:
 
     e_ij     = v^T tanh(W_q q_i + W_k k_j)          (score of query i against key j)
     alpha_ij = softmax_j(e_ij)                       (attention weights, each row sums to 1)

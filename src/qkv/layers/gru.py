@@ -17,10 +17,9 @@ lets z_t weigh the new state instead of the old; the two forms are equally expre
   whose inputs are partly known in advance (RNNSearch's decoder: the previous target word) computes that
   part for all steps in one matrix product;
 - :class:`BidirectionalGRU`: a forward GRU reads the sentence left to right, a backward one right to left,
-  and each token's annotation is the two states side by side [h->_j ; h<-_j]: it summarises the words
-  before and after token j (the notes on the mathematics of attention: "learning sequential dependencies not only
-  from the right, but also
-  from the left").
+  and each token's annotation is the two states side by side [h->_j ; h<-_j]: it summarises the words before and
+  after token j (the notes on the mathematics of attention: "learning sequential dependencies not only from the
+  right, but also from the left").
 """
 
 from __future__ import annotations

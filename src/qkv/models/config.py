@@ -52,7 +52,7 @@ class ModelConfig:
 
         On :class:`ModelConfig` or :class:`BaseConfig` the saved ``"model"`` kind picks the class."""
         data = dict(data)
-        if "max_len" in data and "context_length" not in data:  # configs saved before qkv 0.2 named it so
+        if "max_len" in data and "context_length" not in data:  # configs saved before the rename to context_length
             data["context_length"] = data.pop("max_len")
         kind = data.pop("model", cls.kind)
         target = CONFIG_CLASSES.get(kind) if cls in (ModelConfig, BaseConfig) else cls

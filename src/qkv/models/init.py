@@ -1,11 +1,10 @@
 """Weight initialisation.
 
-GPT-2 style (pre-LN models): every matrix ~ N(0, 0.02^2) (the gated feed-forward's W_g as its W_1),
-biases 0, LayerNorm and RMSNorm gains 1, and the two projections that write into the residual stream
-(W_o and W_2) scaled down by 1/sqrt(2N) so the sum of N
-blocks' contributions keeps unit scale. Paper style (post-LN models): Xavier-uniform matrices, as in
-``nn.Transformer`` and the Annotated Transformer, and N(0, d_model^-1/2) embeddings when they are scaled
-by sqrt(d_model).
+GPT-2 style (pre-LN models): every matrix ~ N(0, 0.02^2) (the gated feed-forward's W_g as its W_1), biases 0,
+LayerNorm and RMSNorm gains 1, and the two projections that write into the residual stream (W_o and W_2) scaled
+down by 1/sqrt(2N) so the sum of N blocks' contributions keeps unit scale. Paper style (post-LN models):
+Xavier-uniform matrices, as in ``nn.Transformer`` and the Annotated Transformer, and N(0, d_model^-1/2)
+embeddings when they are scaled by sqrt(d_model).
 """
 
 from __future__ import annotations

@@ -218,6 +218,6 @@ def make_config(preset: str, **overrides: Any) -> ModelConfig:
     """The config of a named preset with some fields replaced (validated)."""
     check_overrides(preset, overrides)
     cls, fields = PRESETS[preset]
-    if "max_len" in overrides and "context_length" not in overrides:  # the name before qkv 0.2
+    if "max_len" in overrides and "context_length" not in overrides:  # the name before the rename to context_length
         overrides["context_length"] = overrides.pop("max_len")
     return cls(**{**fields, **overrides})

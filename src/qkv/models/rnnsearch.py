@@ -1,8 +1,7 @@
 """RNNSearch (Bahdanau, Cho and Bengio 2015, "Neural Machine Translation by Jointly Learning to Align and
 Translate"): the recurrent encoder-decoder for which attention was invented.
 
-The notes on the mathematics of attention and the transformer (2024): "they learned
-an encoder-decoder model
+The notes on the mathematics of attention and the transformer (2024): "they learned an encoder-decoder model
 with a bidirectional RNN ... They used a feedforward network (nonlinear) to learn attention weights,
 depending on the current context vector (hidden state), the previous word guessed, and the bidirectional
 hidden states concatenated together ... The outputs ... were then softmaxed to produce a valid probability

@@ -260,9 +260,8 @@ def embed_sentences(
     ``head`` defaults to the one the model folder describes (:func:`read_sentence_head`). The texts run in
     batches of similar length of at most ``max_batch_tokens`` tokens (padding included), so memory stays
     bounded for any number of texts and little padding is computed (as sentence-transformers sorts by length).
-    The default is 1,024 tokens on a CPU, where a batch's activations then stay in cache (all-MiniLM-L6-v2 on
-    256 short sentences, this project's 2-core machine: 421 sentences/s at 1,024 against 337 at 4,096 and
-    280 at 128), and 16,384 on a GPU.
+    The default is 1,024 tokens on a CPU, where a batch's activations then stay in cache (docs/pretrained.md
+    gives the measurement), and 16,384 on a GPU.
     The vectors come back in the order of ``texts``. ``engine`` "model" runs the model's own forward; the
     default runs the inference pass of :mod:`qkv.decoding.encoder_pass` (the same numbers, faster).
     """

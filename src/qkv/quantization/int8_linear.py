@@ -22,11 +22,10 @@ float32 product it would replace. Its vector loads also need K to be a multiple 
 rows (it crashes otherwise). So :func:`int8_linear` rounds the few input vectors of a decoding step to
 bfloat16 in a fresh (aligned) tensor, passes scales of 1, and applies the float32 scales and the bias to
 the output; K % 16 != 0 takes the dequantizing path instead. The kernel tiles A in blocks of 4 rows and
-streams Q once per block, so for many rows (a prompt, a batch of sentences) it loses to BLAS (measured by
-bench/int8_linear.py: it still wins at 16 rows, loses from about 24): beyond
-:data:`KERNEL_ROWS` rows, and on every other device (CUDA included), Q is widened to the activations'
-dtype in slices of output rows and multiplied with ``F.linear``: the same arithmetic, with bounded
-temporary memory.
+streams Q once per block, so for many rows (a prompt, a batch of sentences) it loses to BLAS (from how many
+rows on, bench/int8_linear.py measures): beyond :data:`KERNEL_ROWS` rows, and on every other device (CUDA
+included), Q is widened to the activations' dtype in slices of output rows and multiplied with ``F.linear``:
+the same arithmetic, with bounded temporary memory.
 
 **Int8 activations.** A layer whose ``activations`` is ``"int8"`` quantizes x too, one vector at a time, and
 multiplies with the CPU's int8 dot products (:mod:`qkv.quantization.dynamic`): faster at every row count, at

@@ -19,8 +19,9 @@ from typing import Any
 from torch import nn
 
 from qkv.errors import QkvError
+from qkv.io import check_writable
 from qkv.model_dir import save_model_dir
-from qkv.models.family import ENCODER, LANGUAGE_MODEL, family_of
+from qkv.models.family import ENCODER, LANGUAGE_MODEL, WORD_VECTORS, family_of
 from qkv.pretrained.bert import copy_sentence_head, embed_sentences
 from qkv.quantization.model import check_scheme, is_quantized, quantize_model
 from qkv.training.perplexity import token_log_probs
@@ -36,6 +37,7 @@ def _check_out_dir(out: Path, source: Path) -> None:
         raise QkvError(f"--out {out} holds a training run, whose weights would be replaced: give a new folder")
     if out.is_dir() and any(out.iterdir()) and not (out / "quantization.json").is_file():
         raise QkvError(f"--out {out} already holds other files: give a new or empty folder")
+    check_writable(out)  # before calibrating, which takes minutes on a large model
 
 
 def text_calibration(bundle: Any, text: str) -> Callable[[nn.Module], object]:
@@ -74,6 +76,12 @@ def save_quantized(
     roundings are calibrated on it (:func:`text_calibration`, :mod:`qkv.quantization.gptq`).
     """
     check_scheme(scheme)
+    family = family_of(bundle.model)
+    if family.role == WORD_VECTORS:  # "1.0x smaller" with nothing quantized, before this line
+        raise QkvError(
+            f"int8 quantization rounds the weights of linear layers, and {family.title} has none (its vectors are "
+            "looked up, not multiplied): use the run as it is with `qkv embeddings`"
+        )
     out = Path(out_dir)
     _check_out_dir(out, Path(bundle.path))
     if is_quantized(bundle.model):

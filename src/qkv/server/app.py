@@ -9,6 +9,7 @@
     GET  /v1/model          what the model is (family, role, size, vocabulary, endpoints it offers, limits)
     GET  /v1/models         the model in OpenAI's list shape (and GET /v1/models/{id})
     GET  /health            liveness, and how many generations are running
+    GET  /metrics           Prometheus' text format: requests, tokens, latency histograms, KV pool use
     GET  /                  the playground (static HTML, JS and CSS from qkv/server/static; no build, no CDN)
 
 Before any of it, :class:`~qkv.server.guard.RequestGuard` refuses foreign Host headers, non-JSON bodies and
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -41,6 +42,7 @@ from qkv.server.completion import CompletionJob, check_request, choice_dict
 from qkv.server.errors import ServiceError, error_body
 from qkv.server.guard import RequestGuard, allowed_hosts
 from qkv.server.notes import NoteHeader
+from qkv.server.scheduler import Run
 from qkv.server.schemas import (
     AttentionRequest,
     AttentionResponse,
@@ -77,6 +79,18 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
         message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         parts.append(f"{field}: {message}{got}")
     return "; ".join(parts) or "the request body is invalid", (params[0] if params else None)
+
+
+def _unreadable_body(exc: StarletteHTTPException) -> str | None:
+    """The sentence for a body FastAPI could not parse for a reason other than a JSON syntax error (bytes that
+    are not UTF-8, arrays nested past the parser's depth): the same 422 as any invalid JSON. None otherwise."""
+    cause = exc.__cause__
+    if exc.status_code != 400 or not isinstance(cause, UnicodeDecodeError | RecursionError | ValueError):
+        return None
+    why = "it is not UTF-8" if isinstance(cause, UnicodeDecodeError) else "it is nested too deeply"
+    if not isinstance(cause, UnicodeDecodeError | RecursionError):
+        why = str(cause)[:200]
+    return f'the body is not valid JSON ({why}): send a JSON object such as {{"prompt": "Hello"}}'
 
 
 class _GatedStream(StreamingResponse):
@@ -118,13 +132,17 @@ def create_app(
     *,
     name: str | None = None,
     hosts: Sequence[str] | None = None,
+    scheduler: str = "batched",
+    engine: str = "auto",
 ) -> FastAPI:
     """The server for one loaded model (see :func:`qkv.load`) under ``limits``.
 
     ``hosts`` are the Host header names it answers to (default: the localhost names; see
-    :func:`~qkv.server.guard.allowed_hosts`, "*" for any).
+    :func:`~qkv.server.guard.allowed_hosts`, "*" for any). ``scheduler`` is how completions share the model
+    ("batched": continuous batching, or "sequential"; :mod:`qkv.server.scheduler`), ``engine`` how the
+    sequential scheduler's steps run (:mod:`qkv.decoding.engine`).
     """
-    service = Service(bundle, limits, name=name)
+    service = Service(bundle, limits, name=name, scheduler=scheduler, engine=engine)
     app = FastAPI(title=f"qkv: {service.name}", description="The Transformer, served.", version="0.1.0")
     app.state.service = service
     app.add_middleware(NoteHeader)
@@ -147,6 +165,9 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        unreadable = _unreadable_body(exc)
+        if unreadable is not None:  # FastAPI's bare 400 for what json.loads raises besides JSONDecodeError
+            return JSONResponse(error_body(unreadable, code="invalid_value"), status_code=422)
         message = str(exc.detail)
         if exc.status_code == 404:
             message = f"there is no {request.url.path} here: this server supports {', '.join(service.endpoints)}"
@@ -161,13 +182,20 @@ def create_app(
 
     @app.get("/health")
     async def health() -> dict:
+        scheduler = service.scheduler
         return {
             "status": "ok",
             "model": service.name,
             "kind": service.kind,
-            "active_generations": service.generations.active,
+            "scheduler": None if scheduler is None else scheduler.name,
+            "active_generations": service.generations.active if scheduler is None else scheduler.running(),
             "max_concurrent": service.limits.max_concurrent,
         }
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> PlainTextResponse:
+        """Prometheus' text format (qkv.server.metrics)."""
+        return PlainTextResponse(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/v1/model", response_model=ModelInfo)
     async def model_info() -> ModelInfo:
@@ -194,21 +222,25 @@ def create_app(
         job: CompletionJob = await run_in_threadpool(service.completion, body)  # tokenizing: off the event loop
         head = {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion", "created": int(time.time())}
         head["model"] = service.name
+        job.id = head["id"]
+        run = await service.scheduler.start(job)  # a slot (a row of the batch, or the gate), or 503
         if body.stream:
-            await service.generations.enter()
             return _GatedStream(
-                _events(job, head),
-                on_close=_closer(job, service.generations),
+                _events(run, head),
+                on_close=run.close,
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
-        work = asyncio.ensure_future(_gated(service.generations, job.run))
+        work = asyncio.ensure_future(run.collect())
         gone = asyncio.ensure_future(_disconnected(request))
-        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-        if not work.done():  # the client left: stop at the next token; the slot frees when the worker returns
-            job.cancel()
-        gone.cancel()
-        choices = await work
+        try:
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not work.done():  # the client left: stop at the next token; the slot frees when it stops
+                job.cancel()
+            gone.cancel()
+            choices = await work
+        finally:
+            run.close()
         return {**head, "choices": choices, "usage": job.usage()}
 
     @app.post("/v1/translations", response_model=TranslationResponse)
@@ -247,41 +279,25 @@ def create_app(
     return app
 
 
-def _closer(job: CompletionJob, gate: Gate) -> Callable[[], None]:
-    """Stop the generation and free its slot, once (the stream can end several ways)."""
-    done = False
-
-    def close() -> None:
-        nonlocal done
-        if done:
-            return
-        done = True
-        job.cancel()
-        gate.leave()
-
-    return close
-
-
-async def _events(job: CompletionJob, head: dict) -> AsyncIterator[str]:
+async def _events(run: Run, head: dict) -> AsyncIterator[str]:
     """Server-sent events in OpenAI's shape: one chunk per piece of text (with its tokens' logprobs), each
-    choice's last chunk with its finish_reason, the usage in the very last chunk, then ``data: [DONE]``."""
-    pieces = job.pieces()
-    last = job.choices[-1].index
+    choice's last chunk with its finish_reason, the usage in the chunk that ends the last choice to finish,
+    then ``data: [DONE]``. With n > 1 the choices' chunks interleave (each carries its index), as OpenAI's do."""
+    job = run.job
+    finished: set[int] = set()
+    pieces = run.pieces()
     try:
-        while True:
-            piece = await run_in_threadpool(next, pieces, None)
-            if piece is None:
-                break
+        async for piece in pieces:
             chunk = {**head, "choices": [choice_dict(piece.index, piece.text, piece.entries, job.request,
                                                      piece.finish_reason)]}  # fmt: skip
-            if piece.finish_reason is not None and piece.index == last:
-                chunk["usage"] = job.usage()
+            if piece.finish_reason is not None:
+                finished.add(piece.index)
+                if len(finished) == len(job.choices):
+                    chunk["usage"] = job.usage()
             yield _sse(chunk)
-    except (QkvError, RuntimeError, ValueError) as error:  # after the 200 header, errors travel as an event
+    except Exception as error:  # noqa: BLE001 - after the 200 header, errors travel as an event
+        run.failed = True
         yield _sse(error_body(f"generation failed: {error}", "server_error"))
     finally:
-        try:
-            pieces.close()  # leave the model's generation loop now rather than when garbage-collected
-        except ValueError:  # "generator already executing": a worker is still in it; job.cancel() stops it
-            pass
+        await pieces.aclose()
     yield _sse("[DONE]")

@@ -3,8 +3,10 @@
 A :class:`CompletionJob` is one request. Iterating :meth:`CompletionJob.pieces` runs its choices one after
 the other (prompt 0's n choices, then prompt 1's, ...; choice i = prompt_index * n + j) and yields
 :class:`Piece` s of text as the tokens are made; the stream sends each piece as it comes, a plain request
-joins them. Generation is :func:`qkv.decoding.stream` (its KV cache and fast path), one seeded
-``torch.Generator`` per request, so a seed gives the same choices every time.
+joins them. Generation is :func:`qkv.decoding.stream` (its KV cache and fast path) or, with the batched
+scheduler, one row of the server's batch (:mod:`qkv.server.scheduler`); each choice has its own
+``torch.Generator``, made from the request's seed, so a seed gives the same choices every time, whatever
+else the server is doing.
 
 Log-probabilities are log softmax(logits) of the model's raw logits, as OpenAI reports them: they do not
 depend on ``temperature``, ``top_k`` or ``top_p``, which only change which token is drawn. A generated
@@ -17,7 +19,8 @@ start of the prompt, with or without ``echo``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -165,81 +168,98 @@ def read_prompts(service: Service, request: CompletionRequest) -> list[Prompt]:
 
 
 class Choice:
-    """One completion of one prompt (see the module docstring)."""
+    """One completion of one prompt (see the module docstring), made token by token: :meth:`opening` (the
+    echoed prompt), :meth:`accept` for each new token, :meth:`closing` at the end. :meth:`pieces` drives it
+    with :func:`qkv.decoding.stream` (the one-at-a-time scheduler); the batched scheduler
+    (:mod:`qkv.server.scheduler`) calls the same three from its decoding loop."""
 
-    def __init__(self, job: CompletionJob, prompt: Prompt, index: int) -> None:
-        self.job, self.prompt, self.index = job, prompt, index
+    def __init__(self, job: CompletionJob, prompt: Prompt, index: int, generator: torch.Generator) -> None:
+        self.job, self.prompt, self.index, self.generator = job, prompt, index, generator
+        request, service = job.request, job.service
         self.completion_tokens = 0
         self.finish_reason: str | None = None
+        self.eos = None if request.ignore_eos else service.tokenizer.eos_id
+        self.wants_logprobs = request.logprobs is not None
         self._logits: torch.Tensor | None = None
+        self._streamer = TextStreamer(service.tokenizer, prompt_ids=prompt.ids)
+        self._stop = StopText([request.stop] if isinstance(request.stop, str) else request.stop or [])
+        self._base, self._made, self._pending = len(prompt.text), 0, []
+
+    def opening(self) -> list[Piece]:
+        request = self.job.request
+        if not request.echo:
+            return []
+        entries = self.prompt.entries(self.job.service, request.logprobs) if request.logprobs is not None else []
+        return [Piece(self.index, self.prompt.text, entries)]
+
+    def accept(self, token: int, logits: torch.Tensor | None) -> list[Piece]:
+        """The text a new token releases (held back while it may begin a stop string); sets
+        :attr:`finish_reason` once the choice is done (its end token, or a stop string)."""
+        self.completion_tokens += 1
+        self.job.token_made()
+        if token == self.eos:
+            self.finish_reason = "stop"
+            return []
+        if self.wants_logprobs:
+            self._pending.append(self._entry(token, logits, self._base + self._made))
+        piece = self._streamer.push(token)
+        self._made += len(piece)
+        text = self._stop.push(piece)
+        entries = _released(self._pending, self._base + self._stop.released)
+        if self._stop.stopped:
+            self.finish_reason = "stop"
+        return [Piece(self.index, text, entries)] if text or entries else []
+
+    def closing(self) -> list[Piece]:
+        """What the streamer and the stop check still hold, then the piece carrying the finish reason."""
+        out = []
+        stop = self._stop
+        if not stop.stopped:  # the end: a character still held by the streamer, text held by the stop check
+            text = stop.push(self._streamer.flush())
+            text += stop.flush()
+            entries = _released(self._pending, self._base + stop.released) if stop.stopped else self._pending
+            if text or entries:
+                out.append(Piece(self.index, text, entries))
+        if self.finish_reason is None:
+            self.finish_reason = "stop" if stop.stopped else "length"
+        return [*out, Piece(self.index, "", [], self.finish_reason)]
 
     def pieces(self) -> Iterator[Piece]:
-        request, service = self.job.request, self.job.service
-        if request.echo:
-            entries = self.prompt.entries(service, request.logprobs) if request.logprobs is not None else []
-            yield Piece(self.index, self.prompt.text, entries)
-        yield from self._generate()
-        yield Piece(self.index, "", [], self.finish_reason)
-
-    def _keep(self, logits: torch.Tensor) -> None:
-        self._logits = logits[0]  # (V,)
-
-    def _entry(self, token: int, offset: int) -> Entry:
-        lp = log_softmax(self._logits.float())  # (V,): the raw logits of the step that chose ``token``
-        chosen = float(lp[token])
-        k = self.job.request.logprobs
-        values, ids = lp.topk(k) if k else (torch.zeros(0), torch.zeros(0, dtype=torch.long))
-        text = token_text(self.job.service.tokenizer, token)
-        return Entry(text, chosen, top_dict(self.job.service, values, ids, token, chosen), offset)
-
-    def _generate(self) -> Iterator[Piece]:
+        yield from self.opening()
         job, request = self.job, self.job.request
-        service = job.service
-        want = request.logprobs is not None
-        eos = None if request.ignore_eos else service.tokenizer.eos_id
-        streamer = TextStreamer(service.tokenizer, prompt_ids=self.prompt.ids)
-        stop = StopText([request.stop] if isinstance(request.stop, str) else request.stop or [])
-        base, made, pending = len(self.prompt.text), 0, []
         tokens = stream(
-            service.model,
+            job.service.model,
             self.prompt.ids,
             max_new_tokens=request.max_tokens,
             temperature=request.temperature,
             top_k=request.top_k or None,
             top_p=request.top_p,
-            eos_id=eos,
-            generator=job.generator,
-            on_logits=self._keep if want else None,
+            eos_id=self.eos,
+            engine=job.service.engine,
+            generator=self.generator,
+            on_logits=self._keep if self.wants_logprobs else None,
         )
         try:
             for token in tokens:
                 if job.cancelled.is_set():
                     return
-                self.completion_tokens += 1
-                if token == eos:
-                    self.finish_reason = "stop"
-                    break
-                if want:
-                    pending.append(self._entry(token, base + made))
-                piece = streamer.push(token)
-                made += len(piece)
-                text = stop.push(piece)
-                entries = _released(pending, base + stop.released)
-                if text or entries:
-                    yield Piece(self.index, text, entries)
-                if stop.stopped:
-                    self.finish_reason = "stop"
+                yield from self.accept(token, self._logits)
+                if self.finish_reason is not None:
                     break
         finally:
             tokens.close()
-        if not stop.stopped:  # the end: a character still held by the streamer, text held by the stop check
-            text = stop.push(streamer.flush())
-            text += stop.flush()
-            entries = _released(pending, base + stop.released) if stop.stopped else pending
-            if text or entries:
-                yield Piece(self.index, text, entries)
-        if self.finish_reason is None:
-            self.finish_reason = "stop" if stop.stopped else "length"
+        yield from self.closing()
+
+    def _keep(self, logits: torch.Tensor) -> None:
+        self._logits = logits[0]  # (V,)
+
+    def _entry(self, token: int, logits: torch.Tensor, offset: int) -> Entry:
+        lp = log_softmax(logits.float())  # (V,): the raw logits of the step that chose ``token``
+        chosen = float(lp[token])
+        k = self.job.request.logprobs
+        values, ids = lp.topk(k) if k else (torch.zeros(0), torch.zeros(0, dtype=torch.long))
+        text = token_text(self.job.service.tokenizer, token)
+        return Entry(text, chosen, top_dict(self.job.service, values, ids, token, chosen), offset)
 
 
 def _released(pending: list[Entry], end: int) -> list[Entry]:
@@ -252,18 +272,43 @@ def _released(pending: list[Entry], end: int) -> list[Entry]:
     return out
 
 
+def choice_generator(seed: int | None, index: int, device: torch.device) -> torch.Generator:
+    """Choice ``index``'s own random generator: ``seed`` for choice 0, a number made from (seed, index) for
+    the others, fresh when there is no seed. One per choice, so a choice draws the same tokens whether the
+    choices run one after another or side by side in a batch, whatever runs beside them."""
+    generator = torch.Generator(device=device)
+    if seed is None:
+        generator.seed()  # fresh, nondeterministic
+    else:
+        generator.manual_seed(seed if index == 0 else hash((seed, index)) & (2**63 - 1))
+    return generator
+
+
 class CompletionJob:
-    """One /v1/completions request: its prompts, its choices and one random generator for all of them."""
+    """One /v1/completions request: its prompts, its choices (each with its own random generator) and the
+    times the metrics report (arrival, start, first token, end)."""
 
     def __init__(self, service: Service, request: CompletionRequest, prompts: list[Prompt]) -> None:
         self.service, self.request, self.prompts = service, request, prompts
+        self.id = "-"  # the response's id, once the app has made it (the log line names the request by it)
         self.cancelled = threading.Event()
-        self.generator = torch.Generator(device=service.device)
-        if request.seed is None:
-            self.generator.seed()  # fresh, nondeterministic
-        else:
-            self.generator.manual_seed(request.seed)
-        self.choices = [Choice(self, p, i * request.n + j) for i, p in enumerate(prompts) for j in range(request.n)]
+        n = request.n
+        self.choices = [
+            Choice(self, p, i * n + j, choice_generator(request.seed, i * n + j, service.device))
+            for i, p in enumerate(prompts)
+            for j in range(n)
+        ]
+        self.arrived = time.perf_counter()
+        self.started: float | None = None  # when it got a slot (the gate, or a row of the batch)
+        self.first_token: float | None = None
+        self.last_token: float | None = None
+
+    def token_made(self) -> None:
+        self.service.metrics.token()
+        now = time.perf_counter()
+        if self.first_token is None:
+            self.first_token = now
+        self.last_token = now
 
     def pieces(self) -> Iterator[Piece]:
         """Every choice's pieces, choice after choice (nothing more once :meth:`cancel` was called)."""
@@ -283,9 +328,13 @@ class CompletionJob:
 
     def run(self) -> list[dict]:
         """Run every choice to its end; the choices in OpenAI's shape."""
+        return self.assemble(self.pieces())
+
+    def assemble(self, pieces: Iterable[Piece]) -> list[dict]:
+        """The choices in OpenAI's shape from their pieces, in whatever order the pieces came."""
         texts: dict[int, list[str]] = {c.index: [] for c in self.choices}
         entries: dict[int, list[Entry]] = {c.index: [] for c in self.choices}
-        for piece in self.pieces():
+        for piece in pieces:
             texts[piece.index].append(piece.text)
             entries[piece.index] += piece.entries
         return [

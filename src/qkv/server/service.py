@@ -37,7 +37,9 @@ from qkv.model_dir import ModelBundle
 from qkv.models.family import LANGUAGE_MODEL, TRANSLATOR, Family, family_of
 from qkv.server.completion import CompletionJob, check_request, read_prompts
 from qkv.server.errors import ServiceError
+from qkv.server.metrics import Metrics
 from qkv.server.notes import add_note
+from qkv.server.pool import make_scheduler
 from qkv.server.schemas import (
     AttentionRequest,
     AttentionResponse,
@@ -99,11 +101,17 @@ class Limits:
     max_n: int = 8  # completions per prompt (n)
     max_logprobs: int = 5  # top alternatives per token (logprobs), as OpenAI
     max_request_bytes: int = 1_048_576  # a larger body gets 413 before it is read
+    max_batch: int = 16  # rows of the batched scheduler's KV cache pool (sequences decoded together)
+    kv_tokens: int = 0  # the pool's bound in cache positions (0: none beyond max_batch)
+    kv_memory_mb: float = 0.0  # the pool's bound in MiB (0: none beyond max_batch)
 
     def __post_init__(self) -> None:
-        for name in ("max_prompt_tokens", "max_tokens", "max_concurrent", "max_n", "max_request_bytes"):
+        for name in ("max_prompt_tokens", "max_tokens", "max_concurrent", "max_n", "max_request_bytes", "max_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("kv_tokens", "kv_memory_mb"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0 (0: no bound), got {getattr(self, name)}")
         if self.max_logprobs < 0:
             raise ValueError(f"max_logprobs must be >= 0, got {self.max_logprobs}")
         if not self.queue_timeout >= 0:
@@ -118,10 +126,11 @@ class Gate:
 
     def __init__(self, slots: int, timeout: float, what: str) -> None:
         self.slots, self.timeout, self.what = slots, timeout, what
-        self.active = 0
+        self.active = self.waiting = 0
         self._semaphore = asyncio.Semaphore(slots)
 
     async def enter(self) -> None:
+        self.waiting += 1
         try:
             async with asyncio.timeout(self.timeout):
                 await self._semaphore.acquire()
@@ -134,6 +143,8 @@ class Gate:
                 code="server_busy",
                 headers={"Retry-After": "1"},
             ) from None
+        finally:
+            self.waiting -= 1
         self.active += 1
 
     def leave(self) -> None:
@@ -144,7 +155,15 @@ class Gate:
 class Service:
     """A loaded model and the limits it is served under."""
 
-    def __init__(self, bundle: ModelBundle, limits: Limits | None = None, *, name: str | None = None) -> None:
+    def __init__(
+        self,
+        bundle: ModelBundle,
+        limits: Limits | None = None,
+        *,
+        name: str | None = None,
+        scheduler: str = "batched",
+        engine: str = "auto",
+    ) -> None:
         self.bundle = bundle
         self.model = bundle.model.eval()
         self.config = bundle.config
@@ -165,6 +184,9 @@ class Service:
         # One forward pass each (next-token, attention): their own gate, so the playground's chart keeps
         # updating while a generation streams.
         self.analyses = Gate(self.limits.max_concurrent, self.limits.queue_timeout, "analyses")
+        self.engine = engine
+        self.metrics = Metrics()
+        self.scheduler = make_scheduler(self, scheduler, engine) if "/v1/completions" not in self.refused else None
 
     # -------------------------------------------------------------------------------- what it serves
 
@@ -240,7 +262,11 @@ class Service:
     def completion(self, request: CompletionRequest) -> CompletionJob:
         """Check a completion request and prepare its generation (nothing runs until it is iterated)."""
         check_request(self, request)
-        return CompletionJob(self, request, read_prompts(self, request))
+        prompts = read_prompts(self, request)
+        if request.echo and request.logprobs is not None:  # the prompt's logprobs: here, not in the decoding loop
+            for prompt in prompts:
+                prompt.entries(self, request.logprobs)
+        return CompletionJob(self, request, prompts)
 
     # ---------------------------------------------------------------------------------- model work
 

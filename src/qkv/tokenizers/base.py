@@ -7,10 +7,9 @@ id picks one row of the embedding matrix W_E. A tokenizer is exactly that map, i
     text ─▶ tokens ("The", " quick", ...) ─▶ ids (464, 2068, ...) ─▶ rows of W_E
     ids  ─▶ text                                            (decode, after the model has predicted ids)
 
-Four special tokens have fixed roles: ``<pad>`` fills batches to equal length, ``<bos>`` marks the start
-of a sequence (the decoder's start token in the encoder-decoder study notes), ``<eos>`` marks its end, and ``<unk>``
-stands for
-anything the vocabulary cannot express. qkv's own tokenizers give them ids 0, 1, 2, 3.
+Four special tokens have fixed roles: ``<pad>`` fills batches to equal length, ``<bos>`` marks the start of a
+sequence (the decoder's start token in the encoder-decoder study notes), ``<eos>`` marks its end, and ``<unk>``
+stands for anything the vocabulary cannot express. qkv's own tokenizers give them ids 0, 1, 2, 3.
 
 Every tokenizer saves itself as one JSON file, ``{"kind": ..., "format_version": 1, ...}``, and
 :func:`load_tokenizer` reads any of them back.
@@ -20,6 +19,7 @@ from __future__ import annotations
 
 import operator
 import os
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -358,15 +358,45 @@ def count_unknown(tokenizer: Tokenizer, text: str, ids: list[int] | None = None)
     return (0 if unk is None else sum(i == unk for i in ids)), len(ids)
 
 
-def unknown_note(tokenizer: Tokenizer, text: str, what: str = "the text", ids: list[int] | None = None) -> str | None:
+def unknown_note(
+    tokenizer: Tokenizer, text: str, what: str = "the text", ids: list[int] | None = None, *, readable: bool = False
+) -> str | None:
     """One line for the user when ``text`` has tokens the tokenizer does not know (else None): the model sees
-    <unk> in their place, so a score or a continuation says nothing about them. ``ids``: as for
-    :func:`count_unknown`."""
+    <unk> in their place, so a score or a continuation says nothing about them. It names the first unknown
+    pieces: as written with ``readable`` (a terminal), else escaped to ASCII ('\\u2603'), which an HTTP header
+    can carry. ``ids``: as for :func:`count_unknown`."""
     unknown, total = count_unknown(tokenizer, text, ids)
     if not unknown:
         return None
     every = "all" if unknown == total else f"{unknown} of"
+    pieces = unknown_pieces(tokenizer, text, _NAMED + 1)
+    more = ", ..." if len(pieces) > _NAMED else ""
+    show = repr if readable else ascii
+    named = f" ({', '.join(show(p) for p in pieces[:_NAMED])}{more})" if pieces else ""
     return (
-        f"note: {every} {total} tokens of {what} became <unk> (not in the tokenizer's vocabulary, learnt from the "
-        "training data): the model sees <unk> in their place"
+        f"note: {every} {total} tokens of {what} became <unk>{named}, not in the tokenizer's vocabulary (learnt "
+        "from the training data): the model sees <unk> in their place"
     )
+
+
+_NAMED = 5  # unknown pieces a note names at most
+_PIECES = re.compile(r"\w+|[^\w\s]|\s")  # words, punctuation marks and single spaces: the word tokenizer's split
+
+
+def unknown_pieces(tokenizer: Tokenizer, text: str, limit: int = _NAMED) -> list[str]:
+    """The first ``limit`` distinct pieces of ``text`` that become <unk>: characters for a tokenizer with a token
+    per character, else words or punctuation marks (each distinct piece encoded once)."""
+    unk, found = tokenizer.unk_id, []
+    if unk is None:
+        return found
+    for piece in dict.fromkeys(_PIECES.findall(text)):
+        ids = tokenizer.encode(piece)
+        if unk not in ids:
+            continue
+        chars = len(ids) == len(piece)  # one token per character: name the characters
+        for p in [c for c, i in zip(piece, ids, strict=True) if i == unk] if chars else [piece]:
+            if p not in found:
+                found.append(p)
+            if len(found) == limit:
+                return found
+    return found

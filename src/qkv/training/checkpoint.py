@@ -175,6 +175,12 @@ def _restore_rng(rng: dict[str, Any], generators: dict[str, torch.Generator], wh
 # ------------------------------------------------------------------------------------------ save / load
 
 
+def all_finite(model: nn.Module) -> bool:
+    """Whether every parameter of ``model`` is finite (one host sync): a checkpoint is saved only then."""
+    flags = [torch.isfinite(p).all() for p in model.parameters()]
+    return bool(torch.stack(flags).all()) if flags else True
+
+
 def save_training_checkpoint(
     run_dir: str | Path,
     *,
@@ -190,11 +196,11 @@ def save_training_checkpoint(
 ) -> Path:
     """Save everything needed to resume at ``step`` under RUN_DIR/checkpoints; return the step folder.
 
-    ``trainer_state`` is the trainer's own dict of JSON data and tensors (tensors go to the safetensors
-    file); ``generators`` are named torch.Generators (e.g.
-    the batch sampler's); ``scaler`` is a torch.amp.GradScaler or None. The newest ``keep`` step folders
-    are kept (None keeps all). ``model_state`` and ``optimizer_state`` replace the model's and the
-    optimizer's own state dicts (the whole tensors gathered from a sharded model: the file is the same).
+    ``trainer_state`` is the trainer's own dict of JSON data and tensors (tensors go to the safetensors file);
+    ``generators`` are named torch.Generators (e.g. the batch sampler's); ``scaler`` is a torch.amp.GradScaler
+    or None. The newest ``keep`` step folders are kept (None keeps all). ``model_state`` and ``optimizer_state``
+    replace the model's and the optimizer's own state dicts (the whole tensors gathered from a sharded model:
+    the file is the same).
     """
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise QkvError(f"step={step!r} must be a whole number >= 0")

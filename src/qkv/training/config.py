@@ -45,6 +45,8 @@ WARMUP_STEPS = 100
 """The default warmup; a run of fewer steps gets a tenth of its steps instead (:func:`scaled_warmup`)."""
 
 _AS_FLAGS: ContextVar[bool] = ContextVar("qkv_settings_as_flags", default=False)
+FLAG_NAMES = {"out_dir": "--out", "max_tokens": "--batch-tokens"}
+"""Settings whose `qkv train` flag is not the field's name with dashes (the old spellings remain aliases)."""
 _UNSET = object()
 
 
@@ -63,7 +65,7 @@ def setting(name: str, value: Any = _UNSET, *, bad: bool = False) -> str:
     ``warmup_steps=500`` from Python. ``bad``: the value is the user's, quoted when it is a string."""
     if not _AS_FLAGS.get():
         return name if value is _UNSET else f"{name}={value!r}"
-    flag = "--" + name.replace("_", "-")
+    flag = FLAG_NAMES.get(name) or "--" + name.replace("_", "-")
     return flag if value is _UNSET else f"{flag} {value!r}" if bad else f"{flag} {value}"
 
 
@@ -125,7 +127,7 @@ class TrainConfig:
     seed: int = 1337
     device: str = "auto"
     precision: str = "auto"
-    threads: int | None = None  # CPU threads for torch; default: all cores
+    threads: int | None = None  # CPU threads for torch; default: the cores other processes leave idle
     compile: str = "auto"  # torch.compile the model: auto (on for CUDA, off elsewhere), on or off
     strategy: str = "ddp"  # under torchrun: ddp (a whole copy per process) or fsdp (each process holds a shard)
 

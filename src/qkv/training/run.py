@@ -45,7 +45,7 @@ def new_run_dir(out_dir: str | None, task: str) -> Path:
     if (path / RUN_CONFIG_FILE).exists() or (path / "checkpoints").exists():
         raise QkvError(
             f"{path} already holds a training run: continue it with `qkv train --resume {path}`, "
-            "or choose another --out-dir"
+            "or choose another --out"
         )
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -61,7 +61,7 @@ def load_run_config(run_dir: str | Path) -> tuple[TrainConfig, dict[str, Any]]:
     """The training settings and data fingerprint a run was started with."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise QkvError(f"run directory {run_dir} does not exist: give the --out-dir of an earlier `qkv train`")
+        raise QkvError(f"run directory {run_dir} does not exist: give the --out of an earlier `qkv train`")
     if (run_dir / QUANTIZATION_FILE).is_file():
         raise QkvError(
             f"{run_dir} holds int8 weights written by `qkv quantize`, which cannot be trained: resume the run "

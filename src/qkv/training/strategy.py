@@ -38,7 +38,7 @@ from qkv.training.distributed import DistInfo
 
 
 def use_compile(setting: str, device: torch.device) -> bool:
-    """``on``, ``off``, or ``auto``: on for CUDA only (on the 2-core CPU it made training slower)."""
+    """``on``, ``off``, or ``auto``: on for CUDA only (on a CPU it made training slower: docs/training.md)."""
     return setting == "on" or (setting == "auto" and device.type == "cuda")
 
 

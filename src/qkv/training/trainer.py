@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from qkv.errors import QkvError
 from qkv.models.eval_mode import eval_mode
-from qkv.training.checkpoint import latest_checkpoint, load_training_checkpoint, save_training_checkpoint
+from qkv.training.checkpoint import all_finite, latest_checkpoint, load_training_checkpoint, save_training_checkpoint
 from qkv.training.config import TrainConfig
 from qkv.training.device import Precision
 from qkv.training.distributed import DistInfo, any_rank, mean_over_ranks
@@ -107,6 +107,7 @@ class TrainResult:
     tokens: int = 0  # training tokens processed over the whole run (all processes)
     train_seconds: float = 0.0  # time in training steps, without evaluations and checkpoints
     compile_seconds: float = 0.0  # with torch.compile: the first step of this session (mostly compiling)
+    metric: str = ""  # what ``best`` measures: the task's metric, e.g. "val_loss", "bleu" or "exact_match"
 
 
 class Trainer:
@@ -207,6 +208,11 @@ class Trainer:
                 f"the trainer state of {latest_checkpoint(self.run_dir)} is damaged (unknown fields "
                 f"{sorted(set(state) - known)}): remove that checkpoint folder to resume from the one before"
             )
+        if any_rank(not all_finite(self.model), self.dist, self.device):  # saved by a qkv that did not check
+            raise QkvError(
+                f"the checkpoint {latest_checkpoint(self.run_dir)} holds NaN or infinite weights (saved after training "
+                "diverged): remove that folder to resume from the one before, or start again with a lower --lr"
+            )
         self.state = TrainState(**state)
         self.metrics.truncate_after(self.state.step)
 
@@ -214,6 +220,8 @@ class Trainer:
         """Save a resumable checkpoint of the current step (once per step; every process gathers, rank 0 writes)."""
         if self._saved_step == self.state.step:
             return latest_checkpoint(self.run_dir) if self.dist.is_main else None
+        if any_rank(not all_finite(self.model), self.dist, self.device):  # never a checkpoint that cannot resume
+            raise self._diverged(f"the weights became NaN or infinite by step {self.state.step}")
         self._saved_step = self.state.step
         model_state = full_model_state(self.model)  # whole tensors of a sharded model (collective), else None
         optimizer_state = full_optimizer_state(self.optimizer)
@@ -281,12 +289,13 @@ class Trainer:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
-    def _diverged(self, value: float, lr: float, step: int) -> TrainingDiverged:
+    def _diverged(self, what: str, lr: float | None = None) -> TrainingDiverged:
+        """Checkpoints are saved only with finite weights, so the latest one is a good one."""
         kept = latest_checkpoint(self.run_dir)
         where = f"the last good checkpoint {kept} is kept" if kept else "no checkpoint had been saved yet"
+        rate = "" if lr is None else f" (learning rate {lr:.3g})"
         return TrainingDiverged(
-            f"the training loss became {value} at step {step} (learning rate {lr:.3g}); "
-            f"training stopped and {where}: lower --lr or keep --grad-clip on, then resume or restart"
+            f"{what}{rate}; training stopped and {where}: lower --lr or keep --grad-clip on, then resume or restart"
         )
 
     def _read_losses(self, window: LossWindow) -> float | None:
@@ -295,7 +304,7 @@ class Trainer:
         last, bad = window.read()
         if any_rank(bad is not None, self.dist, self.device):
             step, value, lr = bad or (self.state.step, float("nan"), 0.0)  # another process diverged
-            raise self._diverged(value, lr, step)
+            raise self._diverged(f"the training loss became {value} at step {step}", lr)
         return last
 
     def _keep_window(self, window: LossWindow) -> None:
@@ -415,6 +424,7 @@ class Trainer:
             tokens=self.state.tokens,
             train_seconds=self.state.elapsed,
             compile_seconds=self.compile_seconds,
+            metric=self.task.metric,
         )
 
 

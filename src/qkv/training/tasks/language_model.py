@@ -28,7 +28,7 @@ from qkv.errors import QkvError
 from qkv.model_dir import CONFIG_FILE, TOKENIZER_FILE
 from qkv.models import GPTConfig, make_config
 from qkv.models.config import BaseConfig
-from qkv.models.family import build_model
+from qkv.models.family import LANGUAGE_MODEL, build_model, family_of
 from qkv.models.memory import check_fits
 from qkv.tokenizers import Tokenizer, load_tokenizer
 from qkv.training.config import TASK_ARCHS, TrainConfig, check_arch
@@ -117,9 +117,9 @@ def prepare_language_model(
         model_config = BaseConfig.load(resume_dir / CONFIG_FILE)
     else:
         model_config = make_config(config.preset, vocab_size=tokenizer.vocab_size, **config.model)
-    if not isinstance(model_config, GPTConfig):
+    if family_of(model_config).role != LANGUAGE_MODEL:
         raise QkvError(
-            f"preset {config.preset!r} is a {model_config.kind} model, not a language model: "
+            f"preset {config.preset!r} is {family_of(model_config).title}, not a language model: "
             f"choose a preset of a {' or '.join(TASK_ARCHS['lm'])} model (see `qkv train --help`)"
         )
     batches = TokenBatches(

@@ -3,11 +3,10 @@
 The encoder-decoder is the paper's Transformer, or (``--arch rnnsearch``) RNNSearch, the recurrent model
 with additive attention that came before it: same data, tokenizers, batches, loss and evaluation.
 
-Teacher forcing (the notes on Attention Is All You Need, "inference vs training"): the decoder is fed the true target
-shifted right
-after ``<bos>`` and learns to predict each next target token, all positions at once (the causal mask
-keeps position t from seeing t+1). Label smoothing (the paper, section 5.4) moves a little probability
-mass (0.1) from the correct token to all others, which hurts perplexity but helps BLEU. Validation
+Teacher forcing (the notes on Attention Is All You Need, "inference vs training"): the decoder is fed the true
+target shifted right after ``<bos>`` and learns to predict each next target token, all positions at once (the
+causal mask keeps position t from seeing t+1). Label smoothing (the paper, section 5.4) moves a little
+probability mass (0.1) from the correct token to all others, which hurts perplexity but helps BLEU. Validation
 reports the loss, and decodes held-out sentences to score them with sacrebleu's BLEU and chrF (and the
 exact-match rate, the natural measure for the built-in dates task).
 
@@ -38,8 +37,8 @@ from qkv.decoding.translator import corpus_scores
 from qkv.errors import QkvError
 from qkv.model_dir import CONFIG_FILE, TARGET_TOKENIZER_FILE, TOKENIZER_FILE
 from qkv.models import make_config
-from qkv.models.config import TRANSLATORS, ModelConfig, RNNSearchConfig
-from qkv.models.family import build_model
+from qkv.models.config import ModelConfig, RNNSearchConfig
+from qkv.models.family import TRANSLATOR, build_model, family_of
 from qkv.models.memory import check_fits
 from qkv.tokenizers import Tokenizer, load_tokenizer, train_tokenizer
 from qkv.training.config import TrainConfig, check_arch
@@ -217,9 +216,9 @@ def prepare_translator(
             share_embeddings=target_tok is None,
             **overrides,
         )
-    if model_config.kind not in TRANSLATORS:
+    if family_of(model_config).role != TRANSLATOR:
         raise QkvError(
-            f"preset {config.preset!r} is a {model_config.kind} model, not an encoder-decoder: "
+            f"preset {config.preset!r} is {family_of(model_config).title}, not an encoder-decoder: "
             "choose a transformer-* or rnnsearch-* preset for --task translate"
         )
     sizes = dict(batch_size=None if config.max_tokens else config.batch_size, max_tokens=config.max_tokens)

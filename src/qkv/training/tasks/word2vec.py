@@ -35,6 +35,7 @@ from qkv.data.word2vec import (
 from qkv.errors import QkvError
 from qkv.model_dir import CONFIG_FILE, TOKENIZER_FILE
 from qkv.models.config import ModelConfig, Word2VecConfig
+from qkv.models.family import WORD_VECTORS, family_of
 from qkv.models.memory import check_fits
 from qkv.models.presets import make_config
 from qkv.models.word2vec import Word2Vec, Word2VecBatch
@@ -127,8 +128,8 @@ def word2vec_config(config: TrainConfig, vocab_size: int) -> Word2VecConfig:
         flags = ", ".join("--" + name.replace("_", "-") for name in other)
         raise QkvError(f"Word2Vec has one size setting, --d-model (--dim): drop {flags}")
     model_config = make_config(config.preset, vocab_size=vocab_size, **config.model)
-    if not isinstance(model_config, Word2VecConfig):
-        raise QkvError(f"preset {config.preset!r} is a {model_config.kind} model: use --preset word2vec")
+    if family_of(model_config).role != WORD_VECTORS:
+        raise QkvError(f"preset {config.preset!r} is {family_of(model_config).title}: use --preset word2vec")
     return model_config
 
 
@@ -185,9 +186,9 @@ def prepare_word2vec(
     set ``config.steps`` to that many passes over the corpus."""
     if resume_dir is not None:
         model_config = ModelConfig.load(resume_dir / CONFIG_FILE)
-        if not isinstance(model_config, Word2VecConfig):
+        if family_of(model_config).role != WORD_VECTORS:
             raise QkvError(
-                f"{resume_dir} holds a {model_config.kind} model, not Word2Vec: resume it with its own --task"
+                f"{resume_dir} holds {family_of(model_config).title}, not Word2Vec: resume it with its own --task"
             )
     run_tokenizer = load_tokenizer(resume_dir / TOKENIZER_FILE) if resume_dir is not None else None
     words = prepared_words if is_prepared(config.data) else text_words

@@ -14,6 +14,7 @@ import argparse
 import json
 
 from qkv.cli.common import add_device_arguments, add_model_argument, model_path, note_unknown, use_device
+from qkv.cli.options import add_alias, add_picture_out, add_target_argument, add_top_argument, picture_path
 from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.models.family import family_of
@@ -25,8 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
     add_device_arguments(parser)
     parser.add_argument("text", help="the prompt (a translator's source sentence)")
-    parser.add_argument("--target", default="", help="a translator's target prefix (default: none, just <bos>)")
-    parser.add_argument("--top", type=int, default=10, help="how many tokens to show (default 10)")
+    add_target_argument(parser, what="a translator's target prefix (default: none, just <bos>)", default="")
+    add_top_argument(parser, default=10, what="how many tokens to show")
     parser.add_argument(
         "--temperatures", type=float, nargs="+", default=[0.5, 1.0, 2.0],
         help="temperatures T (default 0.5 1 2; 0 is greedy)",
@@ -35,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--top-p", type=float, help="keep the fewest likeliest tokens whose probabilities reach p (default: all)"
     )
-    parser.add_argument("--plot", default="next-token.png", help="the bar chart to write (default next-token.png)")
+    add_picture_out(parser, "next-token.png", "the bar chart to write")
+    add_alias(parser, "--plot", of="--out", dest="out")
     parser.add_argument("--no-plot", action="store_true", help="do not draw the bar chart")
     parser.add_argument("--digits", type=int, default=4, help="decimals shown (default 4)")
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
@@ -65,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_plot:
         context = "".join(result.context_tokens)
         title = f"P(next token | {context[-40:]!r}) = softmax(logits / T)"
-        picture = draw_next_token(result.top_tokens, result.top_probabilities, result.temperatures, args.plot,
-                                  title=title)  # fmt: skip
+        out = picture_path(args.out, args.run_dir, "next-token.png")
+        picture = draw_next_token(result.top_tokens, result.top_probabilities, result.temperatures, out, title=title)
     if args.json:
         data = result.to_dict()
         data["plot"] = str(picture.path) if picture else None
