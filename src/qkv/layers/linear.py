@@ -8,12 +8,21 @@ into one block per thread, every core reads at once (the measurements behind thi
 docs/generation.md, "Matrix-vector products on the CPU").
 
 :func:`linear` takes the batched path on the CPU, without gradients, for at most :data:`FEW_ROWS` input
-vectors and a matrix of at least :data:`LARGE_MATRIX` weights. Each output is the same dot product either
-way; only the rounding of the sum may differ. ``bench/pretrained.py`` measures the effect on whole-model
-generation against Hugging Face ``transformers``.
+vectors and a matrix of at least :data:`LARGE_MATRIX` weights. Inside :func:`onednn_rows` (the decoding
+engine's steps), 2 to :data:`FEW_ROWS` float32 vectors (a decoding batch) go to oneDNN's linear on the plain
+matrix instead (``torch.ops.mkldnn._linear_pointwise``), which blocks the product for a few rows better
+than MKL's GEMM or the batched path (measured in docs/generation.md).
+Each output is the same dot product either way; only the rounding of the sum may differ.
+``bench/pretrained.py`` measures the effect on whole-model generation against Hugging Face ``transformers``
+and CTranslate2.
 """
 
 from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +48,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         or not weight.is_contiguous()
     ):
         return F.linear(x, weight, bias)
+    if rows > 1 and getattr(_state, "onednn", False) and x.dtype == weight.dtype == torch.float32 and _onednn_linear():
+        out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, n_in), weight, bias, "none", [], "")
+        return out.view(*x.shape[:-1], n_out)  # (rows, n_out) -> (..., n_out)
     per_block = n_out // blocks
     split = blocks * per_block  # rows of W in the blocks; the n_out % blocks left over go through one mm
     x2 = x.reshape(rows, n_in)
@@ -63,6 +75,27 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     else:
         torch.addmm(bias[split:], x2, tail, out=rest)
     return out.view(*x.shape[:-1], n_out)
+
+
+_state = threading.local()  # .onednn: inside onednn_rows() on this thread
+_state.onednn = False
+
+
+@contextlib.contextmanager
+def onednn_rows() -> Iterator[None]:
+    """Within this block (on this thread), :func:`linear` multiplies 2 to FEW_ROWS vectors with oneDNN."""
+    before = getattr(_state, "onednn", False)
+    _state.onednn = True
+    try:
+        yield
+    finally:
+        _state.onednn = before
+
+
+@functools.cache
+def _onednn_linear() -> bool:
+    """Whether torch has oneDNN's CPU linear (``torch.ops.mkldnn._linear_pointwise``)."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
 def _blocks_product(stacked: Tensor, vectors: Tensor, bias: Tensor | None, out: Tensor | None = None) -> Tensor:

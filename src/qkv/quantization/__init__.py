@@ -26,6 +26,7 @@ from qkv.quantization.model import (
     is_quantized,
     quantization_scheme,
     quantize_model,
+    set_activations,
     weight_bytes,
 )
 
@@ -44,5 +45,6 @@ __all__ = [
     "quantization_info",
     "quantization_scheme",
     "quantize_model",
+    "set_activations",
     "weight_bytes",
 ]

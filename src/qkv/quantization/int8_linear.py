@@ -26,6 +26,11 @@ streams Q once per block, so for many rows (a prompt, a batch of sentences) it l
 rows on, bench/int8_linear.py measures): beyond :data:`KERNEL_ROWS` rows, and on every other device (CUDA
 included), Q is widened to the activations' dtype in slices of output rows and multiplied with ``F.linear``:
 the same arithmetic, with bounded temporary memory.
+
+**Int8 activations.** A layer whose ``activations`` is ``"int8"`` quantizes x too, one vector at a time, and
+multiplies with the CPU's int8 dot products (:mod:`qkv.quantization.dynamic`): faster at every row count, at
+the price of x's rounding error and a packed copy of Q. The default, ``"float"``, is the weight-only product
+above. The fused rule for :func:`~qkv.layers.fused.fuse_linears` stacks int8 layers with :meth:`Int8Linear.cat`.
 """
 
 from __future__ import annotations
@@ -36,7 +41,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from qkv.layers.fused import ConcatenatedProjections, fuse_linears
+from qkv.quantization import dynamic
+
 Q_MAX = 127  # symmetric int8: -127..127 (-128 is left out so that -Q is representable)
+ACTIVATIONS = ("float", "int8")  # weight-only, or x quantized per vector too (W8A8)
 KERNEL_ROWS = 16  # input vectors up to which the CPU int8 kernel beats widening Q and BLAS (bench/int8_linear.py)
 KERNEL_K_MULTIPLE = 16  # the kernel's vector loads read 16 weights (AVX-512) at a time, aligned
 DEQUANTIZE_SLICE = 1 << 22  # weights widened at a time on the dequantizing path (16 MB of float32)
@@ -120,9 +129,12 @@ class Int8Linear(nn.Module):
     moves to another device, and are never trained.
     """
 
+    activations = "float"  # or "int8": see the module docstring; set per layer (quantize_model's activations=)
+
     def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
+        self._packed: tuple[tuple, object] | None = None  # (the key of Q and s it was made from, fbgemm's copy)
         self.qweight = frozen(torch.zeros(out_features, in_features, dtype=torch.int8))
         self.weight_scale = frozen(torch.ones(out_features))
         self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
@@ -151,6 +163,7 @@ class Int8Linear(nn.Module):
         if len(widths) > 1 or len(biases) > 1:
             raise ValueError("stacked int8 layers need one input width and all or none with a bias")
         stacked = cls(first.in_features, sum(layer.out_features for layer in layers), bias=first.bias is not None)
+        stacked.activations = first.activations
         stacked.qweight.data = torch.cat([layer.qweight for layer in layers])
         stacked.weight_scale.data = torch.cat([layer.weight_scale for layer in layers])
         if first.bias is not None:
@@ -162,9 +175,38 @@ class Int8Linear(nn.Module):
         """The dequantized weight matrix s[:, None] * Q (N, K), a new tensor on every access."""
         return dequantize(self.qweight, self.weight_scale)
 
+    def packed(self) -> object | None:
+        """fbgemm's packed copy of Q for int8 activations, made on first use and again when Q or s change; None
+        where that path does not apply (another device, no fbgemm, inside torch.compile)."""
+        q, scale = self.qweight, self.weight_scale
+        if q.device.type != "cpu" or not dynamic.available() or torch.compiler.is_compiling():
+            return None
+        key = (q.data_ptr(), q._version, scale.data_ptr(), scale._version, scale.dtype)
+        if self._packed is None or self._packed[0] != key:
+            self._packed = (key, dynamic.pack(q, scale))
+        return self._packed[1]
+
     def forward(self, x: Tensor) -> Tensor:
+        if self.activations == "int8" and x.dtype == torch.float32 and (packed := self.packed()) is not None:
+            return dynamic.dynamic_int8_linear(x, packed, self.bias)
         ones = self.ones if self.ones.dtype == torch.bfloat16 else None  # model.to(dtype) converts buffers
         return int8_linear(x, self.qweight, self.weight_scale, self.bias, ones)  # (..., K) -> (..., N)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, int8"
+        activations = ", int8 activations" if self.activations == "int8" else ""
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+            f"int8{activations}"
+        )
+
+
+@fuse_linears.register
+def _fuse_int8(first: Int8Linear, *others: nn.Module) -> nn.Module:
+    """W_q, W_k, W_v (or W_g, W_1) as one stacked int8 layer: each row keeps its scale, so the same numbers."""
+    modules = (first, *others)
+    if all(type(m) is Int8Linear and m.activations == first.activations for m in modules):
+        try:
+            return Int8Linear.cat(modules)  # type: ignore[arg-type]
+        except ValueError:  # different input widths, or some without a bias
+            pass
+    return ConcatenatedProjections(modules)

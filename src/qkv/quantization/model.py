@@ -15,8 +15,10 @@ chosen to minimise its layer's output error on those inputs (GPTQ, :mod:`qkv.qua
 rounding to nearest: the same format, scales and speed, with less error (an unembedding tied to the
 embedding keeps nearest rounding, as its rows are also the input vectors).
 
-The scheme names are :data:`SCHEMES`; the quality and speed this buys are measured by ``bench/quantize.py``
-(docs/deploy.md).
+``activations="int8"`` (or :func:`set_activations` on a loaded int8 model) makes the layers quantize their
+inputs too, per vector, and use the CPU's int8 products (:mod:`qkv.quantization.dynamic`): the same saved
+weights, faster, with a little more error. The scheme names are :data:`SCHEMES`; the quality and speed this
+buys are measured by ``bench/quantize.py`` (docs/deploy.md).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from qkv.errors import QkvError
 from qkv.layers.embedding import Unembedding
 from qkv.quantization.gptq import gptq_round, input_hessians
 from qkv.quantization.int8_embedding import Int8TokenEmbedding
-from qkv.quantization.int8_linear import Int8Linear
+from qkv.quantization.int8_linear import ACTIVATIONS, Int8Linear
 
 SCHEMES = ("int8",)
 DESCRIPTIONS = {
@@ -95,8 +97,24 @@ def _quantize_module(model: nn.Module, name: str, *, empty: bool, hessian: torch
     return new
 
 
+def set_activations(model: nn.Module, activations: str) -> nn.Module:
+    """Make every int8 layer of ``model`` keep its inputs in float ("float", weight-only) or quantize them per
+    vector ("int8"); the weights are untouched. Returns the model."""
+    if activations not in ACTIVATIONS:
+        raise QkvError(f"activations={activations!r}: choose float (weight-only int8) or int8 (inputs quantized too)")
+    for module in model.modules():
+        if isinstance(module, Int8Linear):
+            module.activations = activations
+    model.__dict__.pop("_decode_engine", None)  # its stacked W_q/W_k/W_v copies were made in the old mode
+    return model
+
+
 def quantize_model(
-    model: nn.Module, scheme: str = "int8", *, calibration: Callable[[nn.Module], object] | None = None
+    model: nn.Module,
+    scheme: str = "int8",
+    *,
+    calibration: Callable[[nn.Module], object] | None = None,
+    activations: str = "float",
 ) -> nn.Module:
     """Quantize every linear layer and the unembedding of ``model`` in place (see the module docstring).
 
@@ -104,14 +122,17 @@ def quantize_model(
     must run its own forward on sample inputs; the rounding then minimises each layer's output error on them
     (:mod:`qkv.gptq`). Layers it never reaches are rounded to nearest. Returns the model, in eval mode: a
     quantized model is for inference, never trained. A model that is already quantized is returned as it is.
+    ``activations`` is passed to :func:`set_activations`.
     """
     check_scheme(scheme)
+    if activations not in ACTIVATIONS:
+        raise QkvError(f"activations={activations!r}: choose float (weight-only int8) or int8 (inputs quantized too)")
     names = _float_linears(model)
     hessians = input_hessians(model.eval(), names, calibration) if calibration is not None and names else {}
     with torch.no_grad():
         for name in names:
             _quantize_module(model, name, empty=False, hessian=hessians.pop(name, None))
-    return model.eval()
+    return set_activations(model, activations).eval()
 
 
 def is_quantized(model: nn.Module) -> bool:

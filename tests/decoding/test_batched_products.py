@@ -1,0 +1,63 @@
+"""The decoding engine's batched products: inside ``onednn_rows`` a few vectors go through oneDNN's linear, with
+F.linear's numbers; outside it nothing changes; and a batch decodes the same greedy tokens as the reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from qkv.decoding import generate
+from qkv.layers import linear as linear_module
+from qkv.layers.linear import linear, onednn_rows
+from qkv.models import GPT, GPTConfig
+
+needs_onednn = pytest.mark.skipif(not linear_module._onednn_linear(), reason="needs torch's oneDNN (CPU)")
+
+
+def spy_onednn(monkeypatch) -> list[tuple]:
+    calls: list[tuple] = []
+    original = torch.ops.mkldnn._linear_pointwise
+
+    def recording(x, *args):
+        calls.append(tuple(x.shape))
+        return original(x, *args)
+
+    monkeypatch.setattr(linear_module.torch.ops.mkldnn, "_linear_pointwise", recording)
+    return calls
+
+
+@needs_onednn
+@pytest.mark.parametrize("leading", [(2,), (8,), (2, 8), (16,)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_few_rows_inside_the_block_equal_f_linear(monkeypatch, leading, bias) -> None:
+    calls = spy_onednn(monkeypatch)
+    torch.manual_seed(0)
+    weight, b = torch.randn(1030, 256), torch.randn(1030) if bias else None
+    x = torch.randn(*leading, 256)
+    with torch.no_grad(), onednn_rows():
+        out = linear(x, weight, b)
+    assert calls == [(x.numel() // 256, 256)]
+    assert out.shape == (*leading, 1030)
+    torch.testing.assert_close(out, F.linear(x, weight, b), atol=1e-4, rtol=1e-5)
+
+
+@needs_onednn
+def test_one_row_many_rows_and_outside_the_block_keep_their_paths(monkeypatch) -> None:
+    calls = spy_onednn(monkeypatch)
+    weight = torch.randn(1024, 256)
+    with torch.no_grad():
+        linear(torch.randn(8, 256), weight)  # outside: the batched path as before
+        with onednn_rows():
+            linear(torch.randn(1, 256), weight)  # one vector: the batched path reads the matrix fastest
+            linear(torch.randn(17, 256), weight)  # beyond FEW_ROWS: BLAS
+            linear(torch.randn(8, 16), torch.randn(8, 16))  # a small matrix: BLAS
+    assert calls == []
+
+
+def test_batched_greedy_tokens_equal_the_models_own_forward() -> None:
+    torch.manual_seed(0)  # d_model 256: W_1 (1024, 256) is large enough for the batched products
+    model = GPT(GPTConfig(vocab_size=300, n_layers=2, d_model=256, n_heads=4, context_length=64)).eval()
+    prompt = torch.randint(0, 300, (6, 7))
+    fast = generate(model, prompt, max_new_tokens=12, temperature=0.0)
+    assert torch.equal(fast, generate(model, prompt, max_new_tokens=12, temperature=0.0, engine="model"))

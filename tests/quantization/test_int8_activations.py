@@ -1,0 +1,144 @@
+"""Int8 activations (W8A8): fbgemm's product equals the formula step by step, each row is independent of its
+batch, the error stays within the activations' rounding; and int8 layers fuse into one stacked layer."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from qkv.decoding import generate
+from qkv.decoding.engine import engine_for
+from qkv.layers.fused import ConcatenatedProjections, fuse_linears
+from qkv.models import GPT, GPTConfig
+from qkv.quantization import dynamic, quantize_model, set_activations
+from qkv.quantization.int8_linear import Int8Linear, dequantize
+
+needs_fbgemm = pytest.mark.skipif(not dynamic.available(), reason="needs torch's fbgemm (x86 CPU)")
+needs_vnni = pytest.mark.skipif(not dynamic.has_vnni(), reason="8-bit inputs need VNNI (else 7 bits)")
+
+
+def int8_layer(n_out: int = 96, n_in: int = 128, bias: bool = True, seed: int = 0) -> Int8Linear:
+    torch.manual_seed(seed)
+    weight = torch.randn(n_out, n_in) * 0.05 * torch.rand(n_out, 1)
+    return Int8Linear.from_float(weight, torch.randn(n_out) if bias else None)
+
+
+@needs_fbgemm
+@needs_vnni
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("leading", [(1,), (8,), (2, 33)])
+def test_product_is_the_formula_step_by_step(bias, leading) -> None:
+    layer = int8_layer(bias=bias)
+    layer.activations = "int8"
+    x = torch.randn(*leading, 128) * torch.rand(*leading, 1) * 4
+    with torch.no_grad():
+        out = layer(x)
+    expected = dynamic.reference(x, layer.qweight, layer.weight_scale, layer.bias)
+    assert out.shape == (*leading, 96) and out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)  # exact int32 sums, float32 scaling
+
+
+@needs_fbgemm
+def test_error_is_within_the_activations_rounding() -> None:
+    layer = int8_layer()
+    x = torch.randn(8, 128) * 3
+    layer.activations = "int8"
+    with torch.no_grad():
+        both = layer(x).double()
+    exact = F.linear(x.double(), dequantize(layer.qweight, layer.weight_scale.double()), layer.bias.double())
+    # |sum_j (x_rj - x~_rj) W_ij| <= max_j |x_rj - x~_rj| sum_j |W_ij| <= (a_r t / 2) sum_j |W_ij|
+    step = 2.0 / (255 if dynamic.has_vnni() else 127)
+    bound = x.abs().amax(-1, keepdim=True).double() * step / 2 * layer.weight.double().abs().sum(1) + 1e-5
+    assert bool(((both - exact).abs() <= bound).all())
+
+
+@needs_fbgemm
+def test_a_row_gives_the_same_numbers_alone_and_in_any_batch() -> None:
+    layer = int8_layer()
+    layer.activations = "int8"
+    x = torch.randn(8, 128)
+    x[5] *= 100  # a loud neighbour must not change the others' quantization
+    with torch.no_grad():
+        together = layer(x)
+        for i in (0, 3, 7):
+            assert torch.equal(layer(x[i : i + 1])[0], together[i])
+
+
+@needs_fbgemm
+def test_rows_of_zeros_give_the_bias() -> None:
+    layer = int8_layer()
+    layer.activations = "int8"
+    with torch.no_grad():
+        out = layer(torch.zeros(3, 128))
+    torch.testing.assert_close(out, layer.bias.detach().expand(3, 96), atol=1e-6, rtol=0)
+
+
+@needs_fbgemm
+def test_the_packed_copy_follows_changes_of_the_weights() -> None:
+    layer = int8_layer()
+    layer.activations = "int8"
+    x = torch.randn(2, 128)
+    with torch.no_grad():
+        before = layer(x)
+        layer.qweight.neg_()  # in place: the packed copy must be made again
+        after = layer(x)
+    torch.testing.assert_close(after - layer.bias, -(before - layer.bias), atol=1e-5, rtol=1e-5)
+    copied = copy.deepcopy(layer)
+    with torch.no_grad():
+        torch.testing.assert_close(copied(x), after)
+
+
+@pytest.mark.parametrize("activations", ["float", "int8"])
+def test_int8_projections_fuse_into_one_stacked_layer(activations) -> None:
+    parts = [int8_layer(n, seed=i) for i, n in enumerate((128, 32, 32))]
+    for part in parts:
+        part.activations = activations
+    fused = fuse_linears(*parts)
+    assert isinstance(fused, Int8Linear) and fused.qweight.shape == (192, 128)
+    assert fused.activations == activations
+    x = torch.randn(4, 128)
+    with torch.no_grad():  # each row keeps its scale; the per-vector input scale is the same for every part
+        torch.testing.assert_close(fused(x), torch.cat([p(x) for p in parts], dim=-1), atol=1e-5, rtol=1e-5)
+
+
+def test_int8_layers_that_cannot_stack_are_called_one_by_one() -> None:
+    mixed = [int8_layer(), int8_layer(bias=False)]
+    assert isinstance(fuse_linears(*mixed), ConcatenatedProjections)
+    modes = [int8_layer(), int8_layer()]
+    modes[1].activations = "int8"
+    assert isinstance(fuse_linears(*modes), ConcatenatedProjections)
+
+
+def test_the_engine_stacks_int8_query_key_value() -> None:
+    torch.manual_seed(0)
+    model = quantize_model(GPT(GPTConfig(vocab_size=64, n_layers=2, d_model=64, n_heads=4, context_length=32)))
+    assert all(isinstance(p, Int8Linear) for p in engine_for(model).projections)
+    prompt = torch.randint(0, 64, (3, 5))
+    fast = generate(model, prompt, max_new_tokens=8, temperature=0.0)
+    reference = generate(model, prompt, max_new_tokens=8, temperature=0.0, engine="model")
+    assert torch.equal(fast, reference)
+
+
+@needs_fbgemm
+def test_set_activations_reaches_every_layer_and_the_engine() -> None:
+    torch.manual_seed(0)
+    model = quantize_model(GPT(GPTConfig(vocab_size=64, n_layers=2, d_model=64, n_heads=4, context_length=32)))
+    float_projections = engine_for(model).projections
+    ids = torch.randint(0, 64, (2, 6))
+    with torch.no_grad():
+        before = model(ids)
+        set_activations(model, "int8")
+        after = model(ids)
+    layers = [m for m in model.modules() if isinstance(m, Int8Linear)]
+    assert layers and all(m.activations == "int8" for m in layers)
+    assert engine_for(model).projections is not float_projections
+    assert all(p.activations == "int8" for p in engine_for(model).projections)
+    assert not torch.equal(before, after) and float((after - before).norm() / before.norm()) < 0.05
+    prompt = torch.randint(0, 64, (3, 5))
+    fast = generate(model, prompt, max_new_tokens=8, temperature=0.0)
+    assert torch.equal(fast, generate(model, prompt, max_new_tokens=8, temperature=0.0, engine="model"))
+    with pytest.raises(Exception, match="activations"):
+        set_activations(model, "int4")
