@@ -15,6 +15,16 @@ from qkv.models import GPT, GPTConfig
 needs_onednn = pytest.mark.skipif(not linear_module._onednn_linear(), reason="needs torch's oneDNN (CPU)")
 
 
+@pytest.fixture(autouse=True)
+def _two_threads():
+    """The block path runs with 2 or more threads; an earlier test may have left torch at one (qkv's default
+    picks one thread per idle core), so set two here and restore the count after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
 def spy_onednn(monkeypatch) -> list[tuple]:
     calls: list[tuple] = []
     original = torch.ops.mkldnn._linear_pointwise
