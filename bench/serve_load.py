@@ -24,6 +24,7 @@ a warm-up (the KV cache pool is allocated at start, so idle includes it). Exits 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import socket
 import subprocess
@@ -51,6 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fault-requests", type=int, default=1000, help="requests of the disconnect run (1000)")
     parser.add_argument("--url", help="benchmark a server that is already running at this address")
     parser.add_argument("--quick", action="store_true", help="gpt-micro, 1/4/16 clients, 100 fault requests")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="the servers' --threads (all cores)")
     args = parser.parse_args(argv)
     if args.quick:
         args.presets, args.clients, args.fault_requests = ["gpt-micro"], [1, 4, 16], 100
@@ -90,7 +92,9 @@ def start_server(model: str, scheduler: str, args: argparse.Namespace) -> tuple[
     command = [sys.executable, "-m", "qkv", "serve", model, "--port", str(port), "--log-level", "warning",
                "--scheduler", scheduler, "--max-batch", str(args.max_batch), "--max-concurrent",
                str(args.max_concurrent), "--max-tokens", str(max(args.max_tokens, 1)), "--max-prompt-tokens", "64",
-               "--queue-timeout", "600"]  # fmt: skip
+               "--queue-timeout", "600", "--threads", str(args.threads)]  # fmt: skip
+    # --threads: without it each server counts the cores idle at its start, and the bench's own process (or
+    # the server before, still exiting) can make it pick one thread
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120

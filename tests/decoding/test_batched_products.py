@@ -1,5 +1,6 @@
-"""The decoding engine's batched products: inside ``onednn_rows`` a few vectors go through oneDNN's linear, with
-F.linear's numbers; outside it nothing changes; and a batch decodes the same greedy tokens as the reference."""
+"""The decoding engine's batched products: inside ``onednn_rows`` a few vectors go through oneDNN's linear on its
+packed copy of the weight, with F.linear's numbers; the copy follows the weight; outside it nothing changes;
+and a batch decodes the same greedy tokens as the reference."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def test_a_few_rows_inside_the_block_equal_f_linear(monkeypatch, leading, bias) 
     x = torch.randn(*leading, 256)
     with torch.no_grad(), onednn_rows():
         out = linear(x, weight, b)
-    assert calls == [(x.numel() // 256, 256)]
+    rows = x.numel() // 256
+    assert calls == [(4 if rows == 2 else rows, 256)]  # two rows go through as four
     assert out.shape == (*leading, 1030)
     torch.testing.assert_close(out, F.linear(x, weight, b), atol=1e-4, rtol=1e-5)
 
@@ -60,9 +62,30 @@ def test_one_row_many_rows_and_outside_the_block_keep_their_paths(monkeypatch) -
         linear(torch.randn(8, 256), weight)  # outside: the batched path as before
         with onednn_rows():
             linear(torch.randn(1, 256), weight)  # one vector: the batched path reads the matrix fastest
-            linear(torch.randn(17, 256), weight)  # beyond FEW_ROWS: BLAS
+            linear(torch.randn(257, 256), weight)  # beyond BATCH_ROWS: BLAS
             linear(torch.randn(8, 16), torch.randn(8, 16))  # a small matrix: BLAS
     assert calls == []
+
+
+@needs_onednn
+def test_the_packed_copy_is_made_once_and_again_after_an_in_place_change() -> None:
+    torch.manual_seed(0)
+    weight, x = torch.nn.Parameter(torch.randn(1024, 256)), torch.randn(4, 256)
+    with torch.no_grad(), onednn_rows():
+        first = linear_module.packed_weight(weight)
+        assert linear_module.packed_weight(weight) is first  # kept
+        torch.testing.assert_close(linear(x, weight), F.linear(x, weight), atol=1e-4, rtol=1e-5)
+        weight.mul_(-2.0)  # a training step: the next product must see the new numbers
+        torch.testing.assert_close(linear(x, weight), F.linear(x, weight), atol=1e-4, rtol=1e-5)
+        assert linear_module.packed_weight(weight) is not first
+    with torch.inference_mode():  # a weight made in inference mode has no version counter to follow
+        frozen = torch.randn(1024, 256)
+    with torch.no_grad(), onednn_rows():
+        torch.testing.assert_close(linear(x, frozen), F.linear(x, frozen), atol=1e-4, rtol=1e-5)
+    key = id(weight)
+    assert key in linear_module._packed
+    del weight
+    assert key not in linear_module._packed  # the copy goes with its weight
 
 
 def test_batched_greedy_tokens_equal_the_models_own_forward() -> None:

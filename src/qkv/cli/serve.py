@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from qkv.server import Limits, allowed_hosts, create_app
+        from qkv.server.model_thread import release_openmp_threads
     except ImportError as error:
         raise QkvError(
             f"qkv serve needs the server extra ({error.name} is missing): pip install -e '.[server]'"
@@ -130,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.host not in ("127.0.0.1", "localhost", "::1") or args.allow_host:
         print(f"qkv serve: answering requests for {', '.join(hosts)} (--allow-host adds names)", file=sys.stderr)
+    release_openmp_threads()  # this thread loaded the model and now only serves HTTP: one OpenMP master left
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=3)
     return 0
 

@@ -30,6 +30,7 @@ from qkv.decoding.decode_step import gpt_step
 from qkv.decoding.engine import engine_for
 from qkv.decoding.sampling import sample_next
 from qkv.layers.kv_cache import KVCache
+from qkv.layers.linear import onednn_rows
 from qkv.models.gpt import GPT
 
 
@@ -131,7 +132,8 @@ class Batcher:
         keys and values into cache row ``row``; the last position's logits (V,)."""
         cache = self._row_cache(row)
         ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        return self.model(ids, cache=cache, last_only=True)[0, -1]
+        with onednn_rows():  # a prompt's rows too: oneDNN's packed product (qkv.layers.linear)
+            return self.model(ids, cache=cache, last_only=True)[0, -1]
 
     def _row_cache(self, row: int) -> KVCache:
         cache = self.model.new_cache(self.max_len)
@@ -163,7 +165,8 @@ class Batcher:
         position = torch.tensor(positions, dtype=torch.long, device=self.device)  # (n,)
         kv = self.buffer[:, :n].unbind(0)  # (n, 2, h_kv, L, d_k) per layer: views of the first n rows
         try:
-            logits = gpt_step(self.model, self.engine.projections, ids, position, kv, max(positions) + 1)  # (n, V)
+            with onednn_rows():  # a few rows: oneDNN on its own layout of the weights (qkv.layers.linear)
+                logits = gpt_step(self.model, self.engine.projections, ids, position, kv, max(positions) + 1)
         except Exception as error:  # noqa: BLE001 - the step failed for everyone; the loop goes on
             for i in reversed(range(n)):
                 sequence = self.running[i]

@@ -290,7 +290,8 @@ class StaticSession(Session):
         static cache; returns the last position's logits (B, V)."""
         cache = self.buffers.cache
         cache.reset()
-        logits = self.engine.model(token_ids, cache=cache, last_only=True)[:, -1]
+        with onednn_rows():  # the prompt's rows through oneDNN's packed product too (up to BATCH_ROWS)
+            logits = self.engine.model(token_ids, cache=cache, last_only=True)[:, -1]
         self._move_to(token_ids.shape[1])
         return logits
 

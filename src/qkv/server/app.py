@@ -13,11 +13,11 @@
     GET  /                  the playground (static HTML, JS and CSS from qkv/server/static; no build, no CDN)
 
 Before any of it, :class:`~qkv.server.guard.RequestGuard` refuses foreign Host headers, non-JSON bodies and
-bodies over the size limit. Model work runs in worker threads (``run_in_threadpool``), so the event loop
-keeps serving while a model computes, and a stream sends each token's text as soon as it is made. A client
-that disconnects stops its generation, streamed or not, and frees its slot. Every error is a JSON body in
-OpenAI's shape (:mod:`qkv.server.errors`). Which endpoints a model offers is its family's answer
-(:data:`qkv.server.service.NEEDS`); the others are 404 with the family's one line.
+bodies over the size limit. Model work runs on one model thread (:mod:`qkv.server.model_thread`), tokenizing in
+worker threads, so the event loop keeps serving while a model computes, and a stream sends each token's text
+as soon as it is made. A client that disconnects stops its generation, streamed or not, and frees its slot.
+Every error is a JSON body in OpenAI's shape (:mod:`qkv.server.errors`). Which endpoints a model offers is its
+family's answer (:data:`qkv.server.service.NEEDS`); the others are 404 with the family's one line.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from qkv.model_dir import ModelBundle
 from qkv.server.completion import CompletionJob, check_request, choice_dict
 from qkv.server.errors import ServiceError, error_body
 from qkv.server.guard import RequestGuard, allowed_hosts
+from qkv.server.model_thread import ModelThread
 from qkv.server.notes import NoteHeader
 from qkv.server.scheduler import Run
 from qkv.server.schemas import (
@@ -111,11 +112,11 @@ def _sse(data: dict | str) -> str:
     return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
 
 
-async def _gated(gate: Gate, work: Callable, *args):
-    """Run ``work(*args)`` in a worker thread once ``gate`` lets it in."""
+async def _gated(gate: Gate, worker: ModelThread, work: Callable, *args):
+    """Run ``work(*args)`` on the model thread once ``gate`` lets it in."""
     await gate.enter()
     try:
-        return await run_in_threadpool(work, *args)
+        return await worker.run(work, *args)
     finally:
         gate.leave()
 
@@ -145,6 +146,7 @@ def create_app(
     service = Service(bundle, limits, name=name, scheduler=scheduler, engine=engine)
     app = FastAPI(title=f"qkv: {service.name}", description="The Transformer, served.", version="0.1.0")
     app.state.service = service
+    app.router.add_event_handler("shutdown", service.model_thread.stop)
     app.add_middleware(NoteHeader)
     app.add_middleware(
         RequestGuard, hosts=allowed_hosts() if hosts is None else hosts, max_bytes=service.limits.max_request_bytes
@@ -246,22 +248,26 @@ def create_app(
     @app.post("/v1/translations", response_model=TranslationResponse)
     async def translations(body: TranslationRequest) -> TranslationResponse:
         service.require("/v1/translations")
-        return await _gated(service.generations, service.translate, body)
+        if service.translations is None:  # --scheduler sequential
+            return await _gated(service.generations, service.model_thread, service.translate, body)
+        texts, source_tokens = await run_in_threadpool(service.check_translation, body)
+        outputs = await service.translations.translate(texts, body.beam)
+        return await run_in_threadpool(service.translation_response, outputs, source_tokens)
 
     @app.post("/v1/next-token", response_model=NextTokenResponse)
     async def next_token(body: NextTokenRequest) -> NextTokenResponse:
         service.require("/v1/next-token")
-        return await _gated(service.analyses, service.next_token, body)
+        return await _gated(service.analyses, service.model_thread, service.next_token, body)
 
     @app.post("/v1/attention", response_model=AttentionResponse)
     async def attention(body: AttentionRequest) -> AttentionResponse:
         service.require("/v1/attention")
-        return await _gated(service.analyses, service.attention, body)
+        return await _gated(service.analyses, service.model_thread, service.attention, body)
 
     @app.post("/v1/walkthrough")
     async def walkthrough(body: WalkthroughRequest) -> dict:
         service.require("/v1/walkthrough")
-        return await _gated(service.analyses, service.walkthrough, body)
+        return await _gated(service.analyses, service.model_thread, service.walkthrough, body)
 
     @app.post("/tokenize", response_model=TokenizeResponse, response_model_exclude_none=True)
     async def tokenize(body: TokenizeRequest) -> TokenizeResponse:

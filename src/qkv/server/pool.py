@@ -56,7 +56,7 @@ def make_scheduler(service: Service, name: str, engine: str):
         raise QkvError(f"--scheduler {name!r} is unknown: choose one of {', '.join(SCHEDULERS)}")
     mode = resolve_engine(service.model, engine)  # an unknown engine, or a graph engine off CUDA: its line
     if name == "sequential" or mode == "model" and engine == "auto":  # a model the fast step does not know
-        scheduler = SequentialScheduler(service.generations, service.metrics)
+        scheduler = SequentialScheduler(service.generations, service.metrics, service.model_thread)
     elif engine not in BATCHED_ENGINES:
         raise QkvError(
             f"--engine {engine} does not apply to the batched scheduler, whose batch changes shape at every step "
@@ -64,7 +64,7 @@ def make_scheduler(service: Service, name: str, engine: str):
         )
     else:
         slots, length = pool_shape(service)
-        scheduler = BatchScheduler(service, slots, length, service.metrics)
+        scheduler = BatchScheduler(service, slots, length, service.metrics, service.model_thread)
         pool = scheduler.batcher
         gauges = service.metrics.gauges
         gauges["qkv_kv_cache_slots"] = ("Rows of the KV cache pool (sequences it can hold).", lambda: pool.slots)

@@ -1,15 +1,15 @@
 """How completions share the model: one decoding loop for all of them (batched), or one at a time (sequential).
 
 ``--scheduler batched`` (the default) is continuous batching (:mod:`qkv.decoding.batcher`; Orca's
-iteration-level scheduling, as vLLM and TGI serve): one thread runs the decoding loop; every choice of every
+iteration-level scheduling, as vLLM and TGI serve): the model thread runs the decoding loop; every choice of every
 request is a row of its batch; at each step the rows of clients that went away leave, waiting rows join as
 cache rows free up (their prompt prefilled at once), and one batched forward makes the next token of every
 row. The tokens go to each request's own queue, read by its handler on the event loop, so a stream sends a
 token's text as soon as the step that made it ends. The pool of cache rows is the bound: a request that gets
 no row within ``--queue-timeout`` seconds is refused with 503, as the sequential gate refuses it.
 
-``--scheduler sequential`` is the path before it: each request generates alone in a worker thread
-(:func:`qkv.decoding.stream`, its own KV cache), at most ``--max-concurrent`` at once (:class:`Gate`).
+``--scheduler sequential`` is the path before it: each request generates alone (:func:`qkv.decoding.stream`,
+its own KV cache), on the model thread, at most ``--max-concurrent`` at once (:class:`Gate`).
 Both give the same tokens for the same request; the bench (bench/serve_load.py) runs the two side by side.
 
 Either way :meth:`Scheduler.start` returns a :class:`Run`: the request's pieces of text as an async
@@ -19,17 +19,15 @@ iterator, and :meth:`Run.close`, which stops it (a client gone), frees its slot 
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator
 
-from starlette.concurrency import run_in_threadpool
-
 from qkv.decoding.batcher import Batcher, Sequence
 from qkv.server.completion import Choice, CompletionJob, Piece
 from qkv.server.errors import ServiceError
-from qkv.server.metrics import LOG, Metrics
+from qkv.server.metrics import Metrics
+from qkv.server.model_thread import ModelThread
 
 SCHEDULERS = ("batched", "sequential")
 
@@ -73,15 +71,15 @@ class Run:
 
 
 class SequentialRun(Run):
-    def __init__(self, job: CompletionJob, metrics: Metrics, gate) -> None:
+    def __init__(self, job: CompletionJob, metrics: Metrics, gate, worker: ModelThread) -> None:
         super().__init__(job, metrics, "sequential")
-        self.gate = gate
+        self.gate, self.worker = gate, worker
 
     async def pieces(self) -> AsyncIterator[Piece]:
         pieces = self.job.pieces()
         try:
             while True:
-                piece = await run_in_threadpool(next, pieces, None)
+                piece = await self.worker.run(next, pieces, None)
                 if piece is None:
                     break
                 yield piece
@@ -96,8 +94,8 @@ class SequentialRun(Run):
                 pass
 
     async def collect(self) -> list[dict]:
-        try:  # one worker thread for the whole generation: no hop per piece
-            choices = await run_in_threadpool(self.job.run)
+        try:  # one job for the whole generation: no hop per piece
+            choices = await self.worker.run(self.job.run)
         except Exception:
             self.failed = True
             raise
@@ -109,17 +107,18 @@ class SequentialRun(Run):
 
 
 class SequentialScheduler:
-    """Each request alone in a worker thread, at most ``gate.slots`` at once."""
+    """Each request alone (its own KV cache) on the model thread, at most ``gate.slots`` at once: their
+    tokens interleave when they stream."""
 
     name = "sequential"
 
-    def __init__(self, gate, metrics: Metrics) -> None:
-        self.gate, self.metrics = gate, metrics
+    def __init__(self, gate, metrics: Metrics, worker: ModelThread) -> None:
+        self.gate, self.metrics, self.worker = gate, metrics, worker
 
     async def start(self, job: CompletionJob) -> Run:
         await self.gate.enter()
         job.started = time.perf_counter()
-        return SequentialRun(job, self.metrics, self.gate)
+        return SequentialRun(job, self.metrics, self.gate, self.worker)
 
     def running(self) -> int:
         return self.gate.active
@@ -204,20 +203,20 @@ class ChoiceRow(Sequence):
 
 
 class BatchScheduler:
-    """The decoding loop over a :class:`~qkv.decoding.batcher.Batcher` of ``slots`` rows, in its own thread."""
+    """The decoding loop over a :class:`~qkv.decoding.batcher.Batcher` of ``slots`` rows, run step by step
+    by the model thread (:mod:`qkv.server.model_thread`) between its other jobs."""
 
     name = "batched"
 
-    def __init__(self, service, slots: int, max_len: int, metrics: Metrics) -> None:
-        self.service, self.metrics = service, metrics
+    def __init__(self, service, slots: int, max_len: int, metrics: Metrics, worker: ModelThread) -> None:
+        self.service, self.metrics, self.worker = service, metrics, worker
         self.timeout = service.limits.queue_timeout
         self.batcher = Batcher(service.model, slots, max_len)
         self.waiting_rows: deque[ChoiceRow] = deque()
         self.steps = 0  # batched forwards so far
         self.passes = 0  # times the loop has admitted what it could
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._stopped = False
+        self._cond = worker.cond  # the model thread's lock guards the waiting rows too
+        worker.attach(self.has_work, self.run_once)
 
     async def start(self, job: CompletionJob) -> Run:
         """Queue the request's rows; return once its first row is in the batch, or 503 after the timeout."""
@@ -225,10 +224,7 @@ class BatchScheduler:
         rows = [ChoiceRow(run, choice) for choice in job.choices]
         with self._cond:
             self.waiting_rows.extend(rows)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="qkv-batch", daemon=True)
-                self._thread.start()
-            self._cond.notify()
+            self.worker.wake()
         with self._cond:
             seen = self.passes  # the loop must look at the queue at least once after this
         deadline = time.monotonic() + self.timeout
@@ -257,31 +253,27 @@ class BatchScheduler:
             headers={"Retry-After": "1"},
         )
 
-    def _loop(self) -> None:
-        """Admit, drop the cancelled, step; sleep when there is nothing to do."""
+    def has_work(self) -> bool:
+        """Rows waiting or running (asked by the model thread, with its lock held)."""
+        return bool(self.waiting_rows or self.batcher.running)
+
+    def run_once(self) -> None:
+        """Admit what fits, drop the cancelled, step (from the model thread)."""
         batcher = self.batcher
-        while True:
-            with self._cond:
-                while not self.waiting_rows and not batcher.running and not self._stopped:
-                    self._cond.wait()
-                if self._stopped:
-                    return
-                admitted = []
-                while self.waiting_rows and len(admitted) < batcher.free:
-                    row = self.waiting_rows.popleft()
-                    if row.cancelled():  # its client left while it waited
-                        row.run.row_left()
-                        continue
-                    if not row.run.started:
-                        row.run.started = True
-                        row.run.job.started = time.perf_counter()
-                        row.run.loop.call_soon_threadsafe(row.run.admitted.set)
-                    admitted.append(row)
-                self.passes += 1
-            try:
-                self._step(admitted)
-            except Exception:  # noqa: BLE001 - the loop must outlive any one failure; the rows were told
-                LOG.exception("qkv serve: the decoding loop failed a step")
+        with self._cond:
+            admitted = []
+            while self.waiting_rows and len(admitted) < batcher.free:
+                row = self.waiting_rows.popleft()
+                if row.cancelled():  # its client left while it waited
+                    row.run.row_left()
+                    continue
+                if not row.run.started:
+                    row.run.started = True
+                    row.run.job.started = time.perf_counter()
+                    row.run.loop.call_soon_threadsafe(row.run.admitted.set)
+                admitted.append(row)
+            self.passes += 1
+        self._step(admitted)
 
     def _step(self, admitted: list[ChoiceRow]) -> None:
         batcher = self.batcher
@@ -301,9 +293,7 @@ class BatchScheduler:
         self.steps += 1
 
     def stop(self) -> None:
-        with self._cond:
-            self._stopped = True
-            self._cond.notify()
+        self.worker.stop()
 
     def running(self) -> int:
         return len({row.run for row in list(self.batcher.running)})

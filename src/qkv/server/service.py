@@ -38,6 +38,7 @@ from qkv.models.family import LANGUAGE_MODEL, TRANSLATOR, Family, family_of
 from qkv.server.completion import CompletionJob, check_request, read_prompts
 from qkv.server.errors import ServiceError
 from qkv.server.metrics import Metrics
+from qkv.server.model_thread import ModelThread
 from qkv.server.notes import add_note
 from qkv.server.pool import make_scheduler
 from qkv.server.schemas import (
@@ -58,6 +59,7 @@ from qkv.server.schemas import (
     Usage,
     WalkthroughRequest,
 )
+from qkv.server.translations import TranslationBatches
 from qkv.tokenizers.base import unknown_note
 
 
@@ -186,7 +188,14 @@ class Service:
         self.analyses = Gate(self.limits.max_concurrent, self.limits.queue_timeout, "analyses")
         self.engine = engine
         self.metrics = Metrics()
+        self.model_thread = ModelThread()  # every forward pass runs there (qkv.server.model_thread)
         self.scheduler = make_scheduler(self, scheduler, engine) if "/v1/completions" not in self.refused else None
+        self.translations = None  # --scheduler sequential: each request alone, through the generations gate
+        if self.translator is not None and scheduler == "batched":
+            limits = self.limits
+            self.translations = TranslationBatches(
+                self.translate_texts, limits.max_batch, limits.queue_timeout, run=self.model_thread.run
+            )
 
     # -------------------------------------------------------------------------------- what it serves
 
@@ -328,7 +337,12 @@ class Service:
         return {"model": self.name, **result.to_dict(request.decimals, logits=request.logits)}
 
     def translate(self, request: TranslationRequest) -> TranslationResponse:
-        """Translate the request's sentences (greedy, or beam search with ``beam`` > 1)."""
+        """Translate the request's sentences (greedy, or beam search with ``beam`` > 1), alone."""
+        texts, source_tokens = self.check_translation(request)
+        return self.translation_response(self.translate_texts(texts, request.beam), source_tokens)
+
+    def check_translation(self, request: TranslationRequest) -> tuple[list[str], int]:
+        """The request's sentences and their number of source tokens, or the error that refuses it."""
         texts = [request.text] if isinstance(request.text, str) else list(request.text)
         source_tokens = 0
         for text in texts:
@@ -343,9 +357,14 @@ class Service:
                     code="context_length_exceeded",
                 )
             source_tokens += len(ids)
+        return texts, source_tokens
+
+    def translate_texts(self, texts: list[str], beam: int) -> list[str]:
+        """The best translation of each sentence (one batch, or several of 32 sentences)."""
         with torch.inference_mode():
-            results = self.translator.translate_n_best(texts, beam=request.beam, n_best=1)
-        outputs = [n_best[0][0] for n_best in results]
+            return [n_best[0][0] for n_best in self.translator.translate_n_best(texts, beam=beam, n_best=1)]
+
+    def translation_response(self, outputs: list[str], source_tokens: int) -> TranslationResponse:
         target_tokens = sum(len(self.target_tokenizer.encode(text)) for text in outputs)
         return TranslationResponse(
             model=self.name,
