@@ -40,11 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scheduler", choices=("batched", "sequential"), default="batched",
         help="batched (default): one decoding loop steps every running completion together (continuous "
-        "batching); sequential: each completion alone, at most --max-concurrent at once",
+        "batching), and waiting translations are translated together; sequential: each alone, at most "
+        "--max-concurrent at once",
     )  # fmt: skip
     parser.add_argument(
         "--max-batch", type=int, default=16,
-        help="batched: most sequences decoded together, the KV cache pool's rows (16); others wait",
+        help="batched: most sequences decoded together, the KV cache pool's rows (16); others wait. "
+        "Translations: most decoder rows (sentences x beam) in one batch",
     )  # fmt: skip
     parser.add_argument(
         "--kv-memory", type=float, default=0, metavar="MB",
