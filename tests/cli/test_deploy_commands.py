@@ -3,6 +3,7 @@ quantizing and exporting, as a user types them."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -14,7 +15,7 @@ from qkv.model_dir import QUANTIZATION_FILE, save_model_dir
 from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig, Transformer, TransformerConfig
 from qkv.models.config import LlamaConfig
 from qkv.models.llama import Llama
-from qkv.quantization import is_quantized
+from qkv.quantization import Int8Linear, is_quantized, quantize_model, set_activations
 from qkv.tokenizers import CharTokenizer
 
 TEXT = "the quick brown fox jumps over the lazy dog. a man is eating food. the girl carries a baby.\n"
@@ -94,6 +95,26 @@ def test_calibration_bad_inputs_are_one_line(runs, capsys) -> None:
     assert "calibration text" in err and "does not exist" in err
     err = fails(capsys, "quantize", runs["translator"], "--out", str(runs["root"] / "c2"), "--calibrate", runs["text"])
     assert "calibration text works for language models and encoders, and this is an encoder-decoder" in err
+
+
+def test_quantize_with_int8_activations_saves_and_loads_that_mode(runs, capsys) -> None:
+    out = runs["root"] / "gpt-w8a8"
+    assert main(["quantize", runs["gpt"], "--out", str(out), "--activations", "int8"]) == 0
+    assert "int8 activations" in capsys.readouterr().err
+    assert json.loads((out / QUANTIZATION_FILE).read_text())["activations"] == "int8"
+    assert json.loads((runs["root"] / "gpt-int8" / QUANTIZATION_FILE).read_text())["activations"] == "float"
+    loaded = load(str(out)).model
+    layers = [m for m in loaded.modules() if isinstance(m, Int8Linear)]
+    assert layers and all(m.activations == "int8" for m in layers)
+    reference = set_activations(quantize_model(copy.deepcopy(load(runs["gpt"]).model)), "int8")
+    ids = torch.tensor([[3, 5, 7, 2, 9]])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids), reference(ids), rtol=0, atol=1e-6)
+    assert len(output(capsys, "generate", str(out), "--prompt", "the ", "--max-new-tokens", "8")) > len("the ")
+    info = json.loads((out / QUANTIZATION_FILE).read_text())
+    (out / QUANTIZATION_FILE).write_text(json.dumps({**info, "activations": "int4"}))
+    err = fails(capsys, "generate", str(out), "--prompt", "the ")
+    assert "activations 'int4'" in err and "quantize the original run again" in err
 
 
 def test_generate_from_the_quantized_folder_equals_generate_with_the_flag(runs, capsys) -> None:

@@ -6,6 +6,7 @@ time gets 503; one that left is never translated."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -74,6 +75,11 @@ def test_concurrent_translations_equal_each_request_alone(which, request) -> Non
         assert 2 <= batches < len(REQUESTS)  # two beam widths: at least two batches; fewer than one per request
     else:
         assert service.translations is None
+    metrics = served.client.get("/metrics").text
+    ok = re.search(r'^qkv_translation_requests_total\{status="ok"\} (\d+)$', metrics, re.M)
+    sentences = re.search(r"^qkv_translated_sentences_total (\d+)$", metrics, re.M)
+    assert ok and int(ok.group(1)) >= len(REQUESTS)
+    assert sentences and int(sentences.group(1)) >= sum(1 if isinstance(t, str) else len(t) for t, _ in REQUESTS)
 
 
 # ------------------------------------------------------------------------ the queue, with a fake model

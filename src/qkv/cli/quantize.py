@@ -26,6 +26,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "suffice) on which to choose the int8 roundings that minimise each layer's output error (GPTQ); "
         "default: round each weight to nearest",
     )
+    parser.add_argument(
+        "--activations",
+        choices=("float", "int8"),
+        default="float",
+        help="float (default): weight-only int8, the inputs stay float; int8: each input vector is quantized too "
+        "and the sums run in int8 (W8A8, CTranslate2's arithmetic; faster decoding on x86 CPUs, a little more "
+        "rounding). Saved in the folder",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,11 +46,13 @@ def run(args: argparse.Namespace) -> int:
     bundle = load(model_path(args), device=use_device(args))
     note_unknown(bundle.tokenizer, calibration_text or "", what="the calibration text")
     before = weight_bytes(bundle.model)
-    out = save_quantized(bundle, args.out, args.scheme, calibration_text=calibration_text)
+    out = save_quantized(
+        bundle, args.out, args.scheme, calibration_text=calibration_text, activations=args.activations
+    )
     after = weight_bytes(bundle.model)
     print(
         f"qkv quantize: wrote {out} ({args.scheme} weights: {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB, "
-        f"{before / after:.1f}x smaller)",
+        f"{before / after:.1f}x smaller{', int8 activations' if args.activations == 'int8' else ''})",
         file=sys.stderr,
     )
     return 0

@@ -4,8 +4,11 @@ A model folder (:mod:`qkv.model_dir`) of a quantized model holds, beside config.
 ``model.safetensors`` with ``qweight`` (int8) and ``weight_scale`` in place of each int8 layer's ``weight``,
 and this description::
 
-    {"format": "qkv-quantized", "version": 1, "scheme": "int8", "description": "...",
+    {"format": "qkv-quantized", "version": 1, "scheme": "int8", "description": "...", "activations": "float",
      "modules": ["decoder.blocks.0.self_attn.query", ..., "unembedding"]}
+
+``activations`` is how the int8 layers treat their inputs: "float" (weight-only) or "int8" (quantized per
+vector too, :mod:`qkv.quantization.dynamic`); a description without it (older folders) means "float".
 
 :func:`quantization_info` writes it for a quantized model; :func:`apply_quantization` gives a freshly built
 float model the int8 layers it names, so that the int8 weights load into it without the original model.
@@ -19,8 +22,8 @@ import torch
 from torch import nn
 
 from qkv.errors import QkvError
-from qkv.quantization.int8_linear import Int8Linear
-from qkv.quantization.model import DESCRIPTIONS, SCHEMES, _quantize_module
+from qkv.quantization.int8_linear import ACTIVATIONS, Int8Linear
+from qkv.quantization.model import DESCRIPTIONS, SCHEMES, _quantize_module, set_activations
 
 FORMAT = "qkv-quantized"
 FORMAT_VERSION = 1
@@ -28,15 +31,17 @@ FORMAT_VERSION = 1
 
 def quantization_info(model: nn.Module) -> dict[str, Any] | None:
     """What ``quantization.json`` holds for ``model`` (None when it has no int8 layer)."""
-    modules = [name for name, module in model.named_modules() if isinstance(module, Int8Linear)]
-    if not modules:
+    layers = {name: module for name, module in model.named_modules() if isinstance(module, Int8Linear)}
+    if not layers:
         return None
+    modes = {module.activations for module in layers.values()}
     return {
         "format": FORMAT,
         "version": FORMAT_VERSION,
         "scheme": "int8",
         "description": DESCRIPTIONS["int8"],
-        "modules": modules,
+        "activations": "int8" if modes == {"int8"} else "float",
+        "modules": list(layers),
     }
 
 
@@ -58,4 +63,10 @@ def apply_quantization(model: nn.Module, info: Any, where: str = "quantization.j
                     f"{where} names a layer {name} that the model in config.json does not have: "
                     "the files come from different runs; quantize the original run again"
                 ) from None
-    return model.eval()
+    activations = info.get("activations", "float")
+    if activations not in ACTIVATIONS:
+        raise QkvError(
+            f"{where} says activations {activations!r}; this qkv knows {' and '.join(ACTIVATIONS)}: fix the "
+            "file, or quantize the original run again"
+        )
+    return set_activations(model, activations).eval()

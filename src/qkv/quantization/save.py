@@ -82,13 +82,20 @@ def text_calibration(bundle: Any, text: str) -> Callable[[nn.Module], object]:
 
 
 def save_quantized(
-    bundle: Any, out_dir: str | Path, scheme: str = "int8", *, calibration_text: str | None = None
+    bundle: Any,
+    out_dir: str | Path,
+    scheme: str = "int8",
+    *,
+    calibration_text: str | None = None,
+    activations: str = "float",
 ) -> Path:
     """Quantize ``bundle.model`` (a :class:`~qkv.model_dir.ModelBundle`) in place and save it as a model folder.
 
     The folder loads with :func:`qkv.load` like any other, int8 layers and all; a sentence-transformers head
     (pooling, normalisation) beside the source model is copied along. With ``calibration_text`` the
-    roundings are calibrated on it (:func:`text_calibration`, :mod:`qkv.quantization.gptq`).
+    roundings are calibrated on it (:func:`text_calibration`, :mod:`qkv.quantization.gptq`). ``activations``
+    "int8" makes the layers quantize their inputs too (W8A8, :mod:`qkv.quantization.dynamic`), recorded in
+    quantization.json so that the folder loads that way.
     """
     check_scheme(scheme)
     family = family_of(bundle.model)
@@ -102,7 +109,7 @@ def save_quantized(
     if is_quantized(bundle.model):
         raise QkvError(f"{bundle.path} is quantized already: quantize the float model it was made from")
     calibration = None if calibration_text is None else text_calibration(bundle, calibration_text)
-    quantize_model(bundle.model, scheme, calibration=calibration)
+    quantize_model(bundle.model, scheme, calibration=calibration, activations=activations)
     save_model_dir(out, bundle.model, bundle.tokenizer, bundle.target_tokenizer)
     copy_sentence_head(bundle.path, out)
     return out

@@ -248,11 +248,23 @@ def create_app(
     @app.post("/v1/translations", response_model=TranslationResponse)
     async def translations(body: TranslationRequest) -> TranslationResponse:
         service.require("/v1/translations")
-        if service.translations is None:  # --scheduler sequential
-            return await _gated(service.generations, service.model_thread, service.translate, body)
-        texts, source_tokens = await run_in_threadpool(service.check_translation, body)
-        outputs = await service.translations.translate(texts, body.beam)
-        return await run_in_threadpool(service.translation_response, outputs, source_tokens)
+        started, status, batches = time.perf_counter(), "error", service.translations
+        sentences = 1 if isinstance(body.text, str) else len(body.text)
+        try:
+            if batches is None:  # --scheduler sequential
+                response = await _gated(service.generations, service.model_thread, service.translate, body)
+            else:
+                texts, source_tokens = await run_in_threadpool(service.check_translation, body)
+                outputs = await batches.translate(texts, body.beam)
+                response = await run_in_threadpool(service.translation_response, outputs, source_tokens)
+            status = "ok"
+            return response
+        except asyncio.CancelledError:
+            status = "cancelled"
+            raise
+        finally:
+            scheduler = "sequential" if batches is None else "batched"
+            service.metrics.translation_done(status, sentences, body.beam, scheduler, time.perf_counter() - started)
 
     @app.post("/v1/next-token", response_model=NextTokenResponse)
     async def next_token(body: NextTokenRequest) -> NextTokenResponse:

@@ -61,6 +61,8 @@ class Metrics:
         self.ttft = Histogram(TTFT_BUCKETS)
         self.tpot = Histogram(TPOT_BUCKETS)
         self.gauges: dict[str, tuple[str, Callable[[], float]]] = {}
+        self.translations: dict[str, int] = {"ok": 0, "error": 0, "cancelled": 0}
+        self.sentences = 0
 
     def token(self) -> None:
         with self._lock:
@@ -93,6 +95,17 @@ class Metrics:
             ms(queued), ms(ttft), ms(tpot), ms(end - job.arrived),
         )  # fmt: skip
 
+    def translation_done(self, status: str, sentences: int, beam: int, scheduler: str, seconds: float) -> None:
+        """Count a finished translation request and log its one line."""
+        with self._lock:
+            self.translations[status] = self.translations.get(status, 0) + 1
+            if status == "ok":
+                self.sentences += sentences
+        LOG.info(
+            "translation status=%s scheduler=%s sentences=%d beam=%d total=%.1fms",
+            status, scheduler, sentences, beam, 1000 * seconds,
+        )  # fmt: skip
+
     def render(self) -> str:
         """Everything in Prometheus' text format (version 0.0.4)."""
         lines: list[str] = []
@@ -107,6 +120,11 @@ class Metrics:
                 f"qkv_generation_tokens_total {self.tokens}"])  # fmt: skip
             metric("qkv_requests_total", "counter", "Completion requests finished, by how they ended.", [
                 f'qkv_requests_total{{status="{s}"}} {n}' for s, n in sorted(self.requests.items())])  # fmt: skip
+            done = sorted(self.translations.items())
+            metric("qkv_translation_requests_total", "counter", "Translation requests finished, by how they ended.", [
+                f'qkv_translation_requests_total{{status="{s}"}} {n}' for s, n in done])  # fmt: skip
+            metric("qkv_translated_sentences_total", "counter", "Sentences translated.", [
+                f"qkv_translated_sentences_total {self.sentences}"])  # fmt: skip
             metric("qkv_time_to_first_token_seconds", "histogram",
                    "From a request's arrival to its first generated token (queue and prefill).",
                    self.ttft.lines("qkv_time_to_first_token_seconds"))  # fmt: skip
