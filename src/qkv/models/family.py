@@ -32,6 +32,7 @@ from qkv.models.config import (
     TransformerConfig,
     Word2VecConfig,
 )
+from qkv.storage import unwrap_model
 
 LANGUAGE_MODEL, ENCODER, TRANSLATOR, WORD_VECTORS = "language model", "encoder", "translator", "word vectors"
 ROLES = (LANGUAGE_MODEL, ENCODER, TRANSLATOR, WORD_VECTORS)
@@ -248,20 +249,12 @@ def family_of(thing: Any) -> Family:
     if isinstance(thing, str):
         kind = thing
     else:
-        config = thing if isinstance(thing, ModelConfig) else getattr(_unwrap(thing), "config", None)
+        config = thing if isinstance(thing, ModelConfig) else getattr(unwrap_model(thing), "config", None)
         kind = getattr(config, "kind", None)
     table = families()
     if kind not in table:
         raise QkvError(f"unknown model kind {kind!r}: qkv knows {', '.join(table)}")
     return table[kind]  # type: ignore[index]
-
-
-def _unwrap(model: Any) -> Any:
-    for attribute in ("module", "_orig_mod"):  # DistributedDataParallel, torch.compile
-        inner = getattr(model, attribute, None)
-        if isinstance(inner, nn.Module):
-            return _unwrap(inner)
-    return model
 
 
 def build_model(config: ModelConfig) -> nn.Module:
