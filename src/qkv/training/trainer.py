@@ -23,7 +23,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,6 +41,7 @@ from qkv.training.metrics import MetricsLog
 from qkv.training.optim import make_optimizer
 from qkv.training.progress import TrainingProgress
 from qkv.training.schedule import learning_rate
+from qkv.training.state import TrainingDiverged, TrainResult, TrainState
 from qkv.training.strategy import (
     TrainingModel,
     full_model_state,
@@ -73,41 +74,6 @@ class Task(Protocol):
         ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
-
-
-class TrainingDiverged(QkvError):
-    """The loss became NaN or infinite."""
-
-
-@dataclass
-class TrainState:
-    """What the loop knows besides the weights: saved with every checkpoint."""
-
-    step: int = 0
-    best: float | None = None
-    evals_since_best: int = 0
-    tokens: int = 0
-    elapsed: float = 0.0
-    last_eval: dict[str, float] = field(default_factory=dict)
-    # The loss window since the last metrics row (sum and count), so a resumed run logs the same mean loss.
-    window_loss_sum: float = 0.0
-    window_steps: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class TrainResult:
-    step: int
-    stopped: str  # "finished", "interrupted", "early stop" or "time limit"
-    best: float | None
-    last_eval: dict[str, float]
-    run_dir: Path
-    tokens: int = 0  # training tokens processed over the whole run (all processes)
-    train_seconds: float = 0.0  # time in training steps, without evaluations and checkpoints
-    compile_seconds: float = 0.0  # with torch.compile: the first step of this session (mostly compiling)
-    metric: str = ""  # what ``best`` measures: the task's metric, e.g. "val_loss", "bleu" or "exact_match"
 
 
 class Trainer:

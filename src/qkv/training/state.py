@@ -1,0 +1,45 @@
+"""What a training run knows besides its weights (:class:`TrainState`, saved with every checkpoint), what it
+reports when it ends (:class:`TrainResult`), and the error of a run whose loss stopped being finite."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from qkv.errors import QkvError
+
+
+class TrainingDiverged(QkvError):
+    """The loss became NaN or infinite."""
+
+
+@dataclass
+class TrainState:
+    """What the loop knows besides the weights: saved with every checkpoint."""
+
+    step: int = 0
+    best: float | None = None
+    evals_since_best: int = 0
+    tokens: int = 0
+    elapsed: float = 0.0
+    last_eval: dict[str, float] = field(default_factory=dict)
+    # The loss window since the last metrics row (sum and count), so a resumed run logs the same mean loss.
+    window_loss_sum: float = 0.0
+    window_steps: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class TrainResult:
+    step: int
+    stopped: str  # "finished", "interrupted", "early stop" or "time limit"
+    best: float | None
+    last_eval: dict[str, float]
+    run_dir: Path
+    tokens: int = 0  # training tokens processed over the whole run (all processes)
+    train_seconds: float = 0.0  # time in training steps, without evaluations and checkpoints
+    compile_seconds: float = 0.0  # with torch.compile: the first step of this session (mostly compiling)
+    metric: str = ""  # what ``best`` measures: the task's metric, e.g. "val_loss", "bleu" or "exact_match"
