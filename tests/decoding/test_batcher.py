@@ -57,11 +57,15 @@ def solo(model: GPT, s: Collect, seed: int | None = None) -> list[int]:
     return out[0, len(s.prompt) :].tolist()
 
 
-def run(batcher: Batcher, arrivals: dict[int, list[Collect]], steps: int = 100) -> None:
-    """Add each step's arrivals (as rows free up), then step, until everything has left."""
+def run(batcher: Batcher, arrivals: dict[int, list[Collect]], steps: int = 100, together: bool = False) -> None:
+    """Add each step's arrivals (as rows free up; ``together``: all that fit in one prefill), then step, until
+    everything has left."""
     waiting: list[Collect] = []
     for t in range(steps):
         waiting += arrivals.get(t, [])
+        if together and waiting and batcher.free:
+            joining, waiting = waiting[: batcher.free], waiting[batcher.free :]
+            batcher.add_all(joining)
         while waiting and batcher.free:
             batcher.add(waiting.pop(0))
         if not batcher.running and not waiting and t > max(arrivals):
@@ -70,8 +74,9 @@ def run(batcher: Batcher, arrivals: dict[int, list[Collect]], steps: int = 100) 
         batcher.step()
 
 
+@pytest.mark.parametrize("together", [False, True], ids=["one-by-one", "prefilled-together"])
 @pytest.mark.parametrize("kind", ["gpt", "llama"])
-def test_greedy_and_seeded_sequences_joining_at_different_steps_equal_their_solo_runs(kind: str) -> None:
+def test_greedy_and_seeded_sequences_joining_at_different_steps_equal_their_solo_runs(kind: str, together) -> None:
     model = tiny(kind)
     g = torch.Generator().manual_seed(1)
     prompts = [torch.randint(50, (n,), generator=g).tolist() for n in (3, 9, 1, 14, 6, 5)]
@@ -84,7 +89,8 @@ def test_greedy_and_seeded_sequences_joining_at_different_steps_equal_their_solo
         dict(temperature=0, eos_id=3),
     ]
     sequences = [Collect(p, max_new_tokens=8 + i, **s) for i, (p, s) in enumerate(zip(prompts, settings, strict=True))]
-    run(Batcher(model, slots=3, max_len=24), {0: sequences[:2], 2: sequences[2:4], 5: sequences[4:]})
+    arrivals = {0: sequences[:2], 2: sequences[2:4], 5: sequences[4:]}
+    run(Batcher(model, slots=3, max_len=24), arrivals, together=together)
     for s, setting in zip(sequences, settings, strict=True):
         assert s.done and s.error is None
         assert s.out == solo(model, s, setting.get("seed"))

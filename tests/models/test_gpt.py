@@ -80,6 +80,15 @@ def test_last_only_gives_the_last_position() -> None:
         torch.testing.assert_close(model(ids, last_only=True)[:, 0], model(ids)[:, -1])
 
 
+def test_at_gives_one_chosen_position_per_row() -> None:
+    model = MODELS["rope"]
+    ids = torch.randint(0, VOCAB, (3, 9))
+    at = torch.tensor([8, 0, 4])
+    with torch.no_grad():
+        full = model(ids)
+        torch.testing.assert_close(model(ids, at=at)[:, 0], full[torch.arange(3), at])
+
+
 def test_too_long_input_is_a_clear_error() -> None:
     with pytest.raises(QkvError, match="context of 24"):
         MODELS["rope"](torch.zeros(1, 25, dtype=torch.long))

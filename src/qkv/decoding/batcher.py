@@ -107,38 +107,63 @@ class Batcher:
     def add(self, sequence: Sequence) -> None:
         """Prefill ``sequence``'s prompt into a free row and choose its first token; it joins the batch (the
         next :meth:`step`) unless that token already ends it."""
-        assert self.free > 0, "no free cache row: check Batcher.free first"
-        if sequence.max_new_tokens <= 0:
-            sequence.finish()
+        self.add_all([sequence])
+
+    @torch.no_grad()
+    def add_all(self, sequences: list[Sequence]) -> None:
+        """:meth:`add` for several sequences at once: their prompts, right-padded to the longest, go through
+        one forward into consecutive free rows (a prompt's padding lies past its own length, where its row's
+        later steps write before they read; causal attention keeps it out of the prompt's own positions)."""
+        assert len(sequences) <= self.free, "not enough free cache rows: check Batcher.free first"
+        joining = []
+        for sequence in sequences:
+            if sequence.max_new_tokens <= 0:
+                sequence.finish()
+                continue
+            kept = min(len(sequence.prompt), self.context)
+            if self.max_len < self.context and kept + sequence.max_new_tokens - 1 > self.max_len:
+                sequence.fail(ValueError(f"{kept} prompt tokens and {sequence.max_new_tokens} new ones do not fit "
+                                         f"a cache row of {self.max_len} positions: ask for fewer tokens"))  # fmt: skip
+                continue
+            sequence.tokens = sequence.prompt[len(sequence.prompt) - kept :]
+            joining.append(sequence)
+        if not joining:
             return
-        kept = min(len(sequence.prompt), self.context)
-        if self.max_len < self.context and kept + sequence.max_new_tokens - 1 > self.max_len:
-            sequence.fail(ValueError(f"{kept} prompt tokens and {sequence.max_new_tokens} new ones do not fit "
-                                     f"a cache row of {self.max_len} positions: ask for fewer tokens"))  # fmt: skip
-            return
-        sequence.tokens = sequence.prompt[len(sequence.prompt) - kept :]
-        row = len(self.running)
-        self.running.append(sequence)
+        first = len(self.running)
+        self.running.extend(joining)
         try:
-            logits = self._prefill(row, sequence.tokens)
-        except Exception as error:  # noqa: BLE001 - one sequence's failure is its own
-            self._drop(row)
-            sequence.fail(error)
+            logits = self._prefill_rows(first, [s.tokens for s in joining])  # (k, V)
+        except Exception as error:  # noqa: BLE001 - the joining sequences fail; the running ones go on
+            for row in reversed(range(first, first + len(joining))):
+                self._drop(row)
+            for sequence in joining:
+                sequence.fail(error)
             return
-        self._advance(row, logits)
+        for sequence, out in reversed(list(zip(joining, logits.unbind(0), strict=True))):  # drops move later rows
+            self._advance(self.running.index(sequence), out)
 
     def _prefill(self, row: int, tokens: list[int]) -> Tensor:
         """The model's own forward over ``tokens`` (as :meth:`StaticSession.prefill` runs it), writing their
         keys and values into cache row ``row``; the last position's logits (V,)."""
-        cache = self._row_cache(row)
-        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        with onednn_rows():  # a prompt's rows too: oneDNN's packed product (qkv.layers.linear)
-            return self.model(ids, cache=cache, last_only=True)[0, -1]
+        return self._prefill_rows(row, [tokens])[0]
 
-    def _row_cache(self, row: int) -> KVCache:
+    def _prefill_rows(self, first: int, prompts: list[list[int]]) -> Tensor:
+        """The prompts, right-padded, through the model's own forward into cache rows ``first`` .. ``first +
+        k - 1``; the logits at each prompt's last token (k, V)."""
+        cache = self._row_cache(first, len(prompts))
+        longest = max(len(tokens) for tokens in prompts)
+        ids = torch.zeros(len(prompts), longest, dtype=torch.long, device=self.device)
+        for i, tokens in enumerate(prompts):
+            ids[i, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+        last = torch.tensor([len(tokens) - 1 for tokens in prompts], device=self.device)
+        with onednn_rows():  # a prompt's rows too: oneDNN's packed product (qkv.layers.linear)
+            return self.model(ids, cache=cache, at=last)[:, 0]
+
+    def _row_cache(self, row: int, count: int = 1) -> KVCache:
         cache = self.model.new_cache(self.max_len)
         for i, layer in enumerate(cache.self_attention):
-            layer._keys, layer._values = self.buffer[i, row : row + 1, 0], self.buffer[i, row : row + 1, 1]
+            rows = self.buffer[i, row : row + count]
+            layer._keys, layer._values = rows[:, 0], rows[:, 1]
         return cache
 
     # -------------------------------------------------------------------------------------- steps

@@ -9,6 +9,7 @@ the final vector", the GPT notes).
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from qkv.layers.capture import record
@@ -50,8 +51,10 @@ class GPT(Model):
         cache: KVCache | None = None,
         key_padding_mask: Tensor | None = None,
         last_only: bool = False,
+        at: Tensor | None = None,
     ) -> Tensor:
-        """Logits (B, T, vocab_size) for token ids (B, T); (B, 1, vocab_size) with ``last_only``.
+        """Logits (B, T, vocab_size) for token ids (B, T); (B, 1, vocab_size) with ``last_only`` (the last
+        position) or ``at`` (B,) (one position per row: a batch of right-padded prompts' last real tokens).
 
         With a ``cache``, ``token_ids`` are the *new* tokens; their positions follow the cached ones.
         """
@@ -61,6 +64,8 @@ class GPT(Model):
         x = self.embedding(token_ids, start)  # (B, T, d_model)
         rotary = self.rotary_angles(length, start)
         x = self.decoder(x, key_padding_mask=key_padding_mask, cache=cache, rotary=rotary)
-        if last_only:
+        if at is not None:
+            x = x[torch.arange(x.shape[0], device=x.device), at][:, None]  # (B, 1, d_model)
+        elif last_only:
             x = x[:, -1:]
         return record(self, "logits", self.unembedding(x))  # (B, T, vocab_size)

@@ -277,6 +277,7 @@ class BatchScheduler:
 
     def _step(self, admitted: list[ChoiceRow]) -> None:
         batcher = self.batcher
+        joining = []
         for row in admitted:
             try:
                 for piece in row.choice.opening():
@@ -284,7 +285,8 @@ class BatchScheduler:
             except Exception as error:  # noqa: BLE001 - e.g. the echoed prompt's logprobs: this request only
                 row.fail(error)
                 continue
-            batcher.add(row)
+            joining.append(row)
+        batcher.add_all(joining)  # their prompts in one forward
         for row in list(batcher.running):
             if row.cancelled():
                 row.left_at_step = self.steps
