@@ -88,6 +88,28 @@ def test_the_packed_copy_is_made_once_and_again_after_an_in_place_change() -> No
     assert key not in linear_module._packed  # the copy goes with its weight
 
 
+@needs_onednn
+def test_without_packed_copies_the_plain_matrix_is_multiplied(monkeypatch) -> None:
+    seen: list[torch.Tensor] = []
+    original = torch.ops.mkldnn._linear_pointwise
+
+    def recording(x, matrix, *args):
+        seen.append(matrix)
+        return original(x, matrix, *args)
+
+    monkeypatch.setattr(linear_module.torch.ops.mkldnn, "_linear_pointwise", recording)
+    weight, x = torch.randn(1024, 256), torch.randn(4, 256)
+    try:
+        with torch.no_grad(), onednn_rows():
+            linear(x, weight)
+            linear_module.use_packed_weights(False)
+            assert not linear_module._packed  # the copies made so far are freed
+            torch.testing.assert_close(linear(x, weight), F.linear(x, weight), atol=1e-4, rtol=1e-5)
+    finally:
+        linear_module.use_packed_weights(True)
+    assert seen[0] is not weight and seen[1] is weight
+
+
 def test_batched_greedy_tokens_equal_the_models_own_forward() -> None:
     torch.manual_seed(0)  # d_model 256: W_1 (1024, 256) is large enough for the batched products
     model = GPT(GPTConfig(vocab_size=300, n_layers=2, d_model=256, n_heads=4, context_length=64)).eval()

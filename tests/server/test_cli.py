@@ -29,6 +29,7 @@ def test_qkv_serve_starts_a_server_that_answers(gpt_run) -> None:
         "info",
         "--allow-host",
         "my.box",
+        "--no-packed-weights",
     ]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:

@@ -49,6 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Translations: most decoder rows (sentences x beam) in one batch",
     )  # fmt: skip
     parser.add_argument(
+        "--packed-weights", action=argparse.BooleanOptionalAction, default=True,
+        help="batches and prefills multiply a copy of each float32 matrix in oneDNN's blocked layout, made on "
+        "first use (default; faster); --no-packed-weights keeps one copy of the weights in memory",
+    )  # fmt: skip
+    parser.add_argument(
         "--kv-memory", type=float, default=0, metavar="MB",
         help="batched: bound the KV cache pool to this many MiB (default: --max-batch rows)",
     )  # fmt: skip
@@ -89,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
+        from qkv.layers.linear import use_packed_weights
         from qkv.server import Limits, allowed_hosts, create_app
         from qkv.server.model_thread import release_openmp_threads
     except ImportError as error:
@@ -133,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.host not in ("127.0.0.1", "localhost", "::1") or args.allow_host:
         print(f"qkv serve: answering requests for {', '.join(hosts)} (--allow-host adds names)", file=sys.stderr)
+    use_packed_weights(args.packed_weights)
     release_openmp_threads()  # this thread loaded the model and now only serves HTTP: one OpenMP master left
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=3)
     return 0

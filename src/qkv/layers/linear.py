@@ -13,10 +13,10 @@ engine's steps, the server's batch), 2 to :data:`BATCH_ROWS` float32 vectors (a 
 included) go to oneDNN's linear instead (``torch.ops.mkldnn._linear_pointwise``), on a copy of the matrix
 reordered once into oneDNN's blocked layout (:func:`packed_weight`), which multiplies a few rows faster than
 the plain matrix, MKL's GEMM or the batched path, and up to a few hundred rows faster than MKL's GEMM
-(measured in docs/generation.md, "Products of a few rows"). The copy is
-made on first use and kept while the weight lives and is not changed in place: the float32 bytes of the
-matrices a batch multiplies, once more. Two rows go through as four (two of zeros), which oneDNN blocks
-better. Each output is the same dot product either way; only the rounding of the sum may differ.
+(measured in docs/generation.md, "Products of a few rows"). The copy is made on first use and kept while the
+weight lives and is not changed in place: the float32 bytes of the matrices a batch multiplies, once more
+(:func:`use_packed_weights` turns the copies off). Two rows go through as four (two of zeros), which oneDNN
+blocks better. Each output is the same dot product either way; only the rounding of the sum may differ.
 ``bench/pretrained.py`` measures the effect on whole-model generation against Hugging Face ``transformers``
 and CTranslate2.
 """
@@ -57,7 +57,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         x2 = x.reshape(rows, n_in)
         if rows == 2:
             x2 = F.pad(x2, (0, 0, 0, 2))  # (4, n_in): oneDNN's kernel for two rows is slower than for four
-        out = torch.ops.mkldnn._linear_pointwise(x2, packed_weight(weight), bias, "none", [], "")[:rows]
+        matrix = packed_weight(weight) if _packing_on[0] else weight
+        out = torch.ops.mkldnn._linear_pointwise(x2, matrix, bias, "none", [], "")[:rows]
         return out.view(*x.shape[:-1], n_out)  # (rows, n_out) -> (..., n_out)
     if blocks < 2 or rows > FEW_ROWS:
         return F.linear(x, weight, bias)
@@ -114,8 +115,19 @@ def _onednn_linear() -> bool:
 
 
 PACK_ROWS = 64  # the batch size oneDNN is told to expect when it lays the matrix out (best for 4-16 rows)
+_packing_on = [True]  # use_packed_weights() turns the copies off
 _packed: dict[int, tuple[weakref.ref, int, Tensor]] = {}  # id(weight) -> (weight, its version, packed copy)
 _packing = threading.Lock()
+
+
+def use_packed_weights(enabled: bool) -> None:
+    """Whether batches multiply packed copies of the weights (the default) or the plain matrices: one copy
+    of the weights in memory, slower batches (``qkv serve --no-packed-weights``). Turning them off frees the
+    copies made so far."""
+    _packing_on[0] = bool(enabled)
+    if not enabled:
+        with _packing:
+            _packed.clear()
 
 
 def packed_weight(weight: Tensor) -> Tensor:
