@@ -78,6 +78,8 @@ def test_the_packed_copy_is_made_once_and_again_after_an_in_place_change() -> No
         weight.mul_(-2.0)  # a training step: the next product must see the new numbers
         torch.testing.assert_close(linear(x, weight), F.linear(x, weight), atol=1e-4, rtol=1e-5)
         assert linear_module.packed_weight(weight) is not first
+        weight.data = torch.randn(1024, 256)  # new storage, as module.float() gives: the version does not move
+        torch.testing.assert_close(linear(x, weight), F.linear(x, weight), atol=1e-4, rtol=1e-5)
     with torch.inference_mode():  # a weight made in inference mode has no version counter to follow
         frozen = torch.randn(1024, 256)
     with torch.no_grad(), onednn_rows():

@@ -116,7 +116,7 @@ def _onednn_linear() -> bool:
 
 PACK_ROWS = 64  # the batch size oneDNN is told to expect when it lays the matrix out (best for 4-16 rows)
 _packing_on = [True]  # use_packed_weights() turns the copies off
-_packed: dict[int, tuple[weakref.ref, int, Tensor]] = {}  # id(weight) -> (weight, its version, packed copy)
+_packed: dict[int, tuple[weakref.ref, tuple[int, int], Tensor]] = {}  # id -> (weight, (version, data_ptr), copy)
 _packing = threading.Lock()
 
 
@@ -132,15 +132,17 @@ def use_packed_weights(enabled: bool) -> None:
 
 def packed_weight(weight: Tensor) -> Tensor:
     """``weight`` (n_out, n_in) reordered into oneDNN's blocked layout for ``_linear_pointwise``; made once
-    per weight and made again when the weight has been changed in place (a training step)."""
+    per weight and made again when the weight has changed: in place (a training step) or given new storage
+    (``param.data = ...``, as ``module.float()`` does)."""
     key = id(weight)
     version = -1 if weight.is_inference() else weight._version  # inference tensors keep no version counter
+    stamp = (version, weight.data_ptr())
     entry = _packed.get(key)
-    if entry is not None and entry[0]() is weight and entry[1] == version:
+    if entry is not None and entry[0]() is weight and entry[1] == stamp:
         return entry[2]
     with _packing:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS)
-        _packed[key] = (weakref.ref(weight, lambda _: _packed.pop(key, None)), version, packed)
+        _packed[key] = (weakref.ref(weight, lambda _: _packed.pop(key, None)), stamp, packed)
     return packed
 
 
