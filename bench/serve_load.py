@@ -161,14 +161,19 @@ def run_load(url: str, clients: int, requests: int, max_tokens: int, drop: float
                     return
                 one_request(client, i, max_tokens, results, leave)
 
+    results.wall = in_threads(client_loop, clients)
+    return results
+
+
+def in_threads(client_loop, clients: int) -> float:
+    """Run ``client_loop`` in ``clients`` threads at once until all return; the wall time in seconds."""
     threads = [threading.Thread(target=client_loop) for _ in range(clients)]
     started = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    results.wall = time.perf_counter() - started
-    return results
+    return time.perf_counter() - started
 
 
 def percentile(values: list[float], q: float) -> float:

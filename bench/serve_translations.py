@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from serve_load import percentile, start_server  # noqa: E402  (a sibling script)
+from serve_load import in_threads, percentile, start_server  # noqa: E402  (a sibling script)
 
 SENTENCES = [
     "the cat sat on the mat.",
@@ -97,13 +97,8 @@ def run_load(url: str, clients: int, requests: int, beam: int) -> dict:
                     latencies.append(time.perf_counter() - started)
                     outputs[sentence] = text
 
-    threads = [threading.Thread(target=client_loop) for _ in range(clients)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return {"wall": time.perf_counter() - started, "latencies": latencies, "outputs": outputs, "errors": errors}
+    wall = in_threads(client_loop, clients)
+    return {"wall": wall, "latencies": latencies, "outputs": outputs, "errors": errors}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ import sys
 
 from qkv.cli.common import add_device_arguments, add_model_argument, model_path, note_unknown, use_device
 from qkv.loading import load
+from qkv.quantization.int8_linear import ACTIVATIONS
 
 HELP = "save an int8 copy of a model (weight-only, a scale per output channel)"
 
@@ -28,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--activations",
-        choices=("float", "int8"),
+        choices=ACTIVATIONS,
         default="float",
         help="float (default): weight-only int8, the inputs stay float; int8: each input vector is quantized too "
         "and the sums run in int8 (W8A8, CTranslate2's arithmetic; faster decoding on x86 CPUs, a little more "

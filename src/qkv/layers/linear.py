@@ -57,7 +57,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         x2 = x.reshape(rows, n_in)
         if rows == 2:
             x2 = F.pad(x2, (0, 0, 0, 2))  # (4, n_in): oneDNN's kernel for two rows is slower than for four
-        matrix = packed_weight(weight) if _packing_on[0] else weight
+        matrix = packed_weight(weight) if _packing_on else weight
         out = torch.ops.mkldnn._linear_pointwise(x2, matrix, bias, "none", [], "")[:rows]
         return out.view(*x.shape[:-1], n_out)  # (rows, n_out) -> (..., n_out)
     if blocks < 2 or rows > FEW_ROWS:
@@ -115,7 +115,7 @@ def _onednn_linear() -> bool:
 
 
 PACK_ROWS = 64  # the batch size oneDNN is told to expect when it lays the matrix out (best for 4-16 rows)
-_packing_on = [True]  # use_packed_weights() turns the copies off
+_packing_on = True  # use_packed_weights() turns the copies off
 _packed: dict[int, tuple[weakref.ref, tuple[int, int], Tensor]] = {}  # id -> (weight, (version, data_ptr), copy)
 _packing = threading.Lock()
 
@@ -124,7 +124,8 @@ def use_packed_weights(enabled: bool) -> None:
     """Whether batches multiply packed copies of the weights (the default) or the plain matrices: one copy
     of the weights in memory, slower batches (``qkv serve --no-packed-weights``). Turning them off frees the
     copies made so far."""
-    _packing_on[0] = bool(enabled)
+    global _packing_on
+    _packing_on = bool(enabled)
     if not enabled:
         with _packing:
             _packed.clear()

@@ -251,12 +251,13 @@ def create_app(
         started, status, batches = time.perf_counter(), "error", service.translations
         sentences = 1 if isinstance(body.text, str) else len(body.text)
         try:
-            if batches is None:  # --scheduler sequential
-                response = await _gated(service.generations, service.model_thread, service.translate, body)
+            texts, source_tokens = await run_in_threadpool(service.check_translation, body)  # refused before waiting
+            if batches is None:  # --scheduler sequential: this request alone
+                work = (service.generations, service.model_thread, service.translate_texts, texts, body.beam)
+                outputs = await _gated(*work)
             else:
-                texts, source_tokens = await run_in_threadpool(service.check_translation, body)
                 outputs = await batches.translate(texts, body.beam)
-                response = await run_in_threadpool(service.translation_response, outputs, source_tokens)
+            response = await run_in_threadpool(service.translation_response, outputs, source_tokens)
             status = "ok"
             return response
         except asyncio.CancelledError:

@@ -336,11 +336,6 @@ class Service:
         result = walkthrough(self.bundle, request.text, top=request.top, vocab=request.logits)
         return {"model": self.name, **result.to_dict(request.decimals, logits=request.logits)}
 
-    def translate(self, request: TranslationRequest) -> TranslationResponse:
-        """Translate the request's sentences (greedy, or beam search with ``beam`` > 1), alone."""
-        texts, source_tokens = self.check_translation(request)
-        return self.translation_response(self.translate_texts(texts, request.beam), source_tokens)
-
     def check_translation(self, request: TranslationRequest) -> tuple[list[str], int]:
         """The request's sentences and their number of source tokens, or the error that refuses it."""
         texts = [request.text] if isinstance(request.text, str) else list(request.text)
@@ -360,9 +355,9 @@ class Service:
         return texts, source_tokens
 
     def translate_texts(self, texts: list[str], beam: int) -> list[str]:
-        """The best translation of each sentence (one batch, or several of 32 sentences)."""
+        """The best translation of each sentence, greedy or with beam search (``beam`` > 1), in one call."""
         with torch.inference_mode():
-            return [n_best[0][0] for n_best in self.translator.translate_n_best(texts, beam=beam, n_best=1)]
+            return self.translator.translate(texts, beam=beam)
 
     def translation_response(self, outputs: list[str], source_tokens: int) -> TranslationResponse:
         target_tokens = sum(len(self.target_tokenizer.encode(text)) for text in outputs)
