@@ -47,8 +47,16 @@ def one_thread():
 
 
 def tiny_gpt(
-    *, vocab_size: int = 50, context_length: int = 40, d_model: int = 32, n_heads: int = 4, n_layers: int = 2,
-    seed: int | None = 1, dtype: torch.dtype = torch.float64, init_std: float | None = 0.5, **variant,
+    *,
+    vocab_size: int = 50,
+    context_length: int = 40,
+    d_model: int = 32,
+    n_heads: int = 4,
+    n_layers: int = 2,
+    seed: int | None = 1,
+    dtype: torch.dtype = torch.float64,
+    init_std: float | None = 0.5,
+    **variant,
 ) -> GPT:
     """A tiny random GPT in eval mode, the one the decoding, model and optimizer tests share. float64 by default:
     cached and uncached paths add the same numbers in different orders, and in float32 a near-tie between two
@@ -56,6 +64,13 @@ def tiny_gpt(
     ``seed`` None keeps the current random state."""
     if seed is not None:
         torch.manual_seed(seed)
-    settings = dict(vocab_size=vocab_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers,
-                    context_length=context_length, **({} if init_std is None else {"init_std": init_std}), **variant)
+    settings = dict(
+        vocab_size=vocab_size,
+        d_model=d_model,
+        n_heads=n_heads,
+        n_layers=n_layers,
+        context_length=context_length,
+        **({} if init_std is None else {"init_std": init_std}),
+        **variant,
+    )
     return GPT(GPTConfig(**settings)).to(dtype).eval()  # fmt: skip

@@ -17,8 +17,11 @@ WRITERS = [
     ("export", ["--onnx", "{out}"], "model.onnx"),
     ("lens", ["hello world", "--out", "{out}"], "lens.png"),
     ("attribute", ["hello world", "--out", "{out}"], "attribute.png"),
-    ("patch", ["--clean", "hello world", "--corrupt", "small world", "--token", "h", "--foil", "w", "--out", "{out}"],
-     "patch.png"),
+    (
+        "patch",
+        ["--clean", "hello world", "--corrupt", "small world", "--token", "h", "--foil", "w", "--out", "{out}"],
+        "patch.png",
+    ),
     ("heads", ["--length", "4", "--batch", "1", "--out", "{out}"], "heads.png"),
     ("embeddings", ["--plot", "{out}"], "embeddings.png"),
 ]

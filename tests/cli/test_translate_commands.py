@@ -123,7 +123,6 @@ def test_eval_reports_sacrebleu_scores(translator, capsys) -> None:
     assert scores["bleu_signature"].startswith("nrefs:1")
 
 
-
 def test_bad_translation_input(translator, tmp_path, capsys) -> None:
     run, _ = translator
     (tmp_path / "a.en").write_text("one\ntwo\nthree\n")

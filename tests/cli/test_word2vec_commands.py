@@ -57,7 +57,6 @@ def test_analogies_file_gives_accuracy_per_section(capsys, run: Path, tmp_path: 
     assert "royal-common" in table and "100.0%" in table
 
 
-
 def test_bad_input_is_one_line(capsys, run: Path, tmp_path: Path) -> None:
     small = tmp_path / "small.txt"
     small.write_text("the cat sat on the mat\n")

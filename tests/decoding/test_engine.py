@@ -27,8 +27,6 @@ CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs nee
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread is fastest (tests/conftest.py)
 
 
-
-
 def tiny_transformer(**variant) -> Transformer:
     torch.manual_seed(2)
     config = TransformerConfig(

@@ -24,8 +24,6 @@ VARIANTS = {
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread is fastest (tests/conftest.py)
 
 
-
-
 def tiny_llama(**variant) -> Llama:
     torch.manual_seed(1)
     config = LlamaConfig(

@@ -58,6 +58,7 @@ def test_the_activation_estimate_counts_grouped_keys_and_the_gates_tensors() -> 
 
     def per_token(config: GPTConfig) -> int:
         return activation_numbers(config, 1) // 4  # one sequence of 4 tokens
+
     assert per_token(base) == 16 * 64 + 2 * 100 + 3 * 8 * 4 + 3 * 10
     assert per_token(base.replace(n_kv_heads=2)) == per_token(base) - 2 * (64 - 16)
     assert per_token(base.replace(feed_forward="glu")) == per_token(base) + 2 * 100

@@ -20,8 +20,7 @@ from tests.pretrained.conftest import llama_config
 transformers = pytest.importorskip("transformers")
 
 READS = (
-    "GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM, BertModel, BertForMaskedLM, "
-    "MarianMTModel"
+    "GPT2LMHeadModel, LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM, BertModel, BertForMaskedLM, MarianMTModel"
 )
 
 REFUSALS = {

@@ -47,9 +47,7 @@ def run(args: argparse.Namespace) -> int:
     bundle = load(model_path(args), device=use_device(args))
     note_unknown(bundle.tokenizer, calibration_text or "", what="the calibration text")
     before = weight_bytes(bundle.model)
-    out = save_quantized(
-        bundle, args.out, args.scheme, calibration_text=calibration_text, activations=args.activations
-    )
+    out = save_quantized(bundle, args.out, args.scheme, calibration_text=calibration_text, activations=args.activations)
     after = weight_bytes(bundle.model)
     print(
         f"qkv quantize: wrote {out} ({args.scheme} weights: {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB, "

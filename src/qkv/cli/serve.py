@@ -66,8 +66,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="sequential: generations running at once; and translations/analyses at once (default 2)",
     )  # fmt: skip
     parser.add_argument(
-        "--queue-timeout", type=seconds, default=10.0, metavar="DURATION",
-        help="how long a request waits for a free slot before 503: 10s (the default), 500ms, 1m; a number is seconds"
+        "--queue-timeout",
+        type=seconds,
+        default=10.0,
+        metavar="DURATION",
+        help="how long a request waits for a free slot before 503: 10s (the default), 500ms, 1m; a number is seconds",
     )
     parser.add_argument("--max-n", type=int, default=8, help="most completions per prompt a request may ask for (8)")
     parser.add_argument(

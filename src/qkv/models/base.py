@@ -23,9 +23,7 @@ class Model(nn.Module):
         super().__init__()
         self.config = config
         self.rotary = (
-            RotaryEmbedding(
-                config.context_length, config.head_dim, base=config.rope_base, scaling=config.rope_scaling
-            )
+            RotaryEmbedding(config.context_length, config.head_dim, base=config.rope_base, scaling=config.rope_scaling)
             if getattr(config, "positional", None) == "rope"  # RNNSearch has no positions to rotate
             else None
         )

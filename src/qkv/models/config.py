@@ -345,7 +345,7 @@ ROPE_SCALING_FIELDS = ("factor", "low_freq_factor", "high_freq_factor", "origina
 def _check_rope_scaling(scaling: Any) -> None:
     """rope_scaling must be Llama 3's rule with its four numbers (:func:`qkv.layers.positional.rope_frequencies`)."""
     if not isinstance(scaling, dict) or scaling.get("rope_type") != "llama3":
-        raise QkvError(f"rope_scaling={scaling!r} is unknown: qkv knows {{\"rope_type\": \"llama3\", ...}} or null")
+        raise QkvError(f'rope_scaling={scaling!r} is unknown: qkv knows {{"rope_type": "llama3", ...}} or null')
     missing = [name for name in ROPE_SCALING_FIELDS if not isinstance(scaling.get(name), int | float)]
     if missing:
         raise QkvError(

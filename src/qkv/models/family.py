@@ -113,9 +113,7 @@ class Family:
     def require_role(self, role: str, what: str) -> None:
         """QkvError unless this family's models are ``role`` ("translator", ...): ``what`` needs one."""
         if self.role != role:
-            raise QkvError(
-                f"{what} needs {_article(role)}, and this is {self.title}: use `{self.command}` with it"
-            )
+            raise QkvError(f"{what} needs {_article(role)}, and this is {self.title}: use `{self.command}` with it")
 
 
 def refusal(family: Family, capability: str, view: str) -> str:
@@ -135,9 +133,7 @@ def _transformer_families() -> list[Family]:
     from qkv.models.llama import Llama
     from qkv.models.transformer import Transformer
 
-    decoder_only = frozenset(
-        {"residual stream", "self-attention heads", "embeddings", "positions", "unembedding"}
-    )
+    decoder_only = frozenset({"residual stream", "self-attention heads", "embeddings", "positions", "unembedding"})
     causal = {"decoder": "causal self-attention: each token looks at itself and the tokens before it"}
     gpt = Family(
         name="gpt",
@@ -212,8 +208,7 @@ def _predecessor_families() -> list[Family]:
             "cross": "additive attention: while writing each target token, where the decoder's state looks in "
             "the source (the alignment of Bahdanau et al. 2015)"
         },
-        instead="use `qkv attention` for its alignment or `qkv next` for its predictions, or a Transformer "
-        "translator",
+        instead="use `qkv attention` for its alignment or `qkv next` for its predictions, or a Transformer translator",
         embedding="src_embedding.token_embedding",
         target_embedding="tgt_embedding.token_embedding",
     )

@@ -155,7 +155,7 @@ def prepare_language_model(
 
 
 def _heads(config: GPTConfig) -> str:
-    """"4 heads", or "4 heads sharing 2 key/value heads" under grouped-query attention."""
+    """ "4 heads", or "4 heads sharing 2 key/value heads" under grouped-query attention."""
     if config.n_kv_heads == config.n_heads:
         return f"{config.n_heads} heads"
     return f"{config.n_heads} heads sharing {config.n_kv_heads} key/value heads"
