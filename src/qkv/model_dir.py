@@ -100,6 +100,7 @@ class ModelBundle:
     tokenizer: Tokenizer
     target_tokenizer: Tokenizer | None
     path: Path
+    chat_template: str | None = None  # the model's own Jinja chat template (GGUF metadata, tokenizer_config.json)
 
 
 def _vocab_checks(config: ModelConfig, has_target: bool) -> list[tuple[str, str]]:
