@@ -67,16 +67,28 @@ def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpar
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from qkv.cli.held_notes import HeldNotes
+
     parser = build_parser()
     args = parse(parser, argv)
+    held = sys.stderr = HeldNotes(sys.stderr)  # notes wait until the input is checked (qkv.cli.held_notes)
     try:
-        return args.run(args) or 0
+        code = args.run(args) or 0
+        held.release()
+        return code
     except QkvError as error:
-        print(f"qkv {args.verb}: error: {error}", file=sys.stderr)
+        held.drop()
+        print(f"qkv {args.verb}: error: {error}", file=held.stream)
         return error.exit_code
     except KeyboardInterrupt:
-        print(f"qkv {args.verb}: interrupted", file=sys.stderr)
+        held.release()
+        print(f"qkv {args.verb}: interrupted", file=held.stream)
         return 130
+    except BaseException:
+        held.release()
+        raise
+    finally:
+        sys.stderr = held.stream
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,8 +3,7 @@ the model, device and quantization arguments, notes on unknown tokens."""
 
 from __future__ import annotations
 
-import sys
-
+from qkv.cli.options import note
 from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.model_dir import ModelBundle
@@ -56,18 +55,20 @@ def model_path(args) -> str:
     return args.run_dir or args.model
 
 
-def add_engine_argument(parser) -> None:
-    """--engine: how decoding runs its steps (qkv.decoding.engine)."""
-    from qkv.decoding.engine import ENGINES
+def add_step_argument(parser) -> None:
+    """--step: how each decoding step runs (qkv.decoding.fast_step); --engine, its former name, still works."""
+    from qkv.cli.options import add_alias
+    from qkv.decoding.fast_step import STEPS
 
     parser.add_argument(
-        "--engine",
-        choices=ENGINES,
+        "--step",
+        choices=STEPS,
         default="auto",
         help="how each decoding step runs: auto (default: a CUDA graph on a GPU, the static-cache step elsewhere), "
         "model (the model's own forward, the reference), static, compiled (torch.compile; slow to start), "
         "graph or compiled-graph (CUDA only)",
     )
+    add_alias(parser, "--engine", of="--step", dest="step", choices=STEPS)
 
 
 def add_device_arguments(parser, *, device: bool = True, default: str = "auto", why: str = "") -> None:
@@ -94,9 +95,9 @@ def note_unknown(tokenizer, text: str, what: str = "the text") -> None:
     from qkv.tokenizers.base import unknown_note
 
     if text:
-        note = unknown_note(tokenizer, text, what, readable=True)
-        if note:
-            print(note, file=sys.stderr)
+        line = unknown_note(tokenizer, text, what, readable=True)
+        if line:
+            note(line.removeprefix("note: "))
 
 
 def check_top(top: int) -> None:

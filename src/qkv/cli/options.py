@@ -124,13 +124,17 @@ def is_main_process() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
-def compile_note(engine: str) -> None:
-    """Say that torch.compile is at work before the first token takes a minute (--engine compiled*)."""
-    if engine.startswith("compiled"):
+def compile_note(step: str) -> None:
+    """Say that torch.compile is at work before the first token takes a minute (--step compiled*)."""
+    if step.startswith("compiled"):
         note("compiling the decode step with torch.compile: about a minute the first time")
 
 
 def note(text: str) -> None:
-    """A ``note:`` line on stderr, printed by the main process only."""
+    """A ``note:`` line on stderr, printed by the main process only, once the verb has checked its input: the
+    notes held until now come first (:mod:`qkv.cli.held_notes`)."""
+    from qkv.cli.held_notes import release_notes
+
+    release_notes()
     if is_main_process():
         print(f"note: {text}", file=sys.stderr, flush=True)
