@@ -62,12 +62,12 @@ def build_model(preset: str = "gpt-small-cpu", vocab_size: int = 256, seed: int 
 def measure(model: GPT, prompt_length: int, new_tokens: int, *, seed: int = 0, engine: str = "auto") -> Measurement:
     """Time greedy generation of ``new_tokens`` after a random prompt, cached (with ``engine``) then uncached."""
     prompt = torch.randint(model.config.vocab_size, (1, prompt_length), generator=torch.Generator().manual_seed(seed))
-    generate(model, prompt[:, :4], max_new_tokens=4, temperature=0, engine=engine)  # warm-up: first-call costs
+    generate(model, prompt[:, :4], max_new_tokens=4, temperature=0, step=engine)  # warm-up: first-call costs
     outputs, seconds = [], []
     for use_cache in (True, False):
         start = time.perf_counter()
         outputs.append(
-            generate(model, prompt, max_new_tokens=new_tokens, temperature=0, use_cache=use_cache, engine=engine)
+            generate(model, prompt, max_new_tokens=new_tokens, temperature=0, use_cache=use_cache, step=engine)
         )
         seconds.append(time.perf_counter() - start)
     return Measurement(prompt_length, new_tokens, seconds[0], seconds[1], torch.equal(outputs[0], outputs[1]))

@@ -147,7 +147,7 @@ def gpt2_generation(
             )
 
     def run_qkv(model: torch.nn.Module = ours) -> torch.Tensor:
-        return generate(model, prompt, max_new_tokens=new_tokens, temperature=0.0, engine=engine)
+        return generate(model, prompt, max_new_tokens=new_tokens, temperature=0.0, step=engine)
 
     runners: dict[str, Callable[[], torch.Tensor]] = {"qkv": run_qkv}
     if hf_peer:
@@ -213,7 +213,7 @@ def minilm_encoding(n_sentences: int, repeats: int, engine: str = "auto") -> dic
         return out
 
     def run_qkv() -> torch.Tensor:
-        return embed_sentences(bundle, sentences, engine=engine)
+        return embed_sentences(bundle, sentences, step=engine)
 
     ours = run_qkv()
     similarity = torch.nn.functional.cosine_similarity

@@ -200,7 +200,7 @@ def minilm(quick: bool, repeats: int, calibration_sentences: int) -> None:
 
     pristine = copy.deepcopy(exact.model)
     calibrated.model = quantize_model(  # engine "model": the layers' own forward, so every layer's inputs are seen
-        pristine, calibration=lambda model: embed_sentences(_with_model(exact, model), calibration, engine="model")
+        pristine, calibration=lambda model: embed_sentences(_with_model(exact, model), calibration, step="model")
     )
     a = embed_sentences(exact, sentences)
     print(f"all-MiniLM-L6-v2 (real weights), {len(sentences)} Multi30k test2016 captions:")

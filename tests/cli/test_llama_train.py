@@ -42,7 +42,7 @@ def test_the_run_generates_text_and_every_engine_gives_the_same_tokens(llama_run
     bundle = load_model_dir(llama_run)
     assert type(bundle.model).__name__ == "Llama"
     prompt = torch.tensor([bundle.tokenizer.encode("The ")])
-    tokens = [generate(bundle.model, prompt, max_new_tokens=20, temperature=0, engine=e) for e in ("model", "static")]
+    tokens = [generate(bundle.model, prompt, max_new_tokens=20, temperature=0, step=e) for e in ("model", "static")]
     assert torch.equal(*tokens) and tokens[0].shape == (1, 24)
 
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from qkv.decoding import engine as engine_module
+from qkv.decoding import fast_step as engine_module
 
 
 @pytest.fixture

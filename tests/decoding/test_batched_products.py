@@ -117,4 +117,4 @@ def test_batched_greedy_tokens_equal_the_models_own_forward() -> None:
     model = GPT(GPTConfig(vocab_size=300, n_layers=2, d_model=256, n_heads=4, context_length=64)).eval()
     prompt = torch.randint(0, 300, (6, 7))
     fast = generate(model, prompt, max_new_tokens=12, temperature=0.0)
-    assert torch.equal(fast, generate(model, prompt, max_new_tokens=12, temperature=0.0, engine="model"))
+    assert torch.equal(fast, generate(model, prompt, max_new_tokens=12, temperature=0.0, step="model"))

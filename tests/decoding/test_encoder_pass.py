@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from qkv.decoding.encoder_pass import encoder_hidden
-from qkv.decoding.engine import encode, engine_for, resolve_engine
+from qkv.decoding.fast_step import fast_step_for, resolve_step
+from qkv.decoding.sessions import encode
 from qkv.layers.fused import fuse_linears
 from qkv.models import Encoder, EncoderConfig
 
@@ -33,9 +34,9 @@ def test_encoder_pass_equals_the_forward(variant: dict) -> None:
 
 def test_encode_chooses_the_pass_by_engine() -> None:
     model = Encoder(EncoderConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=1)).eval()
-    assert resolve_engine(model, "auto") == "static" and resolve_engine(model, "compiled") == "static"
-    assert resolve_engine(model, "model") == "model"
+    assert resolve_step(model, "auto") == "static" and resolve_step(model, "compiled") == "static"
+    assert resolve_step(model, "model") == "model"
     ids = torch.randint(30, (2, 5))
     with torch.no_grad():
-        torch.testing.assert_close(encode(model, ids), encode(model, ids, engine="model"), atol=1e-6, rtol=0)
-    assert len(engine_for(model).projections) == 1
+        torch.testing.assert_close(encode(model, ids), encode(model, ids, step="model"), atol=1e-6, rtol=0)
+    assert len(fast_step_for(model).projections) == 1

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from qkv import GPT
-from qkv.decoding import beam_search, generate, greedy_decode, stream
-from qkv.decoding import engine as engine_module
-from qkv.decoding.engine import engine_for, lm_session, resolve_engine
+from qkv.decoding import Engine, Request, SamplingParams, beam_search, generate, greedy_decode, stream
+from qkv.decoding import fast_step as engine_module
+from qkv.decoding.fast_step import fast_step_for, resolve_step
 from qkv.decoding.translator import Translator
 from qkv.errors import QkvError
 from qkv.layers.capture import capture
@@ -54,7 +54,7 @@ def _generate_all(model: GPT, engine: str, prompt: torch.Tensor, **kwargs) -> li
     outs = []
     for new, sampling in ((20, dict(temperature=0)), (20, dict(temperature=0.9, top_k=10)), (45, dict(top_p=0.9))):
         generator = torch.Generator().manual_seed(7)
-        outs.append(generate(model, prompt, max_new_tokens=new, engine=engine, generator=generator, **sampling))
+        outs.append(generate(model, prompt, max_new_tokens=new, step=engine, generator=generator, **sampling))
     return outs
 
 
@@ -86,15 +86,15 @@ def test_float32_static_engine_generates_the_reference_tokens() -> None:
 def test_compiled_gpt_step_is_one_graph_without_breaks_and_gives_the_reference_tokens(quick_compile) -> None:
     model = tiny_gpt(positional="rope")
     prompt = torch.randint(50, (2, 4), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad(), lm_session(model, "compiled", 2, 24) as session:
-        session.prefill(prompt)
-        for _ in range(20):  # the position grows; the graph stays
-            session.step(torch.randint(50, (2,)))
+    engine = Engine(model, 2, 32, step="compiled")
+    engine.add([Request(row.tolist(), SamplingParams(max_new_tokens=21, temperature=0)) for row in prompt])
+    for _ in range(20):  # the positions grow; the graph stays
+        engine.step()
     assert not quick_compile["graph_break"]
     assert quick_compile["stats"]["unique_graphs"] == 1
     for sampling in (dict(temperature=0), dict(temperature=0.9, top_k=10)):
         outs = [
-            generate(model, prompt, max_new_tokens=20, engine=e, generator=torch.Generator().manual_seed(7), **sampling)
+            generate(model, prompt, max_new_tokens=20, step=e, generator=torch.Generator().manual_seed(7), **sampling)
             for e in ("compiled", "model")
         ]
         assert torch.equal(*outs)
@@ -106,11 +106,11 @@ def test_compiled_translation_is_one_graph_per_shape_and_gives_the_reference(qui
     model = tiny_transformer(norm_first=False, positional="sinusoidal", scale_embeddings=True)
     src, padding = sources()
     common = dict(bos_id=1, eos_id=2, max_len_b=20)
-    expected = greedy_decode(model, src, padding, engine="model", **common)
-    assert greedy_decode(model, src, padding, engine="compiled", **common) == expected
+    expected = greedy_decode(model, src, padding, step="model", **common)
+    assert greedy_decode(model, src, padding, step="compiled", **common) == expected
     assert quick_compile["stats"]["unique_graphs"] == 1  # the same graph for every step
-    expected_beams = beam_search(model, src, padding, engine="model", beam_size=3, n_best=3, **common)
-    beams = beam_search(model, src, padding, engine="compiled", beam_size=3, n_best=3, **common)
+    expected_beams = beam_search(model, src, padding, step="model", beam_size=3, n_best=3, **common)
+    beams = beam_search(model, src, padding, step="compiled", beam_size=3, n_best=3, **common)
     assert [[h.tokens for h in hyps] for hyps in beams] == [[h.tokens for h in hyps] for hyps in expected_beams]
     assert quick_compile["stats"]["unique_graphs"] == 2  # and one for 3 x 3 beams
     assert not quick_compile["graph_break"]
@@ -121,12 +121,12 @@ def test_static_translation_equals_the_reference_greedy_and_beam(variant: dict) 
     model = tiny_transformer(**variant)
     src, padding = sources()
     common = dict(bos_id=1, eos_id=2, max_len_b=20)
-    assert greedy_decode(model, src, padding, engine="static", **common) == greedy_decode(
-        model, src, padding, engine="model", **common
+    assert greedy_decode(model, src, padding, step="static", **common) == greedy_decode(
+        model, src, padding, step="model", **common
     )
     for beam_size in (2, 4):
-        ours = beam_search(model, src, padding, engine="static", beam_size=beam_size, n_best=2, **common)
-        ref = beam_search(model, src, padding, engine="model", beam_size=beam_size, n_best=2, **common)
+        ours = beam_search(model, src, padding, step="static", beam_size=beam_size, n_best=2, **common)
+        ref = beam_search(model, src, padding, step="model", beam_size=beam_size, n_best=2, **common)
         for hyps, ref_hyps in zip(ours, ref, strict=True):
             assert [h.tokens for h in hyps] == [h.tokens for h in ref_hyps]
             assert [h.score for h in hyps] == pytest.approx([h.score for h in ref_hyps], abs=1e-9)
@@ -136,10 +136,10 @@ def test_the_translator_takes_an_engine() -> None:
     tokenizer = CharTokenizer.train("abcdefghijklmnop ")
     model = tiny_transformer(src_vocab_size=tokenizer.vocab_size, tgt_vocab_size=tokenizer.vocab_size)
     texts = ["abc", "ponm lk"]
-    outs = {e: Translator(model, tokenizer, engine=e).translate(texts, beam=2) for e in ("model", "static")}
+    outs = {e: Translator(model, tokenizer, step=e).translate(texts, beam=2) for e in ("model", "static")}
     assert outs["static"] == outs["model"]
-    with pytest.raises(QkvError, match="engine='fast' is unknown"):
-        Translator(model, tokenizer, engine="fast")
+    with pytest.raises(QkvError, match="step='fast' is unknown"):
+        Translator(model, tokenizer, step="fast")
 
 
 class PackedLinear(nn.Module):
@@ -181,16 +181,16 @@ def test_the_fast_step_calls_modules_that_replace_linear() -> None:
 def test_the_engine_is_rebuilt_when_the_weights_change() -> None:
     model = tiny_gpt()
     prompt = torch.randint(50, (1, 4), generator=torch.Generator().manual_seed(0))
-    generate(model, prompt, max_new_tokens=5, temperature=0, engine="static")
-    first = engine_for(model)
-    assert engine_for(model) is first
+    generate(model, prompt, max_new_tokens=5, temperature=0, step="static")
+    first = fast_step_for(model)
+    assert fast_step_for(model) is first
     with torch.no_grad():
         for block in model.decoder.blocks:
             block.self_attn.key.weight.mul_(-2.0)  # what an optimizer step does: in place
-    assert engine_for(model) is not first
+    assert fast_step_for(model) is not first
     assert torch.equal(
-        generate(model, prompt, max_new_tokens=20, temperature=0, engine="static"),
-        generate(model, prompt, max_new_tokens=20, temperature=0, engine="model"),
+        generate(model, prompt, max_new_tokens=20, temperature=0, step="static"),
+        generate(model, prompt, max_new_tokens=20, temperature=0, step="model"),
     )
 
 
@@ -209,9 +209,9 @@ def test_interleaved_streams_each_keep_their_own_cache() -> None:
 
 def test_capturing_activations_runs_the_models_own_forward() -> None:
     model = tiny_gpt()
-    assert resolve_engine(model, "auto") == "static"
+    assert resolve_step(model, "auto") == "static"
     with capture(model) as acts:
-        assert resolve_engine(model, "auto") == "model"
+        assert resolve_step(model, "auto") == "model"
         generate(model, [1, 2, 3], max_new_tokens=3, temperature=0)
     assert acts["decoder.blocks.0.self_attn.q"].shape == (1, 4, 1, 8)  # the last step's query
 
@@ -222,46 +222,46 @@ def test_models_that_are_not_qkv_transformers_use_their_own_forward() -> None:
             super().__init__()
             self.inner = nn.Linear(2, 2)
 
-    assert resolve_engine(Wrapper(), "auto") == "model"
-    assert resolve_engine(Wrapper(), "static") == "model"
+    assert resolve_step(Wrapper(), "auto") == "model"
+    assert resolve_step(Wrapper(), "static") == "model"
 
 
 def test_bad_engines_are_one_clear_error() -> None:
     model = tiny_gpt()
-    with pytest.raises(QkvError, match="engine='turbo' is unknown: choose one of auto, model"):
-        generate(model, [1, 2], max_new_tokens=2, engine="turbo")
+    with pytest.raises(QkvError, match="step='turbo' is unknown: choose one of auto, model"):
+        generate(model, [1, 2], max_new_tokens=2, step="turbo")
     with pytest.raises(QkvError, match="replays CUDA graphs, but the model is on cpu"):
-        stream(model, [1, 2], max_new_tokens=2, engine="graph")
+        stream(model, [1, 2], max_new_tokens=2, step="graph")
     src, padding = sources()
     with pytest.raises(QkvError, match="is unknown"):
-        greedy_decode(tiny_transformer(), src, padding, bos_id=1, eos_id=2, engine="")
+        greedy_decode(tiny_transformer(), src, padding, bos_id=1, eos_id=2, step="")
 
 
 @CUDA
 @pytest.mark.parametrize("engine", ["graph", "compiled-graph", "compiled"])
 def test_cuda_engines_give_the_eager_tokens_in_float32(engine: str, monkeypatch) -> None:
     captures: list[int] = []
-    original = engine_module.StepBuffers.capture
-    monkeypatch.setattr(engine_module.StepBuffers, "capture", lambda self, *a: captures.append(1) or original(self, *a))
+    original = engine_module.CapturedStep.capture
+    monkeypatch.setattr(engine_module.CapturedStep, "capture", lambda self, *a: captures.append(1) or original(self, *a))
     model = tiny_gpt(dtype=torch.float32).cuda()
     prompt = torch.randint(50, (2, 4), generator=torch.Generator().manual_seed(0)).cuda()
     for new in (20, 16):  # 4 + 20 - 1 and 4 + 16 - 1 positions: the same cache of 32, so the same graph
         greedy = dict(max_new_tokens=new, temperature=0)
         assert torch.equal(
-            generate(model, prompt, engine=engine, **greedy), generate(model, prompt, engine="static", **greedy)
+            generate(model, prompt, step=engine, **greedy), generate(model, prompt, step="static", **greedy)
         )
     assert len(captures) == (1 if engine != "compiled" else 0)
     translator = tiny_transformer().float().cuda()
     src, padding = (t.cuda() for t in sources())
     common = dict(bos_id=1, eos_id=2, max_len_b=20)
-    assert greedy_decode(translator, src, padding, engine=engine, **common) == greedy_decode(
-        translator, src, padding, engine="static", **common
+    assert greedy_decode(translator, src, padding, step=engine, **common) == greedy_decode(
+        translator, src, padding, step="static", **common
     )
-    ours = beam_search(translator, src, padding, engine=engine, beam_size=3, **common)
-    ref = beam_search(translator, src, padding, engine="static", beam_size=3, **common)
+    ours = beam_search(translator, src, padding, step=engine, beam_size=3, **common)
+    ref = beam_search(translator, src, padding, step="static", beam_size=3, **common)
     assert [h[0].tokens for h in ours] == [h[0].tokens for h in ref]
 
 
 @CUDA
 def test_auto_uses_cuda_graphs_on_cuda() -> None:
-    assert resolve_engine(tiny_gpt().cuda(), "auto") == "graph"
+    assert resolve_step(tiny_gpt().cuda(), "auto") == "graph"

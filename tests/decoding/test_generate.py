@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qkv import GPT, GPTConfig
-from qkv.decoding import TextStreamer, generate, stream
+from qkv.decoding import Engine, Request, SamplingParams, TextStreamer, generate, stream
 from qkv.errors import QkvError
 from qkv.tokenizers import BPETokenizer
 from tests.conftest import tiny_gpt as shared_tiny_gpt
@@ -37,22 +37,12 @@ def reference_generate(model: GPT, prompt: list[int], max_new_tokens: int) -> li
 
 
 def _both_paths(model: GPT, prompt: torch.Tensor | list[int], seed: int, **kwargs) -> tuple[torch.Tensor, ...]:
-    outs, crops = [], []
-    for use_cache in (True, False):
-        crop_calls: list[int] = []
-        outs.append(
-            generate(
-                model,
-                prompt,
-                use_cache=use_cache,
-                generator=torch.Generator().manual_seed(seed),
-                on_crop=crop_calls.append,
-                **kwargs,
-            )
-        )
-        crops.append(crop_calls)
-    assert crops[0] == crops[1]
-    return outs[0], outs[1], crops[0]
+    outs = [
+        generate(model, prompt, use_cache=use_cache, generator=torch.Generator().manual_seed(seed), **kwargs)
+        for use_cache in (True, False)
+    ]
+    length = torch.as_tensor(prompt).shape[-1]
+    return outs[0], outs[1], [length - CONTEXT] if length > CONTEXT else []
 
 
 # ------------------------------------------------------------------------------- cache == no cache
@@ -120,7 +110,7 @@ def test_the_cached_path_feeds_one_token_per_step_and_refills_when_the_window_sl
         with_kwargs=True,
     )
     try:
-        generate(model, list(range(1, CONTEXT - 1)), max_new_tokens=6, temperature=0, engine=engine)
+        generate(model, list(range(1, CONTEXT - 1)), max_new_tokens=6, temperature=0, step=engine)
     finally:
         hook.remove()
     assert [n for n, _, _ in fed] == forward_calls
@@ -130,12 +120,11 @@ def test_the_cached_path_feeds_one_token_per_step_and_refills_when_the_window_sl
 def test_a_long_prompt_is_cropped_from_the_left_once() -> None:
     model = tiny_gpt("learned")
     prompt = torch.randint(VOCAB, (CONTEXT + 7,), generator=torch.Generator().manual_seed(5)).tolist()
-    crops: list[int] = []
-    out = generate(model, prompt, max_new_tokens=4, temperature=0, on_crop=crops.append)
-    assert crops == [7]
+    out = generate(model, prompt, max_new_tokens=4, temperature=0)
+    assert stream(model, prompt, max_new_tokens=4, temperature=0).cropped == 7
     assert out[0, : len(prompt)].tolist() == prompt  # the result still starts with the whole prompt
-    cropped = generate(model, prompt[7:], max_new_tokens=4, temperature=0, on_crop=crops.append)
-    assert crops == [7]  # a prompt that fits is not reported
+    assert stream(model, prompt[7:], max_new_tokens=4, temperature=0).cropped == 0  # a prompt that fits: none
+    cropped = generate(model, prompt[7:], max_new_tokens=4, temperature=0)
     assert torch.equal(out[0, len(prompt) :], cropped[0, CONTEXT:])
 
 
@@ -166,22 +155,24 @@ def test_generation_ends_early_when_every_row_is_done() -> None:
     assert out.tolist() == [[7, 8, 9, first]]
 
 
-def test_on_logits_sees_the_raw_logits_each_token_is_chosen_from() -> None:
-    """Past the context too: each step's logits are those of the window the plain loop reads."""
+def test_logprobs_come_from_the_raw_logits_each_token_is_chosen_from() -> None:
+    """Past the context too: each step's log-probabilities are those of the window the plain loop reads."""
     model = tiny_gpt("learned")
     prompt = [3, 1, 4, 1, 5]
-    seen: list[torch.Tensor] = []
-    out = generate(model, prompt, max_new_tokens=CONTEXT + 3, temperature=0, on_logits=seen.append)[0].tolist()
-    assert len(seen) == CONTEXT + 3 and all(step.shape == (1, VOCAB) for step in seen)
-    for t, step in enumerate(seen):
-        window = torch.tensor([out[: len(prompt) + t][-CONTEXT:]])
+    request = Request(prompt, SamplingParams(max_new_tokens=CONTEXT + 3, temperature=0, logprobs=4))
+    engine = Engine(model, 1, CONTEXT)
+    outputs, made = engine.add([request]), []
+    while outputs:
+        (output,) = outputs
+        window = torch.tensor([(prompt + made)[-CONTEXT:]])
         with torch.no_grad():
-            expected = model(window)[:, -1]  # (1, V)
-        torch.testing.assert_close(step, expected)
-        assert int(step.argmax()) == out[len(prompt) + t]
-    streamed: list[torch.Tensor] = []
-    assert list(stream(model, prompt, max_new_tokens=4, temperature=0, on_logits=streamed.append)) == out[5:9]
-    assert all(torch.equal(a, b) for a, b in zip(streamed, seen[:4], strict=True))
+            expected = torch.log_softmax(model(window)[0, -1], dim=-1)  # (V,)
+        assert output.token == int(expected.argmax())
+        assert output.logprob == pytest.approx(float(expected[output.token]), abs=1e-9)
+        assert [i for i, _ in output.top] == expected.topk(4).indices.tolist()
+        made.append(output.token)
+        outputs = engine.step()
+    assert made == generate(model, prompt, max_new_tokens=CONTEXT + 3, temperature=0)[0, 5:].tolist()
 
 
 # -------------------------------------------------------------------------------------- stream

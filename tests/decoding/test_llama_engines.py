@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from qkv.decoding import generate
-from qkv.decoding.engine import lm_session
+from qkv.decoding import Engine
 from qkv.models.config import LlamaConfig
 from qkv.models.llama import Llama
 from qkv.models.memory import kv_cache_bytes_per_token
@@ -43,14 +43,13 @@ def test_every_cpu_engine_gives_the_greedy_tokens_of_the_uncached_forward(varian
     prompt = torch.randint(50, (2, 5), generator=torch.Generator().manual_seed(0))
     reference = generate(model, prompt, max_new_tokens=20, temperature=0, use_cache=False)
     for engine in ("model", "static", "compiled"):
-        out = generate(model, prompt, max_new_tokens=20, temperature=0, engine=engine)
+        out = generate(model, prompt, max_new_tokens=20, temperature=0, step=engine)
         assert torch.equal(out, reference), engine
     assert not quick_compile["graph_break"]
 
 
 def _static_cache(model: Llama, batch: int, max_len: int) -> torch.Tensor:
-    with torch.no_grad(), lm_session(model, "static", batch, max_len) as session:
-        return session.buffers.cache.buffer  # type: ignore[attr-defined]
+    return Engine(model, batch, max_len, step="static").buffer
 
 
 @pytest.mark.parametrize("n_kv_heads", [2, 1])

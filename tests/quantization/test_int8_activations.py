@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from qkv.decoding import generate
-from qkv.decoding.engine import engine_for
+from qkv.decoding.fast_step import fast_step_for
 from qkv.layers.fused import ConcatenatedProjections, fuse_linears
 from qkv.models import GPT, GPTConfig
 from qkv.quantization import dynamic, quantize_model, set_activations
@@ -115,10 +115,10 @@ def test_int8_layers_that_cannot_stack_are_called_one_by_one() -> None:
 def test_the_engine_stacks_int8_query_key_value() -> None:
     torch.manual_seed(0)
     model = quantize_model(GPT(GPTConfig(vocab_size=64, n_layers=2, d_model=64, n_heads=4, context_length=32)))
-    assert all(isinstance(p, Int8Linear) for p in engine_for(model).projections)
+    assert all(isinstance(p, Int8Linear) for p in fast_step_for(model).projections)
     prompt = torch.randint(0, 64, (3, 5))
     fast = generate(model, prompt, max_new_tokens=8, temperature=0.0)
-    reference = generate(model, prompt, max_new_tokens=8, temperature=0.0, engine="model")
+    reference = generate(model, prompt, max_new_tokens=8, temperature=0.0, step="model")
     assert torch.equal(fast, reference)
 
 
@@ -126,7 +126,7 @@ def test_the_engine_stacks_int8_query_key_value() -> None:
 def test_set_activations_reaches_every_layer_and_the_engine() -> None:
     torch.manual_seed(0)
     model = quantize_model(GPT(GPTConfig(vocab_size=64, n_layers=2, d_model=64, n_heads=4, context_length=32)))
-    float_projections = engine_for(model).projections
+    float_projections = fast_step_for(model).projections
     ids = torch.randint(0, 64, (2, 6))
     with torch.no_grad():
         before = model(ids)
@@ -134,11 +134,11 @@ def test_set_activations_reaches_every_layer_and_the_engine() -> None:
         after = model(ids)
     layers = [m for m in model.modules() if isinstance(m, Int8Linear)]
     assert layers and all(m.activations == "int8" for m in layers)
-    assert engine_for(model).projections is not float_projections
-    assert all(p.activations == "int8" for p in engine_for(model).projections)
+    assert fast_step_for(model).projections is not float_projections
+    assert all(p.activations == "int8" for p in fast_step_for(model).projections)
     assert not torch.equal(before, after) and float((after - before).norm() / before.norm()) < 0.05
     prompt = torch.randint(0, 64, (3, 5))
     fast = generate(model, prompt, max_new_tokens=8, temperature=0.0)
-    assert torch.equal(fast, generate(model, prompt, max_new_tokens=8, temperature=0.0, engine="model"))
+    assert torch.equal(fast, generate(model, prompt, max_new_tokens=8, temperature=0.0, step="model"))
     with pytest.raises(Exception, match="activations"):
         set_activations(model, "int4")

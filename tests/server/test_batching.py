@@ -134,36 +134,43 @@ def test_a_client_that_disconnects_mid_stream_frees_its_rows_within_one_step(bat
         while not next(lines).startswith("data: {"):
             pass
         for _ in range(2000):  # the loop adds the two rows one after the other
-            rows = list(scheduler.batcher.running)
+            rows = list(scheduler.engine.requests)
             if len(rows) == 2:
                 break
             threading.Event().wait(0.001)
         assert len(rows) == 2
-        job = rows[0].run.job
+        job = rows[0].tag.job
         cancel = job.cancel
         job.cancel = lambda: (cancelled_at.append(scheduler.steps), cancel())  # note the step it happened at
     for _ in range(2000):
-        if not scheduler.batcher.running:
+        if not scheduler.engine.running:
             break
         threading.Event().wait(0.01)
-    assert not scheduler.batcher.running and cancelled_at
-    assert all(row.left_at_step - cancelled_at[0] <= 1 for row in rows), (cancelled_at, [r.left_at_step for r in rows])
-    assert all(row.choice.completion_tokens < 250 for row in rows)
+    assert not scheduler.engine.running and cancelled_at
+    assert all(row.tag.left_at_step - cancelled_at[0] <= 1 for row in rows), (cancelled_at, rows[0].tag.left_at_step)
+    assert rows[0].tag.job.completion_tokens < 2 * 250  # both choices stopped early
 
 
 def test_a_request_that_raises_fails_alone_and_the_batch_goes_on(batched, monkeypatch) -> None:
-    from qkv.server import completion
+    from qkv.decoding import engine
+    from qkv.server import output
 
-    push = completion.StopText.push
+    push, penalize = output.StopText.push, engine.penalize
 
-    def failing_push(self, piece: str) -> str:
+    def failing_push(self, piece: str) -> str:  # in the handler, off the model thread
         if "BOOM" in self.stops:
             raise ValueError("this stop string cannot be checked")
         return push(self, piece)
 
-    monkeypatch.setattr(completion.StopText, "push", failing_push)
+    def failing_penalize(logits, params, counts, seen):  # in the engine, on the model thread
+        if params.repetition_penalty == 1.25:
+            raise ValueError("this penalty cannot be applied")
+        return penalize(logits, params, counts, seen)
+
+    monkeypatch.setattr(output.StopText, "push", failing_push)
+    monkeypatch.setattr(engine, "penalize", failing_penalize)
     good = dict(prompt=PROMPTS[0], max_tokens=30, temperature=0)
-    bodies = [good, dict(good, logprobs=500), good, dict(good, stop="BOOM", stream=True), good]
+    bodies = [good, dict(good, repetition_penalty=1.25), good, dict(good, stop="BOOM", stream=True), good]
 
     def send(body: dict) -> tuple[int, str]:
         response = batched.client.post("/v1/completions", json=body)
@@ -173,7 +180,7 @@ def test_a_request_that_raises_fails_alone_and_the_batch_goes_on(batched, monkey
     expected = greedy(batched, PROMPTS[0], 30)
     for i in (0, 2, 4):
         assert results[i][0] == 200 and json.loads(results[i][1])["choices"][0]["text"] == expected
-    assert results[1][0] == 500 and "server_error" in results[1][1]  # top-500 of a ~40-token vocabulary
+    assert results[1][0] == 500 and "this penalty cannot be applied" in results[1][1]
     assert results[3][0] == 200 and "generation failed: this stop string cannot be checked" in results[3][1]
     assert post(batched, **good)["choices"][0]["text"] == expected  # and the loop still runs
 
@@ -246,15 +253,18 @@ def test_a_waiting_request_runs_once_a_row_frees(gpt_run) -> None:
         assert texts == [greedy(served, p, 40) for p in PROMPTS[:3]]
 
 
-def test_the_engine_and_the_pool_bounds_are_checked_with_the_fix(gpt_run) -> None:
+def test_every_cpu_step_serves_the_batch_and_the_pool_bounds_are_checked_with_the_fix(gpt_run) -> None:
     bundle = load(gpt_run)
-    with pytest.raises(QkvError, match="--scheduler sequential"):
-        create_app(bundle, engine="model")
+    for step in ("model", "static", "compiled"):  # the batched scheduler runs every strategy the device has
+        scheduler = create_app(bundle, step=step).state.service.scheduler
+        assert scheduler.name == "batched" and scheduler.engine.mode == step
+    with pytest.raises(QkvError, match="replays CUDA graphs"):
+        create_app(bundle, step="graph")
     with pytest.raises(QkvError, match="raise --kv-tokens/--kv-memory"):
         create_app(bundle, Limits(kv_tokens=10))
-    app = create_app(bundle, Limits(max_batch=64, kv_memory_mb=0.05), engine="static")
-    assert 0 < app.state.service.scheduler.batcher.slots < 64
-    assert create_app(bundle, scheduler="sequential", engine="model").state.service.scheduler.name == "sequential"
+    app = create_app(bundle, Limits(max_batch=64, kv_memory_mb=0.05), step="static")
+    assert 0 < app.state.service.scheduler.engine.slots < 64
+    assert create_app(bundle, scheduler="sequential", step="model").state.service.scheduler.name == "sequential"
 
 
 def test_the_log_line_of_a_request_names_its_timings(batched, caplog) -> None:

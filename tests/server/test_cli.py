@@ -68,7 +68,7 @@ def test_qkv_serve_starts_a_server_that_answers(gpt_run) -> None:
         (["--max-request-bytes", "0"], "max_request_bytes must be at least 1"),
         (["--max-batch", "0"], "max_batch must be at least 1"),
         (["--kv-tokens", "8"], "the KV cache bound holds no sequence"),
-        (["--engine", "compiled"], "--scheduler sequential"),
+        (["--step", "graph"], "replays CUDA graphs"),
     ],
 )
 def test_bad_flags_are_one_line_errors(gpt_run, capsys, flags, message) -> None:

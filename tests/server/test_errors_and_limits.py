@@ -57,7 +57,6 @@ def complete_ok(served, **body) -> dict:
         ({"model": "gpt-3.5-turbo-instruct"}, "model", "/v1/models"),
         ({"suffix": "the end"}, "suffix", "fill in the middle"),
         ({"best_of": 3}, "best_of", "n completions"),
-        ({"presence_penalty": 0.5}, "presence_penalty", "not supported"),
         ({"logit_bias": {"5": 10}}, "logit_bias", "not supported"),
         ({"prompt": [3, 10_000]}, "prompt", "10000"),
     ],

@@ -67,17 +67,18 @@ def test_jobs_and_background_steps_take_turns() -> None:
 
 
 def test_a_served_model_computes_only_on_the_model_thread(translator_run, monkeypatch) -> None:
+    from qkv.server.routes import views
     from qkv.server.service import Service
 
     threads: set[str] = set()
-    for name in ("translate_texts", "next_token"):
-        original = getattr(Service, name)
+    for owner, name in ((Service, "translate_texts"), (views, "next_token_view")):
+        original = getattr(owner, name)
 
-        def spy(self, *args, _original=original, **kwargs):
+        def spy(*args, _original=original, **kwargs):
             threads.add(threading.current_thread().name)
-            return _original(self, *args, **kwargs)
+            return _original(*args, **kwargs)
 
-        monkeypatch.setattr(Service, name, spy)
+        monkeypatch.setattr(owner, name, spy)
     for served in serve(translator_run):
         assert served.client.post("/v1/translations", json={"text": "one two", "beam": 2}).status_code == 200
         assert served.client.post("/v1/next-token", json={"prompt": "one two", "target": "TW"}).status_code == 200

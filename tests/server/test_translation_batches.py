@@ -16,7 +16,7 @@ import pytest
 from qkv.decoding.translator import Translator
 from qkv.server import Limits
 from qkv.server.errors import ServiceError
-from qkv.server.translations import TranslationBatches
+from qkv.server.translation_batches import TranslationBatches
 from tests.server.conftest import Served, serve
 
 REQUESTS = [

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from qkv.data.pair_batches import TranslationBatch
 from qkv.decoding.decode_step import cross_attention_keys
 from qkv.decoding.encoder_pass import encoder_hidden
-from qkv.decoding.engine import StepBuffers, engine_for
+from qkv.decoding.fast_step import CapturedStep, fast_step_for
 from qkv.layers.capture import capture
 from qkv.models import GPT, Encoder, Transformer, make_config
 from qkv.models.encoder import mean_pool
@@ -111,18 +111,18 @@ def test_the_training_step_of_every_model_is_one_graph(name) -> None:
 
 def decode_step_and_inputs(name: str, model: nn.Module, ids: Tensor) -> tuple:
     """The function decoding compiles for ``model`` and its arguments, with the cache filled up to position 5."""
-    engine = engine_for(model)
+    engine = fast_step_for(model)
     if name == "encoder":  # no steps: one pass over the whole (padded) sentences
         return encoder_hidden, (model, engine.projections, ids, PADDING)
     cross = None
     if name == "transformer":
         memory = model.encode(ids, src_padding_mask=PADDING)  # (B, T, d_model)
         cross = cross_attention_keys(model, memory, PADDING, pad_to=16, fixed=True)
-    buffers = StepBuffers(engine, B, 16, cross)
-    buffers.cache.buffer.normal_()  # keys and values of earlier positions
-    buffers.position.fill_(5)
-    buffers.tokens.copy_(ids[:, 5])
-    return engine.step, (buffers.tokens, buffers.position, buffers.cache.buffer, buffers.cross_args(), 1)
+    config = model.config
+    cache = model.new_cache(16).allocate(B, config.n_kv_heads, config.head_dim, dtype=torch.float32, device="cpu")
+    buffers = CapturedStep(cache, ids[:, 5].clone(), torch.full((1,), 5), cross)
+    buffers.buffer.normal_()  # keys and values of earlier positions
+    return engine.step, (buffers.tokens, buffers.position, buffers.buffer, buffers.cross_args(), 1)
 
 
 @pytest.mark.parametrize("name", ["gpt", "llama", "encoder", "transformer"])

@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import torch
 
 from qkv.cli.common import (
     add_device_arguments,
-    add_engine_argument,
     add_model_argument,
     add_quantize_argument,
+    add_step_argument,
     load_for_use,
     model_path,
     note_unknown,
     use_device,
 )
-from qkv.cli.options import add_seed_argument, compile_note
+from qkv.cli.options import compile_note, note
+from qkv.cli.sampling import add_sampling_arguments, sampling_params
 from qkv.errors import QkvError
 
 HELP = "generate text with a trained GPT"
@@ -31,16 +33,12 @@ HELP = "generate text with a trained GPT"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
     parser.add_argument("--prompt", default="", help="text to continue (default: start from scratch)")
-    parser.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate (default 200)")
-    parser.add_argument("--temperature", type=float, default=0.8, help="0 = greedy; higher = more varied (0.8)")
-    parser.add_argument("--top-k", type=int, default=None, help="sample only among the k likeliest tokens")
-    parser.add_argument("--top-p", type=float, default=None, help="sample only from the nucleus of mass p")
-    add_seed_argument(parser, what="random seed: the same seed and settings give the same text")
+    add_sampling_arguments(parser, temperature=0.8, max_new_tokens=200)
     parser.add_argument("--num-samples", type=int, default=1, help="how many samples (default 1)")
     add_device_arguments(parser)
     add_quantize_argument(parser)
     parser.add_argument("--no-cache", action="store_true", help="recompute every step instead of using the KV cache")
-    add_engine_argument(parser)
+    add_step_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,28 +46,18 @@ def run(args: argparse.Namespace) -> int:
 
     if args.num_samples < 1:
         raise QkvError("--num-samples must be at least 1")
+    params = sampling_params(args)  # checked before the model loads
     args.device = use_device(args)
     bundle = load_for_use(model_path(args), expect="language model", device=args.device, quantize=args.quantize)
     tokenizer, model = bundle.tokenizer, bundle.model
-    compile_note(args.engine)
+    compile_note(args.step)
     note_unknown(tokenizer, args.prompt, what="the prompt")
     prompt = tokenizer.encode(args.prompt) if args.prompt else []
     if not prompt:
         prompt = [tokenizer.bos_id] if tokenizer.bos_id is not None else tokenizer.encode("\n")
-    generator = torch.Generator(device=use_device(args))
+    generator = torch.Generator(device=args.device)
     generator.manual_seed(args.seed)
-    warned = False
-
-    def on_crop(dropped: int) -> None:
-        nonlocal warned
-        if not warned:
-            print(
-                f"note: the prompt is longer than the model's context of {model.config.context_length} tokens; "
-                f"the first {dropped} tokens were dropped",
-                file=sys.stderr,
-            )
-            warned = True
-
+    made, started = 0, time.perf_counter()
     for i in range(args.num_samples):
         if args.num_samples > 1:
             print(f"--- sample {i + 1} ---")
@@ -77,21 +65,17 @@ def run(args: argparse.Namespace) -> int:
         # (a word-level tokenizer puts a space between words: "Mr. Darcy is over", not "isover").
         shown = prompt if args.prompt else []
         streamer = TextStreamer(tokenizer, prompt_ids=shown)
+        tokens = stream(model, prompt, params, eos_id=tokenizer.eos_id, use_cache=not args.no_cache, step=args.step,
+                        generator=generator)  # fmt: skip
+        if tokens.cropped and i == 0:
+            note(f"the prompt is longer than the model's context of {model.config.context_length} tokens; "
+                 f"the first {tokens.cropped} tokens were dropped")  # fmt: skip
         sys.stdout.write(tokenizer.decode(shown))
-        for token in stream(
-            model,
-            prompt,
-            max_new_tokens=args.max_new_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            eos_id=tokenizer.eos_id,
-            use_cache=not args.no_cache,
-            engine=args.engine,
-            generator=generator,
-            on_crop=on_crop,
-        ):
+        for token in tokens:
+            made += 1
             sys.stdout.write(streamer.push(token))
             sys.stdout.flush()
         sys.stdout.write(streamer.flush() + "\n")
+    seconds = time.perf_counter() - started
+    note(f"{made} tokens in {seconds:.1f} s ({made / max(seconds, 1e-9):.1f} tokens/s)")
     return 0

@@ -18,9 +18,9 @@ import sys
 
 from qkv.cli.common import (
     add_device_arguments,
-    add_engine_argument,
     add_model_argument,
     add_quantize_argument,
+    add_step_argument,
     model_path,
     use_device,
 )
@@ -84,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--allow-host", action="append", default=[], metavar="NAME",
         help="also answer requests whose Host header is NAME (repeatable; '*' for any name)",
     )  # fmt: skip
-    add_engine_argument(parser)
+    add_step_argument(parser)
     add_device_arguments(parser)
     add_quantize_argument(parser)
     parser.add_argument(
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     check_address(args.host, args.port)  # a busy port or a foreign --host: one line, before the model loads
     bundle = load(model_path(args), device=use_device(args), quantize=args.quantize)
     hosts = allowed_hosts(args.host, args.allow_host)
-    app = create_app(bundle, limits, hosts=hosts, scheduler=args.scheduler, engine=args.engine)
+    app = create_app(bundle, limits, hosts=hosts, scheduler=args.scheduler, step=args.step)
     _log_requests(args.log_level)
     service = app.state.service
     shown = f"[{args.host}]" if ":" in args.host else args.host

@@ -11,9 +11,9 @@ import warnings
 
 from qkv.cli.common import (
     add_device_arguments,
-    add_engine_argument,
     add_model_argument,
     add_quantize_argument,
+    add_step_argument,
     load_for_use,
     model_path,
     note_unknown,
@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-len-b", type=int, default=10, help="see --max-len-a")
     add_device_arguments(parser)
     add_quantize_argument(parser)
-    add_engine_argument(parser)
+    add_step_argument(parser)
 
 
 def read_sentences(args: argparse.Namespace) -> list[str]:
@@ -67,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
     if args.model and args.run_dir:  # `qkv translate --model X "sentence"`: the first sentence, not a run dir
         args.sentences, args.run_dir = [args.run_dir, *args.sentences], None
     bundle = load_for_use(model_path(args), expect="translator", device=use_device(args), quantize=args.quantize)
-    translator = Translator.from_bundle(bundle, engine=args.engine)
-    compile_note(args.engine)
+    translator = Translator.from_bundle(bundle, step=args.step)
+    compile_note(args.step)
     sentences = read_sentences(args)
     note_unknown(bundle.tokenizer, "\n".join(sentences), what="the sentences")
     with warnings.catch_warnings(record=True):

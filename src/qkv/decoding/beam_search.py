@@ -45,7 +45,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from qkv.decoding.engine import resolve_engine, translation_session
+from qkv.decoding.fast_step import resolve_step
+from qkv.decoding.sessions import translation_session
 from qkv.errors import QkvError
 from qkv.models.eval_mode import eval_mode
 from qkv.models.transformer import Transformer
@@ -135,21 +136,21 @@ def greedy_decode(
     max_len: int | None = None,
     max_len_a: float = 1.5,
     max_len_b: float = 10,
-    engine: str = "auto",
+    step: str = "auto",
 ) -> list[list[int]]:
     """The most likely next token at every step; returns each sentence's target ids (no ``<bos>``/``<eos>``).
 
     ``src_ids`` (B, S) with ``src_padding_mask`` (B, S) True at padding. Lengths as in the module docstring.
-    ``engine`` chooses how the decoder steps run (:mod:`qkv.decoding.engine`).
+    ``step`` chooses how the decoder steps run (:mod:`qkv.decoding.fast_step`).
     """
     src_ids, mask, limits = _prepare(model, src_ids, src_padding_mask, bos_id, eos_id, max_len, max_len_a, max_len_b)
-    resolve_engine(model, engine)
+    resolve_step(model, step)
     batch, steps = src_ids.shape[0], max(limits)
     limit = torch.tensor(limits, device=src_ids.device)  # (B,)
     with eval_mode(model):
         memory = model.encode(src_ids, src_padding_mask=mask)  # (B, S, d_model), once
         # <bos> and at most steps - 1 generated tokens are fed
-        with translation_session(model, engine, memory, mask, steps) as session:
+        with translation_session(model, step, memory, mask, steps) as session:
             tokens = src_ids.new_full((batch, steps), eos_id)  # (B, L)
             done = torch.zeros(batch, dtype=torch.bool, device=src_ids.device)
             next_ids = src_ids.new_full((batch,), bos_id)
@@ -193,16 +194,16 @@ def beam_search(
     max_len: int | None = None,
     max_len_a: float = 1.5,
     max_len_b: float = 10,
-    engine: str = "auto",
+    step: str = "auto",
 ) -> list[list[Hypothesis]]:
     """The ``n_best`` best hypotheses of each sentence, best first (see the module docstring).
 
     ``src_ids`` (B, S) with ``src_padding_mask`` (B, S) True at padding. A sentence gets fewer than
-    ``n_best`` hypotheses only when fewer distinct target sequences fit in its maximum length. ``engine``
-    chooses how the decoder steps run (:mod:`qkv.decoding.engine`).
+    ``n_best`` hypotheses only when fewer distinct target sequences fit in its maximum length. ``step``
+    chooses how the decoder steps run (:mod:`qkv.decoding.fast_step`).
     """
     _check_beam(beam_size, n_best, length_penalty)
-    resolve_engine(model, engine)
+    resolve_step(model, step)
     src_ids, mask, limits = _prepare(model, src_ids, src_padding_mask, bos_id, eos_id, max_len, max_len_a, max_len_b)
     k, batch, steps = beam_size, src_ids.shape[0], max(limits)
     vocab = model.config.tgt_vocab_size
@@ -219,7 +220,7 @@ def beam_search(
     with eval_mode(model), ExitStack() as stack:
         memory = model.encode(src_ids, src_padding_mask=mask)  # (B, S, d_model), once
         # B sentences x k beams as B*k rows: beam j of sentence b is row b*k + j
-        session = stack.enter_context(translation_session(model, engine, memory, mask, steps, group=k))
+        session = stack.enter_context(translation_session(model, step, memory, mask, steps, group=k))
         first = torch.arange(batch, device=src_ids.device)[:, None] * k  # (B, 1): row of each sentence's beam 0
         scores = torch.full((batch, k), float("-inf"), device=src_ids.device)  # (B, k) summed log-probs
         scores[:, 0] = 0.0  # all beams start as <bos>: keep one, or the first step would pick k copies
@@ -275,7 +276,7 @@ def translate_batch(
     max_len: int | None = None,
     max_len_a: float = 1.5,
     max_len_b: float = 10,
-    engine: str = "auto",
+    step: str = "auto",
 ) -> list[list[int]]:
     """Each sentence's best translation as target ids: greedy for ``beam_size=1``, beam search otherwise."""
     _check_beam(beam_size, 1, length_penalty)
@@ -289,7 +290,7 @@ def translate_batch(
             max_len=max_len,
             max_len_a=max_len_a,
             max_len_b=max_len_b,
-            engine=engine,
+            step=step,
         )
     best = beam_search(
         model,
@@ -302,6 +303,6 @@ def translate_batch(
         max_len=max_len,
         max_len_a=max_len_a,
         max_len_b=max_len_b,
-        engine=engine,
+        step=step,
     )
     return [hyps[0].tokens for hyps in best]

@@ -1,406 +1,373 @@
-"""The decoding engine: how generation and translation run their steps, chosen per device.
+"""The decoding engine: one loop that continues many texts at once, one new token per text per step.
 
-A decoding loop (:mod:`qkv.decoding.generate`, :mod:`qkv.decoding.beam_search`) opens a *session* for one
-request and asks it for next-token logits: ``prefill(ids)`` for a GPT prompt, then ``step(ids)`` for one
-new token per row, ``reorder(index)`` when beams move. The ``engine`` argument picks how a session
-computes them:
+Generating means: predict a token, append it, repeat (the GPT notes). With a KV cache the prompt runs through
+the model once (*prefill*) and every later step feeds one token per text, whose query attends to the cached keys
+and values. A batch of B texts costs little more per step than one (the weights are read once per step either
+way), so every road that generates goes through this one loop: :func:`qkv.decoding.generate` and
+:func:`~qkv.decoding.stream` (B rows that start together), ``qkv chat``, and the server, whose batch changes at
+every step as requests come and go (*iteration-level scheduling*: Orca, Yu et al. 2022; vLLM's and TGI's
+continuous batching). A step reads as four verbs, as vLLM's ``EngineCore.step`` does::
 
-- ``"model"``: the model's own forward with its KV cache (:class:`qkv.layers.kv_cache.KVCache`): the
-  reference every other engine is tested against, and the path for any model that presents the interface
-  (``new_cache``, ``decode``) without being a qkv GPT or Transformer, or while activations are captured;
-- ``"static"``: the fixed-shape step of :mod:`qkv.decoding.decode_step` in eager mode over a static cache
-  allocated once for the request (the CPU's default: no compilation to wait for);
-- ``"compiled"``: that step through ``torch.compile`` (one graph, no graph breaks, the same graph for
-  every position);
-- ``"graph"``: that step (eager kernels) captured once as a CUDA graph and replayed for every token, so
-  the GPU runs a whole step per launch (the default on CUDA; capture takes milliseconds);
-- ``"compiled-graph"``: the compiled step captured as a CUDA graph (fewer, fused kernels; compiling takes
-  a while once per shape);
-- ``"auto"``: ``"graph"`` on CUDA, ``"static"`` elsewhere, ``"model"`` where the fast step does not apply.
+    rows, positions = the running requests and where each one is    # 1. schedule
+    logits = the model on one token per row                         # 2. execute
+    tokens = sample each row with its own settings and generator    # 3. sample
+    outputs = [TokenOutput(...)]; finished rows leave               # 4. update, and return data
 
-The fast engines keep, per model, the stacked W_q/W_k/W_v copies of :func:`qkv.layers.fused.fuse_linears`
-and the compiled step; they are rebuilt when the model's parameters change (another device or dtype, or
-an in-place update such as an optimizer step or ``load_state_dict``). For the compiled and graph engines
-the cache length and the source length are rounded up to a power of two, so that few shapes (and graphs)
-serve all requests; the extra positions are masked. CUDA graphs are kept in a pool, one per shape in use,
-so a server reuses them from request to request; a session holds its graph until it is closed.
+The engine never calls back into its caller: :meth:`Engine.add` and :meth:`Engine.step` *return* one
+:class:`TokenOutput` per row (its token, log-probabilities when asked, why it finished, or the error that ended
+it), and the caller routes them (the server turns them into text, stop strings and metrics on its own threads).
+
+**The KV pool.** The cache is one tensor of fixed *slots*, allocated once: (n_layers, slots, 2, h_kv, L, d_k)
+(:meth:`qkv.layers.kv_cache.KVCache.allocate`). The running rows are kept in slots 0 .. n-1 (when one leaves,
+the last moves into its slot), so a step reads the first n slots, a view, and its work follows the number of
+running rows. Each row writes its key and value at its own position and masks what lies past it.
+
+**The context window.** A row conditions on its last ``context_length`` tokens (C). A prompt longer than C is
+cropped from the left (:attr:`Request.cropped` says how many tokens were dropped). While a row has at most C
+tokens its window is the whole text at positions 0..L-1: one prefill, then one cached token per step. Once it
+has more, the window slides: every position changes, so the cached keys no longer hold, and the row's window is
+prefilled afresh at each such step, which is the computation of the uncached path. ``use_cache=False`` is that
+uncached path for every step: the reference the cached one is tested against.
+
+**Strategies** (``step=``, :mod:`qkv.decoding.fast_step`): "model" runs the model's own forward over each row's
+slice of the pool; "static" the fixed-shape step of :mod:`qkv.decoding.decode_step` eagerly, over the filled
+positions only; "compiled" and the CUDA-graph strategies run it over every slot, with fixed shapes (idle slots
+compute at position 0 and are ignored), so that one graph serves every step.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
-from qkv.decoding.decode_step import CrossAttention, cross_attention_keys, gpt_step, transformer_step
-from qkv.decoding.encoder_pass import encoder_hidden
+from qkv.decoding.decode_step import gpt_step
+from qkv.decoding.fast_step import GRAPH_STEPS, CapturedStep, fast_step_for, resolve_step
+from qkv.decoding.sampling import penalize, sample_next
+from qkv.decoding.sampling_params import SamplingParams
 from qkv.errors import QkvError
-from qkv.layers.capture import is_capturing
-from qkv.layers.fused import fuse_linears
 from qkv.layers.linear import onednn_rows
-from qkv.models.encoder import Encoder
-from qkv.models.gpt import GPT
-from qkv.models.transformer import Transformer
-
-ENGINES = ("auto", "model", "static", "compiled", "graph", "compiled-graph")
-GRAPH_ENGINES = ("graph", "compiled-graph")
-COMPILE_BACKEND = "inductor"  # torch.compile's backend for the compiled engines (tests use a quicker one)
+from qkv.layers.softmax import log_softmax
 
 
-def resolve_engine(model: nn.Module, engine: str = "auto") -> str:
-    """The engine that will run: ``engine`` itself, or for "auto" the one for the model's device."""
-    if engine not in ENGINES:
-        raise QkvError(f"engine={engine!r} is unknown: choose one of {', '.join(ENGINES)}")
-    device = next(model.parameters()).device
-    if engine in GRAPH_ENGINES and device.type != "cuda":
-        raise QkvError(
-            f"engine={engine!r} replays CUDA graphs, but the model is on {device.type}: "
-            "use 'static' or 'compiled' (or 'auto'), or move the model to a CUDA device"
-        )
-    if not isinstance(model, (GPT, Transformer, Encoder)) or is_capturing():
-        return "model"  # the fast step knows qkv's models; taps need the model's own forward
-    if isinstance(model, Encoder):  # one pass over whole sequences: no cache, no steps to compile or replay
-        return "model" if engine == "model" else "static"
-    if engine == "auto":
-        return "graph" if device.type == "cuda" else "static"
-    return engine
+@dataclass(eq=False)
+class Request:
+    """One text to continue: its prompt ids, how to choose its tokens, and which ids end it (``stop_ids``: the
+    end-of-sequence token, a chat template's end of turn; ignored with ``params.ignore_eos``). ``tag`` is the
+    caller's own handle; :attr:`cropped` is set when it joins: prompt tokens dropped to fit the context."""
+
+    prompt: list[int]
+    params: SamplingParams
+    stop_ids: frozenset[int] = frozenset()
+    generator: torch.Generator | None = None
+    tag: object = None
+    cropped: int = 0
 
 
-def _bucket(length: int, smallest: int) -> int:
-    """The next power of two >= length (and >= ``smallest``): few shapes for the compiled and graph steps."""
-    return max(smallest, 1 << (max(length, 1) - 1).bit_length())
+@dataclass(frozen=True, eq=False)
+class TokenOutput:
+    """What one step made for one request: its new ``token``, and with ``params.logprobs`` the token's
+    log-probability under the raw logits and the ``top`` alternatives ((id, logprob), ...); ``finish_reason``
+    "stop" (a stop id) or "length" (max_new_tokens) when it ended; ``error`` when it failed (then no token)."""
+
+    request: Request
+    token: int | None = None
+    logprob: float | None = None
+    top: tuple[tuple[int, float], ...] = ()
+    finish_reason: str | None = None
+    error: BaseException | None = None
 
 
-def _signature(model: nn.Module) -> tuple[tuple[int, int, torch.dtype], ...]:
-    """Where each parameter and buffer lives and how often it was changed in place (``_version``)."""
-    tensors = list(model.parameters()) + list(model.buffers())
-    return tuple((t.data_ptr(), t._version, t.dtype) for t in tensors)
+@dataclass(eq=False)
+class _Row:
+    request: Request
+    tokens: list[int]  # the window (the prompt's last C tokens) and the new ones
+    made: int = 0
+    counts: Tensor | None = None  # (V,) how often each token was generated (penalties only)
+    seen: Tensor | None = None  # (V,) True where a token is in the text (repetition penalty only)
 
 
-class DecodeEngine:
-    """What the fast steps keep per model: the stacked projections, the compiled steps, the CUDA graphs."""
+class Engine:
+    """A pool of ``slots`` cache rows of ``max_len`` positions and the requests running in them."""
 
-    def __init__(self, model: GPT | Transformer | Encoder) -> None:
-        self.model = model
-        self.signature = _signature(model)
-        stack = model.encoder if isinstance(model, Encoder) else model.decoder
-        self.projections = [fuse_linears(b.self_attn.query, b.self_attn.key, b.self_attn.value) for b in stack.blocks]
-        self._compiled: dict[str, Callable[..., Tensor]] = {}
-        self._graphs: dict[tuple, list[StepBuffers]] = {}  # idle captured graphs by shape
-        self._lock = threading.Lock()
-
-    def step(
-        self,
-        token_ids: Tensor,
-        position: Tensor,
-        buffer: Tensor,
-        cross: tuple[tuple[Tensor, ...], tuple[Tensor, ...], Tensor | None, Tensor | None] | None = None,
-        group: int = 1,
-        n_keys: int | None = None,
-    ) -> Tensor:
-        """Next-token logits (B, V) for ``token_ids`` (B,) at ``position`` (1,), with the static cache
-        ``buffer`` (n_layers, B, 2, h_kv, L, d_k) and, for an encoder-decoder, the encoder's keys and values."""
-        kv = buffer.unbind(0)
-        if cross is None:
-            return gpt_step(self.model, self.projections, token_ids, position, kv, n_keys)  # type: ignore[arg-type]
-        keys, values, mask, empty = cross
-        state = CrossAttention(keys, values, mask, group, empty)
-        return transformer_step(self.model, self.projections, token_ids, position, kv, state, n_keys)  # type: ignore[arg-type]
-
-    def compiled(self, backend: str = "inductor") -> Callable[..., Tensor]:
-        """:meth:`step` through ``torch.compile`` (fullgraph: a graph break is an error, not a slow path)."""
-        with self._lock:
-            if backend not in self._compiled:
-                self._compiled[backend] = torch.compile(self.step, backend=backend, fullgraph=True, dynamic=False)
-            return self._compiled[backend]
-
-    def take_graph(self, key: tuple) -> StepBuffers | None:
-        with self._lock:
-            idle = self._graphs.get(key)
-            return idle.pop() if idle else None
-
-    def give_back_graph(self, key: tuple, buffers: StepBuffers) -> None:
-        with self._lock:
-            self._graphs.setdefault(key, []).append(buffers)
-
-
-def engine_for(model: GPT | Transformer | Encoder) -> DecodeEngine:
-    """The model's engine, made on first use and again whenever its parameters have changed."""
-    engine = model.__dict__.get("_decode_engine")
-    if engine is None or engine.signature != _signature(model):
-        engine = DecodeEngine(model)
-        model.__dict__["_decode_engine"] = engine  # a plain attribute: not a submodule, not in the state dict
-    return engine
-
-
-class StepBuffers:
-    """Everything a step reads and writes, allocated once: the static KV cache, the position (1,), the new
-    token ids (B,), the encoder's keys and values; and, for the graph engines, the captured CUDA graph."""
-
-    def __init__(self, engine: DecodeEngine, batch: int, max_len: int, cross: CrossAttention | None) -> None:
-        model = engine.model
+    def __init__(self, model: nn.Module, slots: int, max_len: int, *, step: str = "auto", use_cache: bool = True):
+        self.model, self.slots = model, slots
+        self.context = model.config.context_length
+        self.max_len = min(max_len, self.context)
+        self.mode = resolve_step(model, step) if use_cache else "recompute"
         weight = next(p for p in model.parameters() if p.is_floating_point())  # not an int8 matrix
-        config = model.config
-        self.cache = model.new_cache(max_len)
-        self.cache.allocate(batch, config.n_kv_heads, config.head_dim, dtype=weight.dtype, device=weight.device)
-        self.layers = self.cache.buffer.unbind(0)  # (B, 2, h_kv, L, d_k) per layer, for the eager step
-        self.position = torch.zeros(1, dtype=torch.long, device=weight.device)
-        self.tokens = torch.zeros(batch, dtype=torch.long, device=weight.device)
-        self.cross = cross
-        self.graph: torch.cuda.CUDAGraph | None = None
-        self.logits: Tensor | None = None
+        self.device, self.vocab_size = weight.device, model.config.vocab_size
+        self.running: list[_Row] = []  # row i lives in slot i
+        self.buffer: Tensor | None = None
+        self._captured: CapturedStep | None = None
+        self._graph_key: tuple | None = None
+        if self.mode != "recompute":
+            self._allocate(weight)
 
-    def cross_args(self) -> tuple | None:
-        c = self.cross
-        return None if c is None else (tuple(c.keys), tuple(c.values), c.mask, c.empty)
+    def _allocate(self, weight: Tensor) -> None:
+        if self.mode in GRAPH_STEPS:  # a graph captured for an earlier request of this shape, with its pool
+            self._graph_key = (self.mode, self.slots, self.max_len)
+            self._captured = fast_step_for(self.model).take_graph(self._graph_key)
+            if self._captured is not None:
+                self.buffer = self._captured.buffer
+                return
+        config = self.model.config
+        cache = self.model.new_cache(self.max_len)
+        self.buffer = cache.allocate(
+            self.slots, config.n_kv_heads, config.head_dim, dtype=weight.dtype, device=weight.device
+        )  # fmt: skip  (n_layers, slots, 2, h_kv, L, d_k)
 
-    def capture(self, fn: Callable[..., Tensor], group: int) -> None:
-        """Run ``fn`` on these buffers a few times on a side stream (CUDA's rule before capture; it also
-        compiles a compiled step), then capture one call as a CUDA graph whose output is ``self.logits``.
-
-        The warm-up writes a key and value at position 0, which the request's first step overwrites."""
-        args = (self.tokens, self.position, self.cache.buffer, self.cross_args(), group)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                fn(*args)
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):  # other requests' threads go on
-            self.logits = fn(*args)
-
-
-class Session:
-    """One request's decoding state. ``step`` returns logits (B, V), valid until the next call."""
-
-    length: int
-
-    def prefill(self, token_ids: Tensor) -> Tensor:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def step(self, token_ids: Tensor) -> Tensor:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def reorder(self, index: Tensor) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """Give back what the session held (its CUDA graph)."""
-
-
-class ModelSession(Session):
-    """The reference: the model's own forward (GPT) or ``decode`` (encoder-decoder) with its KV cache.
-
-    Works for any model with ``new_cache(max_len)`` (a cache with ``length``, ``reset``, ``reorder``) and,
-    for translation, ``decode(tgt_ids, memory, memory_padding_mask=, cache=, last_only=)``. The memory
-    and its mask are repeated ``group`` times, one copy per beam.
-    """
-
-    def __init__(
-        self,
-        model: nn.Module,
-        max_len: int,
-        memory: Tensor | None = None,
-        memory_padding_mask: Tensor | None = None,
-        group: int = 1,
-    ) -> None:
-        self.model = model
-        self.cache = model.new_cache(max_len)
-        if memory is not None and group > 1:
-            memory = memory.repeat_interleave(group, dim=0)  # (B*k, S, d_model): beam j of sentence b is row b*k + j
-            if memory_padding_mask is not None:
-                memory_padding_mask = memory_padding_mask.repeat_interleave(group, dim=0)
-        self.memory, self.memory_padding_mask = memory, memory_padding_mask
+    # ------------------------------------------------------------------------------------ the pool
 
     @property
-    def length(self) -> int:
-        return self.cache.length
+    def free(self) -> int:
+        return self.slots - len(self.running)
 
-    def _run(self, token_ids: Tensor) -> Tensor:
-        if self.memory is None:
-            logits = self.model(token_ids, cache=self.cache, last_only=True)
-        else:
-            logits = self.model.decode(
-                token_ids, self.memory, memory_padding_mask=self.memory_padding_mask, cache=self.cache, last_only=True
-            )
-        return logits[:, -1]  # (B, V)
+    @property
+    def requests(self) -> list[Request]:
+        return [row.request for row in self.running]
 
-    def prefill(self, token_ids: Tensor) -> Tensor:
-        self.cache.reset()
-        return self._run(token_ids)
+    @property
+    def bytes(self) -> int:
+        return 0 if self.buffer is None else self.buffer.numel() * self.buffer.element_size()
 
-    def step(self, token_ids: Tensor) -> Tensor:
-        return self._run(token_ids[:, None])
-
-    def reorder(self, index: Tensor) -> None:
-        self.cache.reorder(index)
-
-
-class StaticSession(Session):
-    """The fast engines: the fixed-shape step over a static cache (see the module docstring)."""
-
-    def __init__(
-        self,
-        engine: DecodeEngine,
-        mode: str,
-        batch: int,
-        max_len: int,
-        cross: CrossAttention | None = None,
-    ) -> None:
-        self.engine, self.mode, self.length = engine, mode, 0
-        backend = COMPILE_BACKEND
-        self.group = 1 if cross is None else cross.group
-        self._key: tuple | None = None
-        if mode in GRAPH_ENGINES:
-            source = None if cross is None else (cross.keys[0].shape[2], cross.mask is None, cross.empty is None)
-            self._key = (mode, backend, batch, max_len, source, self.group)
-            buffers = engine.take_graph(self._key)
-            if buffers is None:
-                buffers = StepBuffers(engine, batch, max_len, cross)
-                fn = engine.step if mode == "graph" else engine.compiled(backend)
-                buffers.capture(fn, self.group)
-            elif cross is not None:  # a graph made for an earlier request: its inputs are fixed tensors
-                assert buffers.cross is not None
-                for mine, new in zip(
-                    (*buffers.cross.keys, *buffers.cross.values), (*cross.keys, *cross.values), strict=True
-                ):
-                    mine.copy_(new)
-                for mine, new in ((buffers.cross.mask, cross.mask), (buffers.cross.empty, cross.empty)):
-                    if mine is not None:
-                        mine.copy_(new)
-            buffers.cache.reset()
-            self._fn: Callable[..., Tensor] | None = None
-        else:
-            buffers = StepBuffers(engine, batch, max_len, cross)
-            self._fn = engine.compiled(backend) if mode == "compiled" else None
-        self.buffers = buffers
-        self._move_to(0)
-
-    def _move_to(self, length: int) -> None:
-        self.length = length
-        self.buffers.cache.length = length
-        self.buffers.position.fill_(length)
-
-    def prefill(self, token_ids: Tensor) -> Tensor:
-        """The prompt (B, T) through the model's own forward, which writes its keys and values into the
-        static cache; returns the last position's logits (B, V)."""
-        cache = self.buffers.cache
-        cache.reset()
-        with onednn_rows():  # the prompt's rows through oneDNN's packed product too (up to BATCH_ROWS)
-            logits = self.engine.model(token_ids, cache=cache, last_only=True)[:, -1]
-        self._move_to(token_ids.shape[1])
-        return logits
-
-    def step(self, token_ids: Tensor) -> Tensor:
-        b = self.buffers
-        if b.graph is not None:
-            b.tokens.copy_(token_ids)
-            b.graph.replay()
-            logits = b.logits
-        elif self._fn is not None:  # the ids go through a fixed buffer too: one layout, no recompile for a view
-            b.tokens.copy_(token_ids)
-            logits = self._fn(b.tokens, b.position, b.cache.buffer, b.cross_args(), self.group)
-        else:  # eager: attend over the filled positions only, no mask; a batch's products through oneDNN
-            kv = b.layers
-            cross = b.cross
-            if cross is None:
-                with onednn_rows():
-                    logits = gpt_step(
-                        self.engine.model, self.engine.projections, token_ids, b.position, kv, self.length + 1
-                    )  # type: ignore[arg-type]
-            else:
-                with onednn_rows():
-                    logits = transformer_step(
-                        self.engine.model,
-                        self.engine.projections,
-                        token_ids,
-                        b.position,
-                        kv,
-                        cross,
-                        self.length + 1,  # type: ignore[arg-type]
-                    )
-        self._move_to(self.length + 1)
-        return logits  # type: ignore[return-value]
-
-    def reorder(self, index: Tensor) -> None:
-        """Rows follow their beams, in place (the cross-attention keys belong to the sentence, not the row)."""
-        self.buffers.cache.reorder(index, cross_attention=False)
+    def positions_used(self) -> int:
+        """Cache positions holding a running request's keys (the pool's live part)."""
+        return sum(min(len(row.tokens), self.max_len) for row in self.running)
 
     def close(self) -> None:
-        if self._key is not None:
-            self.engine.give_back_graph(self._key, self.buffers)
-            self._key = None
+        """Give back what the engine holds beyond its pool (a captured CUDA graph, for the next request)."""
+        if self._captured is not None and self._captured.graph is not None and self._graph_key is not None:
+            fast_step_for(self.model).give_back_graph(self._graph_key, self._captured)
+        self._captured = None
+
+    # -------------------------------------------------------------------------------------- joining
+
+    @torch.no_grad()
+    def add(self, requests: list[Request]) -> list[TokenOutput]:
+        """Prefill the requests' prompts (in one forward) into free slots and choose each one's first token."""
+        if len(requests) > self.free:
+            raise QkvError(f"{len(requests)} requests do not fit the {self.free} free slots: check Engine.free first")
+        outputs, joining = [], []
+        for request in requests:
+            kept = min(len(request.prompt), self.context)
+            request.cropped = len(request.prompt) - kept
+            if request.generator is None and request.params.seed is not None:
+                request.generator = torch.Generator(device=self.device).manual_seed(request.params.seed)
+            new = request.params.max_new_tokens
+            if new == 0 or kept == 0:
+                outputs.append(TokenOutput(request, finish_reason="length") if new == 0 else self._empty(request))
+            elif self.mode != "recompute" and self.max_len < self.context and kept + new - 1 > self.max_len:
+                outputs.append(TokenOutput(request, error=QkvError(
+                    f"{kept} prompt tokens and {new} new ones do not fit a cache row of {self.max_len} positions: "
+                    "ask for fewer tokens")))  # fmt: skip
+            else:
+                joining.append(self._row(request, request.prompt[len(request.prompt) - kept :]))
+        if not joining:
+            return outputs
+        first = len(self.running)
+        self.running.extend(joining)
+        try:
+            logits = self._prefill(first, [row.tokens for row in joining])  # (k, V)
+        except Exception as error:  # noqa: BLE001 - the joining requests fail; the running ones go on
+            del self.running[first:]
+            return outputs + [TokenOutput(row.request, error=error) for row in joining]
+        return outputs + self._advance(list(range(first, first + len(joining))), logits)
+
+    @staticmethod
+    def _empty(request: Request) -> TokenOutput:
+        return TokenOutput(request, error=QkvError("the prompt is empty: give at least one token"))
+
+    def _row(self, request: Request, tokens: list[int]) -> _Row:
+        row = _Row(request, list(tokens))
+        if request.params.penalized:
+            row.counts = torch.zeros(self.vocab_size, dtype=torch.int32, device=self.device)
+            row.seen = torch.zeros(self.vocab_size, dtype=torch.bool, device=self.device)
+            row.seen[torch.tensor(request.prompt, dtype=torch.long, device=self.device)] = True
+        return row
+
+    def _prefill(self, first: int, windows: list[list[int]]) -> Tensor:
+        """The windows, right-padded, through the model's own forward (into slots ``first`` ..); the logits at
+        each window's last token (k, V). Without a cache: the forward alone, windows of one length together."""
+        if self.mode == "recompute":
+            return self._forward_windows(windows)
+        cache = self.model.new_cache(self.max_len).use(self.buffer[:, first : first + len(windows)])
+        longest = max(len(w) for w in windows)
+        ids = torch.zeros(len(windows), longest, dtype=torch.long, device=self.device)
+        for i, window in enumerate(windows):
+            ids[i, : len(window)] = torch.tensor(window, dtype=torch.long)
+        last = None if all(len(w) == longest for w in windows) else torch.tensor([len(w) - 1 for w in windows])
+        with onednn_rows() if self.mode != "model" else nullcontext():  # a prompt's rows: oneDNN's packed product
+            if last is None:
+                return self.model(ids, cache=cache, last_only=True)[:, 0]
+            return self.model(ids, cache=cache, at=last.to(self.device))[:, 0]
+
+    def _forward_windows(self, windows: list[list[int]]) -> Tensor:
+        out = []
+        for group in _runs([len(w) for w in windows]):
+            ids = torch.tensor([windows[i] for i in group], dtype=torch.long, device=self.device)
+            out.append(self.model(ids, last_only=True)[:, -1])  # (g, V)
+        return torch.cat(out)
+
+    # ----------------------------------------------------------------------------------------- steps
+
+    @torch.no_grad()
+    def step(self) -> list[TokenOutput]:
+        """One token for every running request: one batched forward, then each row sampled alone."""
+        n = len(self.running)
+        if n == 0:
+            return []
+        rows = list(self.running)
+        try:
+            if self.mode == "recompute":  # no cache: every step is a forward over each row's window
+                logits = self._forward_windows([row.tokens[-self.context :] for row in rows])
+            else:
+                logits = self._cached_step(rows)
+        except Exception as error:  # noqa: BLE001 - the step failed for everyone; the engine goes on
+            del self.running[:]
+            return [TokenOutput(row.request, error=error) for row in rows]
+        return self._advance(list(range(n)), logits)
+
+    def _cached_step(self, rows: list[_Row]) -> Tensor:
+        """The step's logits (n, V): one batched step, and a fresh prefill of each row whose window slides."""
+        sliding = [i for i, row in enumerate(rows) if len(row.tokens) > self.context]
+        if not sliding:
+            return self._execute(rows)
+        outs = [None] * len(rows) if len(sliding) == len(rows) else list(self._execute(rows).unbind(0))
+        for i in sliding:  # past the context the window moves: its keys no longer hold
+            outs[i] = self._prefill(i, [rows[i].tokens[-self.context :]])[0]
+        return torch.stack(outs)  # type: ignore[arg-type]
+
+    def _execute(self, rows: list[_Row]) -> Tensor:
+        """Next-token logits (n, V) of the running rows, each feeding its last token at its own position."""
+        n = len(rows)
+        positions = [len(r.tokens) - 1 if len(r.tokens) <= self.context else 0 for r in rows]  # sliding rows: 0
+        tokens = [r.tokens[-1] if len(r.tokens) <= self.context else 0 for r in rows]
+        if self.mode == "model":
+            return self._model_step(tokens, positions)
+        if self.mode == "static":
+            kv = self.buffer[:, :n].unbind(0)  # (n, 2, h_kv, L, d_k) per layer: views of the first n slots
+            same = all(p == positions[0] for p in positions)
+            position = torch.tensor(positions[:1] if same else positions, dtype=torch.long, device=self.device)
+            ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
+            fast = fast_step_for(self.model)
+            with onednn_rows():  # a few rows: oneDNN on its own layout of the weights (qkv.layers.linear)
+                return gpt_step(self.model, fast.projections, ids, position, kv, max(positions) + 1)
+        return self._fixed_step(tokens, positions)[:n]
+
+    def _model_step(self, tokens: list[int], positions: list[int]) -> Tensor:
+        """The reference: the model's own forward over each run of rows at one position."""
+        out = []
+        for group in _runs(positions):
+            a, b = group[0], group[-1] + 1
+            cache = self.model.new_cache(self.max_len).use(self.buffer[:, a:b])
+            cache.length = positions[a]
+            ids = torch.tensor(tokens[a:b], dtype=torch.long, device=self.device)[:, None]  # (g, 1)
+            out.append(self.model(ids, cache=cache, last_only=True)[:, -1])
+        return torch.cat(out)
+
+    def _fixed_step(self, tokens: list[int], positions: list[int]) -> Tensor:
+        """The compiled or graph step over every slot (fixed shapes); idle slots feed token 0 at position 0."""
+        if self._captured is None:
+            zeros = torch.zeros(self.slots, dtype=torch.long, device=self.device)
+            self._captured = CapturedStep(self.buffer, zeros, zeros.clone())
+        c, n = self._captured, len(tokens)
+        c.tokens.zero_(), c.position.zero_()
+        c.tokens[:n] = torch.tensor(tokens, dtype=torch.long)
+        c.position[:n] = torch.tensor(positions, dtype=torch.long)
+        fast = fast_step_for(self.model)
+        if self.mode in GRAPH_STEPS:
+            if c.graph is None:
+                c.capture(fast.step if self.mode == "graph" else fast.compiled())
+            return c.replay()
+        return fast.compiled()(c.tokens, c.position, c.buffer, None, 1)
+
+    # ------------------------------------------------------------------------------------- sampling
+
+    def _advance(self, slots: list[int], logits: Tensor) -> list[TokenOutput]:
+        """Choose the next token of the rows in ``slots`` from their logits (k, V); the finished rows leave."""
+        outputs: dict[int, TokenOutput] = {}
+        for group in _runs(
+            [(id(self.running[s].request.params), id(self.running[s].request.generator)) for s in slots]
+        ):  # fmt: skip  rows that share settings and a generator: one draw
+            rows = [self.running[slots[i]] for i in group]
+            try:
+                made = self._sample(rows, logits[group[0] : group[-1] + 1])
+            except Exception as error:  # noqa: BLE001 - a bad request fails alone
+                made = [TokenOutput(row.request, error=error) for row in rows]
+            outputs.update({slots[i]: out for i, out in zip(group, made, strict=True)})
+        for slot in sorted(outputs, reverse=True):  # reversed: leaving moves later rows
+            if outputs[slot].finish_reason is not None or outputs[slot].error is not None:
+                self._drop(slot)
+        return [outputs[slot] for slot in slots]
+
+    def _sample(self, rows: list[_Row], logits: Tensor) -> list[TokenOutput]:
+        params, generator = rows[0].request.params, rows[0].request.generator
+        if not bool(torch.isfinite(logits).all()):  # NaN anywhere poisons the softmax; inf is no probability
+            raise QkvError(
+                "the model's logits are not finite (NaN or inf): its weights hold NaN or inf values, or "
+                "overflow in this precision; check the model file, or run in float32"
+            )
+        scored = logits
+        if params.penalized:
+            counts = torch.stack([row.counts for row in rows])  # type: ignore[misc]
+            seen = torch.stack([row.seen for row in rows])  # type: ignore[misc]
+            scored = penalize(logits, params, counts, seen)
+        tokens = sample_next(scored, params, generator=generator).tolist()
+        lps: list = [None] * len(rows)
+        tops: list = [()] * len(rows)
+        if params.logprobs is not None:  # of the raw logits, as OpenAI reports them
+            lp = log_softmax(logits if logits.dtype in (torch.float32, torch.float64) else logits.float())  # (k, V)
+            lps = lp.gather(1, torch.tensor(tokens, device=lp.device)[:, None])[:, 0].tolist()
+            if params.logprobs:
+                values, ids = lp.topk(min(params.logprobs, lp.shape[-1]), dim=-1)
+                tops = [tuple(zip(i, v, strict=True)) for i, v in zip(ids.tolist(), values.tolist(), strict=True)]
+        return [self._update(row, token, lp, top) for row, token, lp, top in zip(rows, tokens, lps, tops, strict=True)]
+
+    def _update(self, row: _Row, token: int, logprob: float | None, top: tuple) -> TokenOutput:
+        request = row.request
+        row.tokens.append(token)
+        row.made += 1
+        if row.counts is not None and row.seen is not None:
+            row.counts[token] += 1
+            row.seen[token] = True
+        finish = None
+        if token in request.stop_ids and not request.params.ignore_eos:
+            finish = "stop"
+        elif row.made >= request.params.max_new_tokens:
+            finish = "length"
+        return TokenOutput(request, token, logprob, top, finish)
+
+    # ------------------------------------------------------------------------------------ leaving
+
+    def abort(self, requests) -> int:
+        """Free the slots of ``requests`` (a client gone, a stop string seen); how many were running."""
+        gone = {id(r) for r in requests}
+        slots = [i for i, row in enumerate(self.running) if id(row.request) in gone]
+        for slot in reversed(slots):
+            self._drop(slot)
+        return len(slots)
+
+    def _drop(self, slot: int) -> None:
+        """Free ``slot`` now: the last running row moves into it (its filled positions only)."""
+        last = len(self.running) - 1
+        if slot != last:
+            mover = self.running[last]
+            if self.buffer is not None:
+                filled = min(len(mover.tokens), self.max_len)
+                self.buffer[:, slot, :, :, :filled] = self.buffer[:, last, :, :, :filled]
+            self.running[slot] = mover
+        self.running.pop()
 
 
-def encode(model: nn.Module, token_ids: Tensor, padding_mask: Tensor | None = None, *, engine: str = "auto") -> Tensor:
-    """An encoder's contextual vectors (B, T, d_model): the model's forward for engine "model", else the
-    inference pass of :mod:`qkv.decoding.encoder_pass` (the same numbers, W_q/W_k/W_v in one product)."""
-    if resolve_engine(model, engine) == "model":
-        return model(token_ids, padding_mask=padding_mask)
-    return encoder_hidden(model, engine_for(model).projections, token_ids, padding_mask)  # type: ignore[arg-type]
-
-
-@contextmanager
-def lm_session(model: nn.Module, engine: str, batch: int, max_len: int) -> Iterator[Session]:
-    """A session for generating with a GPT: ``batch`` rows, at most ``max_len`` positions fed."""
-    mode = resolve_engine(model, engine)
-    if mode == "model":
-        session: Session = ModelSession(model, max_len)
-    else:
-        length = max_len if mode == "static" else min(_bucket(max_len, 16), max(max_len, model.config.context_length))
-        session = StaticSession(engine_for(model), mode, batch, length)  # type: ignore[arg-type]
-    try:
-        yield session
-    finally:
-        session.close()
-
-
-@contextmanager
-def translation_session(
-    model: nn.Module,
-    engine: str,
-    memory: Tensor,
-    memory_padding_mask: Tensor | None,
-    max_len: int,
-    *,
-    group: int = 1,
-) -> Iterator[Session]:
-    """A session for decoding targets of ``memory`` (B, S, d_model) with ``group`` rows (beams) per source
-    sentence, row b * group + j being beam j of sentence b; at most ``max_len`` target positions fed."""
-    mode = resolve_engine(model, engine)
-    if mode == "model":
-        session: Session = ModelSession(model, max_len, memory, memory_padding_mask, group)
-    else:
-        fixed = mode != "static"
-        cross = cross_attention_keys(
-            model,  # type: ignore[arg-type]
-            memory,
-            memory_padding_mask,
-            group=group,
-            pad_to=_bucket(memory.shape[1], 8) if fixed else None,
-            fixed=fixed,
-        )
-        length = _bucket(max_len, 16) if fixed else max_len
-        session = StaticSession(engine_for(model), mode, memory.shape[0] * group, length, cross)  # type: ignore[arg-type]
-    try:
-        yield session
-    finally:
-        session.close()
-
-
-__all__ = [
-    "ENGINES",
-    "DecodeEngine",
-    "ModelSession",
-    "Session",
-    "StaticSession",
-    "encode",
-    "engine_for",
-    "lm_session",
-    "resolve_engine",
-    "translation_session",
-]
+def _runs(keys: list) -> list[list[int]]:
+    """Indices grouped into runs of consecutive equal keys: [1, 1, 2, 1] -> [[0, 1], [2], [3]]."""
+    runs: list[list[int]] = []
+    for i, key in enumerate(keys):
+        if runs and keys[runs[-1][-1]] == key:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs

@@ -1,58 +1,37 @@
 """Generating text with a GPT: predict a token, append it, repeat (the GPT notes; the encoder-decoder notes' "one
 token at a time").
 
-Every step runs the model on the sequence so far, keeps the logits of the last position only ("the
-computation to predict the next token relies entirely on the final vector", the GPT notes), and picks the next
-token with :func:`qkv.decoding.sampling.sample_next` (greedy, temperature, top-k, top-p).
+:func:`generate` and :func:`stream` are the Python form of that loop for a batch of prompts that start together:
+they hand the prompts to the decoding engine (:class:`qkv.decoding.engine.Engine`, the one loop every road to a
+language model shares: its KV cache, context window and step strategies are described there) and collect the
+tokens it returns. How each token is chosen is one :class:`~qkv.decoding.sampling_params.SamplingParams`, given
+as ``params`` or as its fields in keyword form (``temperature=0.8, top_p=0.9``), checked once.
 
-**KV cache.** A causal model never lets a token see its future, so the keys and values of earlier tokens do
-not change when a token is appended. With ``use_cache=True`` (the default) the prompt is run once (prefill)
-into a preallocated :class:`~qkv.layers.kv_cache.KVCache`, and each later step feeds one token, whose
-query attends to the cached keys and values. ``use_cache=False`` recomputes the whole window every step:
-slow, but the obvious reference the cached path is tested against. How the cached steps run is the
-``engine`` (:mod:`qkv.decoding.engine`): by default a fixed-shape step over a static cache allocated once for
-the request (replayed as a CUDA graph on a GPU); ``engine="model"`` runs the model's own forward instead.
-
-**Context window.** The model always conditions on the last ``context_length`` tokens (C), and the two paths
-do exactly the same thing at every step:
-
-1. A prompt longer than C is cropped from the left: only its last C tokens are read, and ``on_crop(n)`` is
-   called once with the number n of tokens dropped. The returned tensor still starts with the whole prompt.
-2. While the sequence (prompt + new tokens) has at most C tokens, the window is the whole sequence at
-   positions 0..L-1: one prefill, then one cached token per step.
-3. Once it has L > C tokens, the window slides: the next token is predicted from tokens L-C..L-1 at
-   positions 0..C-1. Every token's position changes when the window moves (and learned or sinusoidal
-   positions are added to the embeddings), so cached keys are no longer valid: the cached path empties its
-   cache and prefills the C-token window afresh at each such step, which is the same computation as the
-   uncached path. Past the context, caching therefore no longer saves work; keep prompt + new tokens within
-   the context to get its speed.
-
-Rows (of a batch) that produce ``eos_id`` are finished: their later positions are filled with ``eos_id``,
-and generation stops as soon as every row is finished.
+Rows (of a batch) that produce an end id (``eos_id``: one id or several, e.g. a chat template's end of turn) are
+finished: their later positions are filled with that id, and generation stops as soon as every row is finished.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import nullcontext
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import closing
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from qkv.decoding.engine import lm_session, resolve_engine
-from qkv.decoding.sampling import check_sampling, sample_next
+from qkv.decoding.engine import Engine, Request
+from qkv.decoding.fast_step import bucket, resolve_step
+from qkv.decoding.sampling_params import SamplingParams
 from qkv.errors import QkvError
 from qkv.models.eval_mode import eval_mode
-from qkv.models.gpt import GPT
 from qkv.tokenizers.base import Tokenizer
 
 Prompt = Sequence[int] | Sequence[Sequence[int]] | Tensor
+EndIds = int | Iterable[int] | None
 
 
-def _check_id(name: str, value: int | None, vocab_size: int) -> None:
-    if value is None:
-        return
+def _check_id(name: str, value: int, vocab_size: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < vocab_size:
         raise QkvError(
             f"{name}={value!r} is not a token id of this model (0..{vocab_size - 1}): "
@@ -60,27 +39,21 @@ def _check_id(name: str, value: int | None, vocab_size: int) -> None:
         )
 
 
-def _prepare(
-    model: GPT,
-    prompt_ids: Prompt,
-    *,
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int | None,
-    top_p: float | None,
-    eos_id: int | None,
-    bos_id: int | None,
-    engine: str,
-) -> Tensor:
-    """Validate every argument and return the prompt as a (B, T) long tensor on the model's device."""
-    vocab_size = model.config.vocab_size
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise QkvError(f"max_new_tokens={max_new_tokens!r} must be a whole number >= 0: e.g. max_new_tokens=100")
-    check_sampling(temperature, top_k, top_p)
-    _check_id("eos_id", eos_id, vocab_size)
-    _check_id("bos_id", bos_id, vocab_size)
-    resolve_engine(model, engine)
+def end_ids(eos_id: EndIds, vocab_size: int) -> frozenset[int]:
+    """``eos_id`` (None, one id, or several) as a checked set of ids that end a row."""
+    if eos_id is None:
+        return frozenset()
+    ids = [eos_id] if isinstance(eos_id, int) else list(eos_id)
+    for i in ids:
+        _check_id("eos_id", i, vocab_size)
+    return frozenset(ids)
 
+
+def prompt_tensor(model: torch.nn.Module, prompt_ids: Prompt, bos_id: int | None) -> Tensor:
+    """The prompt as a checked (B, T) long tensor on the model's device; an empty prompt starts from ``bos_id``."""
+    vocab_size = model.config.vocab_size
+    if bos_id is not None:
+        _check_id("bos_id", bos_id, vocab_size)
     device = next(model.parameters()).device
     if isinstance(prompt_ids, Tensor):
         if prompt_ids.dtype.is_floating_point or prompt_ids.dtype.is_complex or prompt_ids.dtype == torch.bool:
@@ -89,14 +62,14 @@ def _prepare(
     else:
         try:
             ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=device)
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, RuntimeError, OverflowError):
             raise QkvError(
                 "the prompt must be a list of token ids, or equal-length lists for a batch: "
                 "encode the text with the tokenizer (and pad the rows to one length)"
             ) from None
     if ids.dim() == 1:
         ids = ids[None]  # (T,) -> (1, T)
-    if ids.dim() != 2:
+    if ids.dim() != 2 or ids.shape[0] == 0:
         raise QkvError(f"prompt ids have shape {tuple(ids.shape)}: pass a list of ids or a (batch, length) tensor")
     if ids.shape[1] == 0:
         if bos_id is None:
@@ -105,7 +78,7 @@ def _prepare(
                 "to start from the beginning-of-sequence token"
             )
         ids = torch.full((ids.shape[0], 1), bos_id, dtype=torch.long, device=device)
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
         raise QkvError(
             f"the prompt holds ids outside the model's vocabulary (0..{vocab_size - 1}): "
             "encode it with the tokenizer the model was trained with"
@@ -113,144 +86,139 @@ def _prepare(
     return ids
 
 
-def _decode_steps(
-    model: GPT,
-    ids: Tensor,
-    *,
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int | None,
-    top_p: float | None,
-    eos_id: int | None,
-    use_cache: bool,
-    engine: str,
-    generator: torch.Generator | None,
-    on_crop: Callable[[int], None] | None,
-    on_logits: Callable[[Tensor], None] | None = None,
-) -> Iterator[Tensor]:
-    """The one decoding loop: yield the next token ids (B,) step by step (see the module docstring)."""
-    batch, prompt_length = ids.shape
+def _cache_length(model: torch.nn.Module, mode: str, kept: int, new: int) -> int:
+    """Positions the rows' cache needs: at most kept + new - 1 are fed, never more than the context; the fixed
+    shapes of the compiled and graph steps round it up to a power of two (:func:`~qkv.decoding.fast_step.bucket`)."""
     context = model.config.context_length
-    if prompt_length > context and on_crop is not None:
-        on_crop(prompt_length - context)
-    if max_new_tokens == 0:
-        return
-    kept = min(prompt_length, context)
-    tokens = ids.new_empty(batch, kept + max_new_tokens)  # the window's tokens and the new ones, in place
-    tokens[:, :kept] = ids[:, prompt_length - kept :]
-    filled = kept  # tokens written so far
-    done = torch.zeros(batch, dtype=torch.bool, device=ids.device) if eos_id is not None else None
-    # At most kept + max_new_tokens - 1 tokens are ever fed (the last new token is not), never more than C.
-    cached = lm_session(model, engine, batch, min(context, kept + max_new_tokens - 1)) if use_cache else nullcontext()
-    with cached as session:
-        for step in range(max_new_tokens):
-            start = max(0, filled - context)  # the window: the last C tokens
-            if session is None:
-                logits = model(tokens[:, start:filled], last_only=True)[:, -1]  # (B, V), the whole window
-            elif step == 0 or filled > context:
-                logits = session.prefill(tokens[:, start:filled])  # prefill (again, once the window slides)
-            else:
-                logits = session.step(tokens[:, filled - 1])  # one new token per row
-            if on_logits is not None:
-                on_logits(logits)  # (B, V): the raw logits this step chooses from
-            next_ids = sample_next(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)
-            if done is not None:
-                next_ids = next_ids.masked_fill(done, eos_id)  # finished rows keep emitting eos
-                done |= next_ids == eos_id
-            tokens[:, filled] = next_ids
-            filled += 1
-            yield next_ids  # (B,)
-            if done is not None and bool(done.all()):
-                return
+    length = min(context, kept + new - 1)
+    if mode in ("static", "model", "recompute"):
+        return max(length, 1)
+    return min(bucket(length, 16), max(length, context))
 
 
-def _settings(arguments: dict[str, Any]) -> dict[str, Any]:
-    """The decoding settings of :func:`generate` or :func:`stream` (their keyword arguments, read from their
-    ``locals()`` at entry), passed on as one object instead of thirteen names spelled out twice."""
-    return {name: value for name, value in arguments.items() if name not in ("model", "prompt_ids")}
+class TokenStream(Iterator[Tensor]):
+    """The new token ids of a batch, one (B,) tensor per step, as the engine makes them. :attr:`cropped` is the
+    number of prompt tokens dropped from the left to fit the context (the same for every row)."""
+
+    def __init__(self, model, ids: Tensor, params: SamplingParams, stops: frozenset[int], use_cache: bool,
+                 step: str, generator: torch.Generator | None) -> None:  # fmt: skip
+        self.model, self.ids, self.params = model, ids, params
+        self.cropped = max(0, ids.shape[1] - model.config.context_length)
+        mode = resolve_step(model, step) if use_cache else "recompute"
+        self._steps = self._run(stops, use_cache, step, generator, mode)
+
+    @torch.no_grad()  # on a generator function, torch applies no_grad only while the generator runs
+    def _run(self, stops, use_cache, step, generator, mode) -> Iterator[Tensor]:
+        batch, length = self.ids.shape
+        new = self.params.max_new_tokens
+        if new == 0:
+            return
+        kept = min(length, self.model.config.context_length)
+        engine = Engine(self.model, batch, _cache_length(self.model, mode, kept, new), step=step, use_cache=use_cache)
+        rows = [Request(self.ids[b].tolist(), self.params, stops, generator, tag=b) for b in range(batch)]
+        made = torch.zeros(batch, dtype=torch.long)
+        with eval_mode(self.model, no_grad=False), closing(engine):  # eval mode until the stream ends or closes
+            outputs = engine.add(rows)
+            for _ in range(new):
+                for out in outputs:
+                    if out.error is not None:
+                        raise out.error
+                    made[out.request.tag] = out.token  # finished rows keep their last (end) id
+                yield made.to(self.ids.device, copy=True)
+                if not engine.running:
+                    return
+                outputs = engine.step()
+
+    def __next__(self) -> Tensor:
+        return next(self._steps)
+
+    def close(self) -> None:
+        self._steps.close()
 
 
-def _start(model: GPT, prompt_ids: Prompt, *, bos_id: int | None, **settings: Any) -> tuple[Tensor, Iterator[Tensor]]:
-    """Check the settings (at once, not at the first step) and return the prompt (B, T) and its decoding loop."""
-    ids = _prepare(model, prompt_ids, bos_id=bos_id, **{k: settings[k] for k in _PREPARE_SETTINGS})
-    return ids, _decode_steps(model, ids, **settings)
-
-
-_PREPARE_SETTINGS = ("max_new_tokens", "temperature", "top_k", "top_p", "eos_id", "engine")
+def _start(
+    model, prompt_ids: Prompt, params, eos_id: EndIds, bos_id, use_cache, step, generator, settings
+) -> TokenStream:
+    """Check everything at once (not at the first step) and return the batch's token stream."""
+    params = SamplingParams.of(params, **settings)
+    if params.stop:
+        raise QkvError(
+            "stop strings are text, and generate/stream work on token ids: use qkv.complete or qkv.chat, "
+            "or pass end ids as eos_id"
+        )
+    stops = end_ids(eos_id, model.config.vocab_size)
+    resolve_step(model, step)
+    ids = prompt_tensor(model, prompt_ids, bos_id)
+    return TokenStream(model, ids, params, stops, use_cache, step, generator)
 
 
 @torch.no_grad()
 def generate(
-    model: GPT,
+    model: torch.nn.Module,
     prompt_ids: Prompt,
+    params: SamplingParams | None = None,
     *,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    eos_id: int | None = None,
+    eos_id: EndIds = None,
     bos_id: int | None = None,
     use_cache: bool = True,
-    engine: str = "auto",
+    step: str = "auto",
     generator: torch.Generator | None = None,
-    on_crop: Callable[[int], None] | None = None,
-    on_logits: Callable[[Tensor], None] | None = None,
+    **settings: Any,
 ) -> Tensor:
     """Continue ``prompt_ids`` with up to ``max_new_tokens`` tokens; returns (B, T + n) token ids.
 
     ``prompt_ids`` is a list of ids (one sequence), equal-length lists, or a (B, T) / (T,) long tensor. The
     result is the prompt followed by the n <= max_new_tokens new tokens (n < max_new_tokens only when every
-    row has produced ``eos_id``). An empty prompt starts from ``bos_id`` if given. ``temperature``,
-    ``top_k``, ``top_p`` and ``generator`` choose each token as in :func:`sample_next` (temperature 0 is
-    greedy). ``on_crop(n)`` is called once if the prompt is longer than the context and its first n tokens
-    cannot be read. ``on_logits(logits)`` is called at every step with the (B, V) logits the next tokens are
-    chosen from (raw: before temperature and filters), e.g. to report log-probabilities. ``engine`` chooses
-    how the cached steps run (:mod:`qkv.decoding.engine`: "auto" picks the fast step for the device;
-    "model" is the model's own forward, the reference). Runs in eval mode without gradients and restores the
-    model's training flag.
+    row has produced an end id). An empty prompt starts from ``bos_id`` if given. ``params`` (or its fields as
+    keywords: ``max_new_tokens``, ``temperature``, ``top_k``, ``top_p``, ``min_p``, the penalties, ``seed``) and
+    ``generator`` choose each token (temperature 0 is greedy). ``step`` chooses how the cached steps run
+    (:mod:`qkv.decoding.fast_step`: "auto" picks the fast step for the device; "model" is the model's own
+    forward, the reference); ``use_cache=False`` recomputes every step. Runs in eval mode without gradients and
+    restores the model's training flag.
     """
-    ids, steps = _start(model, prompt_ids, **_settings(locals()))
-    with eval_mode(model):
-        new = list(steps)
+    tokens = _start(model, prompt_ids, params, eos_id, bos_id, use_cache, step, generator, settings)
+    new = list(tokens)
     if not new:
-        return ids
-    return torch.cat([ids, torch.stack(new, dim=1)], dim=1)  # (B, T + n)
+        return tokens.ids
+    return torch.cat([tokens.ids, torch.stack(new, dim=1)], dim=1)  # (B, T + n)
 
 
 def stream(
-    model: GPT,
+    model: torch.nn.Module,
     prompt_ids: Sequence[int] | Tensor,
+    params: SamplingParams | None = None,
     *,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    eos_id: int | None = None,
+    eos_id: EndIds = None,
     bos_id: int | None = None,
     use_cache: bool = True,
-    engine: str = "auto",
+    step: str = "auto",
     generator: torch.Generator | None = None,
-    on_crop: Callable[[int], None] | None = None,
-    on_logits: Callable[[Tensor], None] | None = None,
+    **settings: Any,
 ) -> Iterator[int]:
     """Yield the new token ids of one sequence as they are made (the same ids :func:`generate` returns).
 
-    Arguments are checked at once (a bad one raises here, not at the first ``next``). The ``eos_id`` token
-    is yielded too, and ends the stream; ``on_logits`` sees each step's (1, V) logits just before its id is
-    yielded. The model stays in eval mode until the stream is exhausted or closed. Feed the ids to a
-    :class:`TextStreamer` to print text as it comes.
+    Arguments are checked at once (a bad one raises here, not at the first ``next``). The end id is yielded
+    too, and ends the stream. The returned iterator has ``cropped`` (prompt tokens dropped to fit the context)
+    and ``close()``. Feed the ids to a :class:`TextStreamer` to print text as it comes.
     """
-    ids, steps = _start(model, prompt_ids, **_settings(locals()))
-    if ids.shape[0] != 1:
-        raise QkvError(f"stream takes one prompt, got a batch of {ids.shape[0]}: use generate() for a batch")
-    return _stream_ids(model, steps)
+    tokens = _start(model, prompt_ids, params, eos_id, bos_id, use_cache, step, generator, settings)
+    if tokens.ids.shape[0] != 1:
+        raise QkvError(f"stream takes one prompt, got a batch of {tokens.ids.shape[0]}: use generate() for a batch")
+    return _Ids(tokens)
 
 
-@torch.no_grad()  # on a generator function, torch applies no_grad only while the generator runs
-def _stream_ids(model: GPT, steps: Iterator[Tensor]) -> Iterator[int]:
-    with eval_mode(model):
-        for next_ids in steps:
-            yield int(next_ids[0])
+class _Ids(Iterator[int]):
+    """A one-row :class:`TokenStream` as plain ids."""
+
+    def __init__(self, tokens: TokenStream) -> None:
+        self.tokens = tokens
+        self.cropped = tokens.cropped
+
+    def __next__(self) -> int:
+        return int(next(self.tokens)[0])
+
+    def close(self) -> None:
+        self.tokens.close()
 
 
 class TextStreamer:

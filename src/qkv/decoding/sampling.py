@@ -1,45 +1,33 @@
-"""Choosing the next token from the model's logits: greedy, temperature, top-k and top-p (nucleus) sampling.
+"""Choosing the next token from the model's logits: penalties, temperature, top-k, top-p and min-p.
 
 The GPT notes: the unembedding W_U turns the final vector into one logit per vocabulary entry and the softmax
 turns those into the next-token distribution. Dividing the logits by a temperature T before the softmax
 reshapes it: T > 1 flattens it (more varied text), T < 1 sharpens it, and T -> 0 puts all the mass on the
 largest logit, so T = 0 means greedy decoding (argmax, no randomness at all).
 
-Two filters cut off the unlikely tail before sampling. Each is a small function from logits to logits that
+Three filters cut off the unlikely tail before sampling. Each is a small function from logits to logits that
 sets the removed entries to -inf (so the softmax gives them exactly 0, as the causal mask does):
 
 - :func:`top_k_filter` keeps the k largest logits of each row;
-- :func:`top_p_filter` keeps the *nucleus*: the fewest most-likely tokens whose probabilities add up to p.
+- :func:`top_p_filter` keeps the *nucleus*: the fewest most-likely tokens whose probabilities add up to p;
+- :func:`min_p_filter` keeps the tokens whose probability is at least min_p times the largest one.
 
-:func:`sampling_distribution` applies them in the usual order (Hugging Face's): logits / T, then top-k, then
-top-p on the tempered distribution, then softmax. That distribution is the one :func:`sample_next` draws from
-and the one the next-token views (``qkv next``, the playground) show: one transform, written once.
+:func:`sampling_distribution` applies them in Hugging Face's order: logits / T, then top-k, top-p and min-p on
+the tempered distribution, then softmax. Penalties (:func:`penalize`) come before all of it, on the raw logits,
+because they depend on the text so far, not on the distribution. That distribution is the one
+:func:`sample_next` draws from and the one the next-token views (``qkv next``, the playground) show: one
+transform, written once. The settings come as one checked :class:`~qkv.decoding.sampling_params.SamplingParams`.
 """
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from qkv.errors import QkvError
+from qkv.decoding.sampling_params import SamplingParams
 from qkv.layers.softmax import softmax
-
-
-def check_sampling(temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None) -> None:
-    """Raise QkvError (with the fix) unless T >= 0, top_k is None or >= 0, and top_p is None or in (0, 1]."""
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
-        raise QkvError(
-            f"temperature={temperature!r} must be a number >= 0: use 0 for greedy decoding, "
-            "about 0.7-1.0 for varied text"
-        )
-    if math.isinf(temperature):
-        raise QkvError(f"temperature={temperature!r} must be finite: use a value such as 1.0 (or 0 for greedy)")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
-        raise QkvError(f"top_k={top_k!r} must be a whole number >= 0: use e.g. 50, or 0/None to keep every token")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
-        raise QkvError(f"top_p={top_p!r} must be in (0, 1]: use e.g. 0.9, or 1/None to keep every token")
 
 
 def top_k_filter(logits: Tensor, k: int | None) -> Tensor:
@@ -73,40 +61,66 @@ def top_p_filter(logits: Tensor, p: float | None) -> Tensor:
     return logits.masked_fill(remove, float("-inf"))
 
 
-def sampling_distribution(
-    logits: Tensor, *, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
-) -> Tensor:
-    """softmax(top_p(top_k(logits / T))) over the last dimension: the distribution sampling draws from.
+def min_p_filter(logits: Tensor, p: float | None) -> Tensor:
+    """Keep the tokens of each row (..., V) with probability >= ``p`` x the row's largest probability.
+
+    In logits: log P(j) - log P(max) = logit_j - max logit >= log p. The likeliest token always stays; ``p``
+    None or 0 returns ``logits`` unchanged."""
+    if not p:
+        return logits
+    floor = logits.amax(dim=-1, keepdim=True) + torch.log(torch.tensor(p, dtype=logits.dtype))  # (..., 1)
+    return logits.masked_fill(logits < floor, float("-inf"))
+
+
+def penalize(logits: Tensor, params: SamplingParams, counts: Tensor, seen: Tensor) -> Tensor:
+    """The logits (B, V) after the penalties of ``params``: ``counts`` (B, V) is how often each token was
+    generated so far, ``seen`` (B, V) True where a token is anywhere in the text (prompt or new tokens).
+
+    repetition: logit / r where it is > 0, logit * r where it is <= 0, on the ``seen`` tokens (CTRL);
+    presence and frequency: logit - presence [count > 0] - frequency count (OpenAI's formula)."""
+    out = logits
+    if params.repetition_penalty != 1:
+        r = params.repetition_penalty
+        out = torch.where(seen, torch.where(out > 0, out / r, out * r), out)
+    if params.presence_penalty or params.frequency_penalty:
+        counts = counts.to(out.dtype)
+        out = out - params.frequency_penalty * counts - params.presence_penalty * (counts > 0).to(out.dtype)
+    return out
+
+
+def sampling_distribution(logits: Tensor, params: SamplingParams | None = None, **settings: Any) -> Tensor:
+    """softmax(min_p(top_p(top_k(logits / T)))) over the last dimension: the distribution sampling draws from.
 
     ``logits`` is (..., V); so is the result, each row summing to 1 with exactly 0 on the filtered tokens.
-    T = 0 is the greedy limit: all the mass on the largest logit (split evenly between exact ties).
-    """
-    check_sampling(temperature, top_k, top_p)
-    if temperature == 0:
+    T = 0 is the greedy limit: all the mass on the largest logit (split evenly between exact ties). The
+    settings are ``params`` or keyword arguments of :class:`SamplingParams` (checked once, here)."""
+    params = SamplingParams.of(params, **settings)
+    if params.greedy:
         return softmax(logits, 0)
     # Shift the largest logit to 0 first (softmax does not change): a tiny T then cannot overflow to inf.
-    scaled = (logits - logits.amax(dim=-1, keepdim=True)) / temperature  # (..., V)
-    return softmax(top_p_filter(top_k_filter(scaled, top_k), top_p))
+    scaled = (logits - logits.amax(dim=-1, keepdim=True)) / params.temperature  # (..., V)
+    if params.filtered:
+        scaled = min_p_filter(top_p_filter(top_k_filter(scaled, params.top_k), params.top_p), params.min_p)
+    return softmax(scaled)
 
 
 def sample_next(
     logits: Tensor,
+    params: SamplingParams | None = None,
     *,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
     generator: torch.Generator | None = None,
+    **settings: Any,
 ) -> Tensor:
     """One next-token id per row of ``logits`` (B, V): a (B,) long tensor.
 
-    T = 0 is greedy: the argmax of each row, no randomness (top_k/top_p cannot change the argmax). Otherwise
-    the ids are drawn from :func:`sampling_distribution` with ``torch.multinomial`` and ``generator``, so a
-    seeded generator gives reproducible samples.
-    """
-    check_sampling(temperature, top_k, top_p)
+    T = 0 is greedy: the argmax of each row, no randomness (top_k/top_p/min_p cannot change the argmax).
+    Otherwise the ids are drawn from :func:`sampling_distribution` with ``torch.multinomial`` and
+    ``generator``, so a seeded generator gives reproducible samples. Penalties are not applied here (they need
+    the text so far: :func:`penalize`)."""
+    params = SamplingParams.of(params, **settings)
     if logits.dim() != 2:
         raise ValueError(f"sample_next takes logits of shape (B, V), got {tuple(logits.shape)}")
-    if temperature == 0:
+    if params.greedy:
         return logits.argmax(dim=-1)  # (B,)
-    probs = sampling_distribution(logits, temperature=temperature, top_k=top_k, top_p=top_p)  # (B, V)
+    probs = sampling_distribution(logits, params)  # (B, V)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)

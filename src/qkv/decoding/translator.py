@@ -20,7 +20,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from qkv.decoding.beam_search import Hypothesis, beam_search, greedy_decode
-from qkv.decoding.engine import resolve_engine
+from qkv.decoding.fast_step import resolve_step
 from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.model_dir import ModelBundle
@@ -63,11 +63,11 @@ class Translator:
         source_tokenizer: Tokenizer,
         target_tokenizer: Tokenizer | None = None,
         *,
-        engine: str = "auto",
+        step: str = "auto",
     ):
-        resolve_engine(model, engine)
+        resolve_step(model, step)
         self.model = model
-        self.engine = engine  # how the decoder steps run (qkv.decoding.engine)
+        self.step = step  # how the decoder steps run (qkv.decoding.fast_step)
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer or source_tokenizer
         target = self.target_tokenizer
@@ -76,16 +76,16 @@ class Translator:
         self.cropped = 0  # sources cropped to the model's maximum length so far
 
     @classmethod
-    def from_bundle(cls, bundle: ModelBundle, *, engine: str = "auto") -> Translator:
+    def from_bundle(cls, bundle: ModelBundle, *, step: str = "auto") -> Translator:
         """The translator for a loaded model; a model whose family is no translator is a QkvError."""
         family_of(bundle.model).require_role(TRANSLATOR, f"translating with {bundle.path}")
-        return cls(bundle.model, bundle.tokenizer, bundle.target_tokenizer, engine=engine)
+        return cls(bundle.model, bundle.tokenizer, bundle.target_tokenizer, step=step)
 
     @classmethod
-    def load(cls, path: str | Path, *, device: str = "cpu", engine: str = "auto") -> Translator:
+    def load(cls, path: str | Path, *, device: str = "cpu", step: str = "auto") -> Translator:
         """Open any model :func:`qkv.load` opens (a run, a quantized folder, a Marian folder, a Hub name) that
         is a translator."""
-        return cls.from_bundle(load(path, device=device), engine=engine)
+        return cls.from_bundle(load(path, device=device), step=step)
 
     @property
     def device(self) -> torch.device:
@@ -130,7 +130,7 @@ class Translator:
         for start in range(0, len(sentences), batch_size):
             src, mask = self.encode_sources(sentences[start : start + batch_size])
             common = dict(
-                bos_id=target.bos_id, eos_id=target.eos_id, max_len_a=max_len_a, max_len_b=max_len_b, engine=self.engine
+                bos_id=target.bos_id, eos_id=target.eos_id, max_len_a=max_len_a, max_len_b=max_len_b, step=self.step
             )
             if beam == 1 and n_best == 1:
                 outputs = [[Hypothesis(tokens, 0.0, 0.0)] for tokens in greedy_decode(self.model, src, mask, **common)]

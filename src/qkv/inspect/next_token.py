@@ -27,7 +27,8 @@ from functools import partial
 import numpy as np
 import torch
 
-from qkv.decoding.sampling import check_sampling, sampling_distribution
+from qkv.decoding.sampling import sampling_distribution
+from qkv.decoding.sampling_params import SamplingParams
 from qkv.errors import QkvError
 from qkv.inspect.tokens import token_label, token_labels
 from qkv.inspect.trace import encode_text
@@ -194,12 +195,12 @@ def next_token(
     temperatures = check_temperatures(temperatures)
     if top < 1:
         raise QkvError(f"--top {top} must be at least 1")
-    check_sampling(1.0, top_k, top_p)
+    filters = SamplingParams(top_k=top_k, top_p=top_p)  # checked once, before the forward pass
     cropped: list[int] = []
     context, logits = context_logits(bundle, text, target_prefix=target_prefix, on_crop=cropped.append)
     logits = logits.double().cpu()
     probabilities = torch.stack(
-        [sampling_distribution(logits, temperature=t, top_k=top_k, top_p=top_p) for t in temperatures]
+        [sampling_distribution(logits, filters.replace(temperature=t)) for t in temperatures]
     )  # (n_T, vocab)
     top_ids = torch.argsort(logits, descending=True, stable=True)[:top].tolist()
     tokenizer = bundle.tokenizer

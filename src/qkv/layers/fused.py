@@ -14,8 +14,8 @@ linear, say) falls back to :class:`ConcatenatedProjections`, which calls each mo
     @fuse_linears.register
     def _(first: Int8Linear, *others: nn.Module) -> nn.Module: ...
 
-The stacked weights are a copy, made once per decoding engine (:mod:`qkv.decoding.engine`), which rebuilds
-it when the model's parameters change.
+The stacked weights are a copy, made once per model by the fast decoding step (:mod:`qkv.decoding.fast_step`),
+which rebuilds it when the model's parameters change.
 """
 
 from __future__ import annotations

@@ -107,11 +107,16 @@ class KVCache:
         and a NaN there would survive the mask (NaN * 0 is NaN).
         """
         shape = (len(self.self_attention), batch, 2, n_kv_heads, self.max_len, head_dim)
-        self.buffer = torch.zeros(shape, dtype=dtype, device=device)
+        return self.use(torch.zeros(shape, dtype=dtype, device=device)).buffer  # type: ignore[return-value]
+
+    def use(self, buffer: Tensor) -> KVCache:
+        """Point every self-attention layer at ``buffer`` (n_layers, B, 2, h_kv, max_len, d_k), emptied: views
+        into it, no copy (the decoding engine gives each request a few rows of its pool this way)."""
+        self.buffer = buffer
         for i, cache in enumerate(self.self_attention):
-            cache._keys, cache._values = self.buffer[i, :, 0], self.buffer[i, :, 1]  # (B, h_kv, max_len, d_k) views
+            cache._keys, cache._values = buffer[i, :, 0], buffer[i, :, 1]  # (B, h_kv, max_len, d_k) views
             cache.length = 0
-        return self.buffer
+        return self
 
     def reset(self) -> None:
         """Empty every self-attention cache for a fresh prefill, keeping the buffers (cross-attention keys

@@ -72,6 +72,10 @@ class Family:
     embedding: str | None = None  # the module holding W_E (its ``weight`` rows are the token vectors)
     target_embedding: str | None = None  # a translator's target-side W_E (None: one vocabulary)
     hf_architectures: tuple[str, ...] = ()  # Hugging Face ``architectures`` it imports (qkv.pretrained)
+    # The fixed-shape decode step of qkv.decoding.decode_step written for this family's layout ("gpt": causal
+    # blocks over one stream; "transformer": with cross-attention; "encoder": one pass), or None: decoding runs
+    # the model's own forward. A new family says so here rather than inheriting a step that may not fit it.
+    decode_step: str | None = None
 
     @property
     def two_vocabularies(self) -> bool:
@@ -148,6 +152,7 @@ def _transformer_families() -> list[Family]:
         output="decoder",
         embedding="embedding.token_embedding",
         hf_architectures=("GPT2LMHeadModel",),
+        decode_step="gpt",
     )
     llama = replace(  # GPT's flow and views; what differs is in its config's layers (models/llama.py)
         gpt,
@@ -170,6 +175,7 @@ def _transformer_families() -> list[Family]:
         streams={"encoder": ("embedding", "encoder")},
         embedding="embedding.token_embedding",
         hf_architectures=("BertModel", "BertForMaskedLM"),
+        decode_step="encoder",
     )
     transformer = Family(
         name="transformer",
@@ -189,6 +195,7 @@ def _transformer_families() -> list[Family]:
         embedding="src_embedding.token_embedding",
         target_embedding="tgt_embedding.token_embedding",
         hf_architectures=("MarianMTModel",),
+        decode_step="transformer",
     )
     return [gpt, llama, encoder, transformer]
 

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from tokenizers import decoders, models, normalizers, pre_tokenizers
 from torch import Tensor
 
-from qkv.decoding.engine import encode
+from qkv.decoding.sessions import encode
 from qkv.errors import QkvError
 from qkv.model_dir import ModelBundle
 from qkv.models import Encoder, EncoderConfig, mean_pool
@@ -253,7 +253,7 @@ def embed_sentences(
     *,
     head: SentenceHead | None = None,
     max_batch_tokens: int | None = None,
-    engine: str = "auto",
+    step: str = "auto",
 ) -> Tensor:
     """Sentence vectors (B, d_model) of ``texts``, as sentence-transformers computes them.
 
@@ -262,7 +262,7 @@ def embed_sentences(
     bounded for any number of texts and little padding is computed (as sentence-transformers sorts by length).
     The default is 1,024 tokens on a CPU, where a batch's activations then stay in cache (docs/pretrained.md
     gives the measurement), and 16,384 on a GPU.
-    The vectors come back in the order of ``texts``. ``engine`` "model" runs the model's own forward; the
+    The vectors come back in the order of ``texts``. ``step`` "model" runs the model's own forward; the
     default runs the inference pass of :mod:`qkv.decoding.encoder_pass` (the same numbers, faster).
     """
     model = bundle.model
@@ -280,6 +280,6 @@ def embed_sentences(
     for batch in length_batches([len(r) for r in rows], max_batch_tokens):
         ids, padding_mask = pad_rows([rows[i] for i in batch], bundle.tokenizer)
         ids, padding_mask = ids.to(weight.device), padding_mask.to(weight.device)
-        hidden = encode(model, ids, padding_mask, engine=engine)  # (b, T, d_model)
+        hidden = encode(model, ids, padding_mask, step=step)  # (b, T, d_model)
         vectors[batch] = mean_pool(hidden, padding_mask) if head.pooling == "mean" else hidden[:, 0]
     return F.normalize(vectors, dim=-1) if head.normalize else vectors

@@ -105,7 +105,7 @@ def set_activations(model: nn.Module, activations: str) -> nn.Module:
     for module in model.modules():
         if isinstance(module, Int8Linear):
             module.activations = activations
-    model.__dict__.pop("_decode_engine", None)  # its stacked W_q/W_k/W_v copies were made in the old mode
+    model.__dict__.pop("_fast_step", None)  # its stacked W_q/W_k/W_v copies were made in the old mode
     return model
 
 

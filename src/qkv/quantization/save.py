@@ -72,7 +72,7 @@ def text_calibration(bundle: Any, text: str) -> Callable[[nn.Module], object]:
         def embed(m: nn.Module) -> object:
             with_model = copy.copy(bundle)
             with_model.model = m
-            return embed_sentences(with_model, lines, engine="model")
+            return embed_sentences(with_model, lines, step="model")
 
         return embed
     raise QkvError(

@@ -13,6 +13,7 @@ from qkv.server.app import create_app
 from qkv.server.background import BackgroundServer
 from qkv.server.errors import ServiceError
 from qkv.server.guard import allowed_hosts
-from qkv.server.service import Limits, Service
+from qkv.server.limits import Limits
+from qkv.server.service import Service
 
 __all__ = ["BackgroundServer", "Limits", "Service", "ServiceError", "allowed_hosts", "create_app"]

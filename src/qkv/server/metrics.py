@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from qkv.server.completion import CompletionJob
+    from qkv.server.jobs import CompletionJob
 
 LOG = logging.getLogger("qkv.serve")
 

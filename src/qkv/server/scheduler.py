@@ -1,19 +1,21 @@
-"""How completions share the model: one decoding loop for all of them (batched), or one at a time (sequential).
+"""How completions share the model: one decoding engine for all of them (batched), or one at a time (sequential).
 
-``--scheduler batched`` (the default) is continuous batching (:mod:`qkv.decoding.batcher`; Orca's
-iteration-level scheduling, as vLLM and TGI serve): the model thread runs the decoding loop; every choice of every
-request is a row of its batch; at each step the rows of clients that went away leave, waiting rows join as
-cache rows free up (their prompt prefilled at once), and one batched forward makes the next token of every
-row. The tokens go to each request's own queue, read by its handler on the event loop, so a stream sends a
-token's text as soon as the step that made it ends. The pool of cache rows is the bound: a request that gets
-no row within ``--queue-timeout`` seconds is refused with 503, as the sequential gate refuses it.
+``--scheduler batched`` (the default) is continuous batching over one :class:`qkv.decoding.engine.Engine`
+(Orca's iteration-level scheduling, as vLLM and TGI serve): the model thread runs its loop; every choice of every
+request is a row; at each pass the rows of clients that went away (or whose text hit a stop string) leave,
+waiting rows join as slots free up (their prompts prefilled together), and one batched forward makes the next
+token of every row. The engine returns its outputs as data, and the scheduler routes each one to its request's
+queue, read by the request's handler on the event loop, which makes text of it (:mod:`qkv.server.output`), so a
+stream sends a token's text as soon as the step that made it ends. The pool of slots is the bound: a request
+that gets no row within ``--queue-timeout`` seconds is refused with 503, as the sequential gate refuses it.
 
-``--scheduler sequential`` is the path before it: each request generates alone (:func:`qkv.decoding.stream`,
-its own KV cache), on the model thread, at most ``--max-concurrent`` at once (:class:`Gate`).
-Both give the same tokens for the same request; the bench (bench/serve_load.py) runs the two side by side.
+``--scheduler sequential``: each choice generates alone (an engine of one slot), one step per model-thread job,
+at most ``--max-concurrent`` requests at once (:class:`~qkv.server.limits.Gate`). Both give the same tokens for
+the same request; the bench (bench/serve_load.py) runs the two side by side.
 
-Either way :meth:`Scheduler.start` returns a :class:`Run`: the request's pieces of text as an async
-iterator, and :meth:`Run.close`, which stops it (a client gone), frees its slot and records its metrics.
+Either way :meth:`start` returns a :class:`Run`: the request's token outputs as an async iterator, :meth:`Run.stop`
+for a choice its handler has finished (a stop string), and :meth:`Run.close`, which stops the rest (a client
+gone), frees its slots and records its metrics.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 
-from qkv.decoding.batcher import Batcher, Sequence
-from qkv.server.completion import Choice, CompletionJob, Piece
+from qkv.decoding.engine import Engine, Request, TokenOutput
 from qkv.server.errors import ServiceError
+from qkv.server.jobs import CompletionJob
+from qkv.server.limits import Gate
 from qkv.server.metrics import Metrics
 from qkv.server.model_thread import ModelThread
 
@@ -33,34 +36,51 @@ SCHEDULERS = ("batched", "sequential")
 
 
 class Run:
-    """One request's generation once it has a slot: :meth:`pieces`, :meth:`collect`, :meth:`close`."""
+    """One request's generation once it has a slot: its token outputs arrive on an asyncio queue."""
 
-    def __init__(self, job: CompletionJob, metrics: Metrics, scheduler: str) -> None:
-        self.job, self.metrics, self.scheduler = job, metrics, scheduler
-        self.completed = self.failed = self.closed = False
+    def __init__(self, job: CompletionJob, metrics: Metrics, scheduler: str, loop: asyncio.AbstractEventLoop):
+        self.job, self.metrics, self.scheduler, self.loop = job, metrics, scheduler, loop
+        self.queue: asyncio.Queue[TokenOutput | None] = asyncio.Queue()
+        self.rows_left = len(job.choices)
+        self.stopped: set[int] = set()  # ids of the requests whose handler has finished them
+        self.failed = self.closed = False
+        self.in_engine = False  # a row of it has joined the batch (set by the model thread, under its lock)
+        self.admitted = asyncio.Event()  # set on the event loop once ``in_engine``
+        self.left_at_step: int | None = None  # the batched step count when its rows were dropped
 
-    def pieces(self) -> AsyncIterator[Piece]:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    async def collect(self) -> list[dict]:
-        """Every choice to its end, in OpenAI's shape (a request that does not stream)."""
-        got = []
-        pieces = self.pieces()
+    def put(self, item: TokenOutput | None) -> None:
+        """From the model thread: hand ``item`` to the handler on the event loop."""
         try:
-            async for piece in pieces:
-                got.append(piece)
-        finally:
-            await pieces.aclose()
-        return self.job.assemble(got)
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # the event loop has closed (the server is stopping): nobody is listening
+            pass
+
+    def row_left(self) -> None:
+        self.rows_left -= 1
+        if self.rows_left == 0:
+            self.put(None)
+
+    async def outputs(self) -> AsyncIterator[TokenOutput]:
+        while (item := await self.queue.get()) is not None:
+            yield item
+
+    def stop(self, request: Request) -> None:
+        """The handler is done with this choice (a stop string): free its row at the next pass."""
+        self.stopped.add(id(request))
+
+    @property
+    def completed(self) -> bool:
+        return self.rows_left == 0 and not self.failed and not self.job.cancelled.is_set()
 
     def close(self) -> None:
-        """Stop generating (if it has not ended), free the slot, count and log the request; once."""
+        """Stop generating (if it has not ended), free the slots, count and log the request; once."""
         if self.closed:
             return
         self.closed = True
+        completed = self.completed
         self.job.cancel()
         self.release()
-        status = "error" if self.failed else "ok" if self.completed else "cancelled"
+        status = "error" if self.failed else "ok" if completed else "cancelled"
         self.metrics.request_done(self.job, status, self.scheduler)
 
     def release(self) -> None:
@@ -71,54 +91,53 @@ class Run:
 
 
 class SequentialRun(Run):
-    def __init__(self, job: CompletionJob, metrics: Metrics, gate, worker: ModelThread) -> None:
-        super().__init__(job, metrics, "sequential")
-        self.gate, self.worker = gate, worker
+    def __init__(self, job: CompletionJob, metrics: Metrics, loop, gate: Gate, scheduler: SequentialScheduler):
+        super().__init__(job, metrics, "sequential", loop)
+        self.gate, self.owner = gate, scheduler
 
-    async def pieces(self) -> AsyncIterator[Piece]:
-        pieces = self.job.pieces()
-        try:
-            while True:
-                piece = await self.worker.run(next, pieces, None)
-                if piece is None:
-                    break
-                yield piece
-            self.completed = True
-        except Exception:
-            self.failed = True
-            raise
-        finally:
+    async def outputs(self) -> AsyncIterator[TokenOutput]:
+        """Each choice through an engine of its own, one step per model-thread job."""
+        for choice in self.job.choices:
+            request = choice.request
+            engine = await self.owner.worker.run(self.owner.engine_for, request)
             try:
-                pieces.close()  # leave the model's generation loop now rather than when garbage-collected
-            except ValueError:  # "generator already executing": a worker is still in it; job.cancel() stops it
-                pass
-
-    async def collect(self) -> list[dict]:
-        try:  # one job for the whole generation: no hop per piece
-            choices = await self.worker.run(self.job.run)
-        except Exception:
-            self.failed = True
-            raise
-        self.completed = not self.job.cancelled.is_set()
-        return choices
+                outputs = await self.owner.worker.run(engine.add, [request])
+                while True:
+                    for output in outputs:
+                        self.failed |= output.error is not None
+                        yield output
+                    if not engine.running or self.job.cancelled.is_set() or id(request) in self.stopped:
+                        break
+                    outputs = await self.owner.worker.run(engine.step)
+            finally:
+                engine.close()
+            if self.job.cancelled.is_set():
+                return
+        self.rows_left = 0
 
     def release(self) -> None:
         self.gate.leave()
 
 
 class SequentialScheduler:
-    """Each request alone (its own KV cache) on the model thread, at most ``gate.slots`` at once: their
-    tokens interleave when they stream."""
+    """Each choice alone (an engine of one slot) on the model thread, at most ``gate.slots`` requests at once:
+    their tokens interleave when they stream."""
 
     name = "sequential"
 
-    def __init__(self, gate, metrics: Metrics, worker: ModelThread) -> None:
-        self.gate, self.metrics, self.worker = gate, metrics, worker
+    def __init__(self, model, gate: Gate, metrics: Metrics, worker: ModelThread, step: str) -> None:
+        self.model, self.gate, self.metrics, self.worker, self.step = model, gate, metrics, worker, step
+
+    def engine_for(self, request: Request) -> Engine:
+        context = self.model.config.context_length
+        kept = min(len(request.prompt), context)
+        length = max(1, min(context, kept + request.params.max_new_tokens - 1))
+        return Engine(self.model, 1, length, step=self.step)
 
     async def start(self, job: CompletionJob) -> Run:
         await self.gate.enter()
         job.started = time.perf_counter()
-        return SequentialRun(job, self.metrics, self.gate, self.worker)
+        return SequentialRun(job, self.metrics, asyncio.get_running_loop(), self.gate, self)
 
     def running(self) -> int:
         return self.gate.active
@@ -130,103 +149,33 @@ class SequentialScheduler:
 # ------------------------------------------------------------------------------------------ batched
 
 
-class BatchedRun(Run):
-    """A request in the batch: its rows' pieces arrive on an asyncio queue, put there by the decoding thread."""
-
-    def __init__(self, job: CompletionJob, metrics: Metrics, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(job, metrics, "batched")
-        self.loop = loop
-        self.queue: asyncio.Queue[Piece | Exception | None] = asyncio.Queue()
-        self.started = False  # a row of it got a cache row (set by the decoding thread, under its lock)
-        self.admitted = asyncio.Event()  # set on the event loop once ``started``
-        self.rows_left = len(job.choices)
-
-    def put(self, item: Piece | Exception | None) -> None:
-        """From the decoding thread: hand ``item`` to the handler on the event loop."""
-        try:
-            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
-        except RuntimeError:  # the event loop has closed (the server is stopping): nobody is listening
-            pass
-
-    def row_left(self) -> None:
-        self.rows_left -= 1
-        if self.rows_left == 0:
-            self.put(None)
-
-    async def pieces(self) -> AsyncIterator[Piece]:
-        while True:
-            item = await self.queue.get()
-            if item is None:
-                self.completed = not self.failed and not self.job.cancelled.is_set()
-                return
-            if isinstance(item, Exception):
-                self.failed = True
-                raise item
-            yield item
-
-
-class ChoiceRow(Sequence):
-    """One choice as a row of the batch: its tokens go through :class:`~qkv.server.completion.Choice`."""
-
-    def __init__(self, run: BatchedRun, choice: Choice) -> None:
-        request = choice.job.request
-        super().__init__(
-            choice.prompt.ids,
-            max_new_tokens=request.max_tokens,
-            temperature=request.temperature,
-            top_k=request.top_k or None,
-            top_p=request.top_p,
-            eos_id=choice.eos,
-            generator=choice.generator,
-        )
-        self.run, self.choice = run, choice
-        self.left_at_step: int | None = None  # the scheduler's step count when the row left (tests)
-
-    def emit(self, token: int, logits) -> bool:
-        for piece in self.choice.accept(token, logits):
-            self.run.put(piece)
-        return self.choice.finish_reason is None
-
-    def finish(self) -> None:
-        if not self.cancelled():
-            for piece in self.choice.closing():
-                self.run.put(piece)
-        self.run.row_left()
-
-    def fail(self, error: Exception) -> None:
-        self.run.job.cancel()  # the request's other rows leave too
-        self.run.put(error)
-        self.run.row_left()
-
-    def cancelled(self) -> bool:
-        return self.run.job.cancelled.is_set()
-
-
 class BatchScheduler:
-    """The decoding loop over a :class:`~qkv.decoding.batcher.Batcher` of ``slots`` rows, run step by step
-    by the model thread (:mod:`qkv.server.model_thread`) between its other jobs."""
+    """The loop over one :class:`~qkv.decoding.engine.Engine` of ``slots`` rows, run pass by pass by the model
+    thread (:mod:`qkv.server.model_thread`) between its other jobs: admit, drop, step, route."""
 
     name = "batched"
 
-    def __init__(self, service, slots: int, max_len: int, metrics: Metrics, worker: ModelThread) -> None:
-        self.service, self.metrics, self.worker = service, metrics, worker
-        self.timeout = service.limits.queue_timeout
-        self.batcher = Batcher(service.model, slots, max_len)
-        self.waiting_rows: deque[ChoiceRow] = deque()
+    def __init__(self, model, slots: int, max_len: int, timeout: float, metrics: Metrics, worker: ModelThread,
+                 step: str = "auto") -> None:  # fmt: skip
+        self.metrics, self.worker, self.timeout = metrics, worker, timeout
+        self.engine = Engine(model, slots, max_len, step=step)
+        self.waiting_rows: deque[tuple[Run, Request]] = deque()
         self.steps = 0  # batched forwards so far
         self.passes = 0  # times the loop has admitted what it could
         self._cond = worker.cond  # the model thread's lock guards the waiting rows too
         worker.attach(self.has_work, self.run_once)
 
     async def start(self, job: CompletionJob) -> Run:
-        """Queue the request's rows; return once its first row is in the batch, or 503 after the timeout."""
-        run = BatchedRun(job, self.metrics, asyncio.get_running_loop())
-        rows = [ChoiceRow(run, choice) for choice in job.choices]
+        """Queue the request's rows; return once its first row is in the engine, or 503 after the timeout."""
+        run = Run(job, self.metrics, "batched", asyncio.get_running_loop())
+        rows = []
+        for choice in job.choices:
+            choice.request.tag = run  # the engine hands it back with every output: the route to this request
+            rows.append((run, choice.request))
         with self._cond:
             self.waiting_rows.extend(rows)
-            self.worker.wake()
-        with self._cond:
             seen = self.passes  # the loop must look at the queue at least once after this
+            self.worker.wake()
         deadline = time.monotonic() + self.timeout
         while True:
             try:
@@ -234,7 +183,7 @@ class BatchScheduler:
             except TimeoutError:
                 pass
             with self._cond:
-                if run.started:
+                if run.in_engine:
                     return run
                 if time.monotonic() >= deadline and self.passes > seen:
                     for row in rows:
@@ -245,8 +194,8 @@ class BatchScheduler:
     def _busy(self) -> ServiceError:
         return ServiceError(
             503,
-            f"the server is busy: {len(self.batcher.running)} sequences in the batch (at most "
-            f"{self.batcher.slots}, --max-batch/--kv-memory/--kv-tokens) and none freed a row within "
+            f"the server is busy: {len(self.engine.running)} sequences in the batch (at most "
+            f"{self.engine.slots}, --max-batch/--kv-memory/--kv-tokens) and none freed a row within "
             f"{self.timeout:g} s; try again shortly",
             kind="server_busy",
             code="server_busy",
@@ -255,51 +204,49 @@ class BatchScheduler:
 
     def has_work(self) -> bool:
         """Rows waiting or running (asked by the model thread, with its lock held)."""
-        return bool(self.waiting_rows or self.batcher.running)
+        return bool(self.waiting_rows or self.engine.running)
 
     def run_once(self) -> None:
-        """Admit what fits, drop the cancelled, step (from the model thread)."""
-        batcher = self.batcher
+        """One pass (from the model thread): admit what fits, drop who left, step, route the outputs."""
+        engine = self.engine
         with self._cond:
             admitted = []
-            while self.waiting_rows and len(admitted) < batcher.free:
-                row = self.waiting_rows.popleft()
-                if row.cancelled():  # its client left while it waited
-                    row.run.row_left()
+            while self.waiting_rows and len(admitted) < engine.free:
+                run, request = self.waiting_rows.popleft()
+                if run.job.cancelled.is_set():  # its client left while it waited
+                    run.row_left()
                     continue
-                if not row.run.started:
-                    row.run.started = True
-                    row.run.job.started = time.perf_counter()
-                    row.run.loop.call_soon_threadsafe(row.run.admitted.set)
-                admitted.append(row)
+                if not run.in_engine:
+                    run.in_engine = True
+                    run.job.started = time.perf_counter()
+                    run.loop.call_soon_threadsafe(run.admitted.set)
+                admitted.append(request)
             self.passes += 1
-        self._step(admitted)
-
-    def _step(self, admitted: list[ChoiceRow]) -> None:
-        batcher = self.batcher
-        joining = []
-        for row in admitted:
-            try:
-                for piece in row.choice.opening():
-                    row.run.put(piece)
-            except Exception as error:  # noqa: BLE001 - e.g. the echoed prompt's logprobs: this request only
-                row.fail(error)
-                continue
-            joining.append(row)
-        batcher.add_all(joining)  # their prompts in one forward
-        for row in list(batcher.running):
-            if row.cancelled():
-                row.left_at_step = self.steps
-        batcher.drop_cancelled()
-        batcher.step()
+        self._route(engine.add(admitted))  # their prompts in one forward
+        gone = [r for r in engine.requests if r.tag.job.cancelled.is_set() or id(r) in r.tag.stopped]
+        engine.abort(gone)
+        for request in gone:
+            request.tag.left_at_step = self.steps  # when its rows left (the tests read it)
+            request.tag.row_left()
+        self._route(engine.step())
         self.steps += 1
 
-    def stop(self) -> None:
-        self.worker.stop()
+    def _route(self, outputs: list[TokenOutput]) -> None:
+        for output in outputs:
+            run = output.request.tag
+            if run.job.cancelled.is_set() or id(output.request) in run.stopped:
+                if output.finish_reason is not None or output.error is not None:
+                    run.row_left()
+                continue
+            run.put(output)
+            if output.error is not None:
+                run.failed = True
+            if output.finish_reason is not None or output.error is not None:
+                run.row_left()
 
     def running(self) -> int:
-        return len({row.run for row in list(self.batcher.running)})
+        return len({id(r.tag) for r in list(self.engine.requests)})
 
     def waiting(self) -> int:
         with self._cond:
-            return len({row.run for row in self.waiting_rows if not row.run.started})
+            return len({id(run) for run, _ in self.waiting_rows if not run.in_engine})

@@ -27,7 +27,37 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class CompletionRequest(_Request):
+class _Sampling(_Request):
+    """How tokens are chosen (:class:`qkv.decoding.SamplingParams`, which the request builds once): the fields of
+    OpenAI's API, and those vLLM adds (top_k, min_p, repetition_penalty, ignore_eos)."""
+
+    temperature: float = Temperature
+    top_p: float | None = TopP
+    top_k: int | None = TopK
+    min_p: float | None = Field(None, ge=0.0, le=1.0, description="keep tokens at least min_p times the likeliest")
+    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0, description="CTRL's penalty on tokens in the text; 1: none")
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0, description="minus this once per generated token")
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0, description="minus this per earlier occurrence")
+    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="same seed and settings, same text")
+    stop: str | list[str] | None = Field(None, description="up to 4 strings that end a completion (left out)")
+    n: int = Field(1, ge=1, description="completions per prompt")
+    stream: bool = Field(False, description="send tokens as server-sent events while they are made")
+    logit_bias: dict[str, float] | None = Field(None, description="not supported")
+    ignore_eos: bool = Field(False, description="keep going after <eos> (exactly max_tokens tokens, for benchmarks)")
+    model: str | None = Field(None, description="the served model's id (GET /v1/models); null: that one")
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, value):
+        stops = [value] if isinstance(value, str) else (value or [])
+        if len(stops) > MAX_STOPS:
+            raise ValueError(f"at most {MAX_STOPS} stop strings, got {len(stops)}")
+        if any(not s for s in stops):
+            raise ValueError("a stop string is empty: give the text that should end a completion")
+        return value
+
+
+class CompletionRequest(_Sampling):
     """POST /v1/completions: continue ``prompt`` (OpenAI's completions API).
 
     ``prompt`` is a text, a list of texts, a list of token ids or a list of such lists; each prompt gets
@@ -35,23 +65,11 @@ class CompletionRequest(_Request):
     """
 
     prompt: str | list[str] | list[int] | list[list[int]] = Field(..., description="the text(s) to continue")
-    model: str | None = Field(None, description="the served model's id (GET /v1/models); null: that one")
     max_tokens: int = Field(16, ge=0, description="tokens to generate at most per choice (0: score the prompt)")
-    temperature: float = Temperature
-    top_p: float | None = TopP
-    top_k: int | None = TopK
-    n: int = Field(1, ge=1, description="completions per prompt")
-    stop: str | list[str] | None = Field(None, description="up to 4 strings that end a completion (left out)")
     logprobs: int | None = Field(None, ge=0, description="log-probabilities of the chosen and the top-N tokens")
     echo: bool = Field(False, description="put the prompt (and its logprobs) in front of the completion")
-    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="same seed and settings, same text")
-    stream: bool = Field(False, description="send tokens as server-sent events while they are made")
     suffix: str | None = Field(None, description="not supported: qkv's models only continue text")
     best_of: int | None = Field(None, ge=1, description="not supported beyond 1")
-    presence_penalty: float | None = Field(None, description="not supported beyond 0")
-    frequency_penalty: float | None = Field(None, description="not supported beyond 0")
-    logit_bias: dict[str, float] | None = Field(None, description="not supported")
-    ignore_eos: bool = Field(False, description="keep going after <eos> (exactly max_tokens tokens, for benchmarks)")
 
     @field_validator("prompt")
     @classmethod
@@ -66,16 +84,6 @@ class CompletionRequest(_Request):
             raise ValueError(f"at most {MAX_PROMPTS} prompts per request, got {len(value)}: split the list")
         if any((isinstance(x, str | list) and len(x) == 0) for x in value):
             raise ValueError("a prompt in the list is empty: give some text (or token ids) in each")
-        return value
-
-    @field_validator("stop")
-    @classmethod
-    def _stops(cls, value):
-        stops = [value] if isinstance(value, str) else (value or [])
-        if len(stops) > MAX_STOPS:
-            raise ValueError(f"at most {MAX_STOPS} stop strings, got {len(stops)}")
-        if any(not s for s in stops):
-            raise ValueError("a stop string is empty: give the text that should end a completion")
         return value
 
 

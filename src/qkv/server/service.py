@@ -1,66 +1,45 @@
-"""Model access for the server: the limits it serves under, and each endpoint's work as one plain function.
+"""A loaded model and what serves it: its limits, its family's endpoints, the model thread, the schedulers.
 
-The server is a thin layer: the numbers come from the functions the command line uses. The next-token
-distribution is :func:`qkv.inspect.next_token` (``qkv next``), the attention maps
-:func:`qkv.inspect.attention_maps` (``qkv attention``), the walk-through :func:`qkv.inspect.walkthrough`
-(``qkv lens --html``), token labels :mod:`qkv.inspect.tokens`, generation
-:func:`qkv.decoding.stream` (``qkv generate``) and translation :class:`qkv.decoding.translator.Translator`
-(``qkv translate``). This module checks a request against the limits and turns their results into JSON.
-
-Every method here is plain synchronous torch code; the app runs it in a worker thread so the event loop keeps
-answering other clients. One model serves every request at once, which is safe because nothing a request
-does changes it: the model stays in eval mode, every forward pass runs without gradients (grad mode is per
-thread), activations are captured per context, and each request gets its own KV cache and its own
-``torch.Generator``. So one client's temperature or seed can never reach another's tokens.
-
-:class:`Gate` bounds how many generations run at once; requests beyond that wait a little, then are refused
-with 503 rather than piling up.
+The server is a ladder whose arrows point one way: the app (:mod:`qkv.server.app`) mounts the routes
+(:mod:`qkv.server.routes`), which check a request, hand model work to the analysis views
+(:mod:`qkv.server.analyses`) or to a completion's scheduler (:mod:`qkv.server.scheduler`, over the decoding
+engine), and make text of what comes back (:mod:`qkv.server.output`). This :class:`Service` holds what they share:
+the bundle, the limits, the metrics, the one model thread every forward pass runs on
+(:mod:`qkv.server.model_thread`), the gates that bound concurrent work, the completion scheduler and the
+translation batches. One model serves every request at once, which is safe because nothing a request does changes
+it: the model stays in eval mode, every forward pass runs without gradients, activations are captured per
+context, and each request gets its own rows of the KV cache and its own ``torch.Generator``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 
 from qkv.decoding.translator import Translator
 from qkv.errors import QkvError
-from qkv.inspect.attention_maps import maps_from_trace
-from qkv.inspect.next_token import next_token
-from qkv.inspect.tokens import token_text
-from qkv.inspect.trace import trace
-from qkv.inspect.walkthrough import walkthrough
 from qkv.model_dir import ModelBundle
 from qkv.models.family import LANGUAGE_MODEL, TRANSLATOR, Family, family_of
-from qkv.server.completion import CompletionJob, check_request, read_prompts
+from qkv.server.analyses import encode_checked
 from qkv.server.errors import ServiceError
+from qkv.server.limits import Gate, Limits
 from qkv.server.metrics import Metrics
 from qkv.server.model_thread import ModelThread
-from qkv.server.notes import add_note
 from qkv.server.pool import make_scheduler
 from qkv.server.schemas import (
-    AttentionRequest,
-    AttentionResponse,
-    CompletionRequest,
     DetokenizeRequest,
     DetokenizeResponse,
     ModelInfo,
-    NextTokenRequest,
-    NextTokenResponse,
     TokenizeRequest,
     TokenizeResponse,
-    TokenProbability,
     Translation,
     TranslationRequest,
     TranslationResponse,
     Usage,
-    WalkthroughRequest,
 )
-from qkv.server.translations import TranslationBatches
-from qkv.tokenizers.base import unknown_note
+from qkv.server.translation_batches import TranslationBatches
 
 
 def _attention(family: Family) -> None:
@@ -92,68 +71,6 @@ def refusals(family: Family) -> dict[str, str]:
     return refused
 
 
-@dataclass
-class Limits:
-    """What one request may ask for, and how many generations run at once (the ``qkv serve`` flags)."""
-
-    max_prompt_tokens: int = 1024  # longer prompts (or texts, or source sentences) get 413
-    max_tokens: int = 512  # a larger max_tokens gets 400
-    max_concurrent: int = 2  # generations at once; others wait up to queue_timeout seconds, then get 503
-    queue_timeout: float = 10.0
-    max_n: int = 8  # completions per prompt (n)
-    max_logprobs: int = 5  # top alternatives per token (logprobs), as OpenAI
-    max_request_bytes: int = 1_048_576  # a larger body gets 413 before it is read
-    max_batch: int = 16  # rows of the batched scheduler's KV cache pool (sequences decoded together)
-    kv_tokens: int = 0  # the pool's bound in cache positions (0: none beyond max_batch)
-    kv_memory_mb: float = 0.0  # the pool's bound in MiB (0: none beyond max_batch)
-
-    def __post_init__(self) -> None:
-        for name in ("max_prompt_tokens", "max_tokens", "max_concurrent", "max_n", "max_request_bytes", "max_batch"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("kv_tokens", "kv_memory_mb"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be >= 0 (0: no bound), got {getattr(self, name)}")
-        if self.max_logprobs < 0:
-            raise ValueError(f"max_logprobs must be >= 0, got {self.max_logprobs}")
-        if not self.queue_timeout >= 0:
-            raise ValueError(f"queue_timeout must be >= 0 seconds, got {self.queue_timeout}")
-
-
-class Gate:
-    """At most ``slots`` holders at once. :meth:`enter` waits up to ``timeout`` seconds, then raises 503.
-
-    Used from the event loop only (an asyncio semaphore); the work it guards runs in threads.
-    """
-
-    def __init__(self, slots: int, timeout: float, what: str) -> None:
-        self.slots, self.timeout, self.what = slots, timeout, what
-        self.active = self.waiting = 0
-        self._semaphore = asyncio.Semaphore(slots)
-
-    async def enter(self) -> None:
-        self.waiting += 1
-        try:
-            async with asyncio.timeout(self.timeout):
-                await self._semaphore.acquire()
-        except TimeoutError:
-            raise ServiceError(
-                503,
-                f"the server is busy: {self.active} {self.what} running (at most {self.slots} at once, "
-                f"--max-concurrent) and none finished within {self.timeout:g} s; try again shortly",
-                kind="server_busy",
-                code="server_busy",
-                headers={"Retry-After": "1"},
-            ) from None
-        finally:
-            self.waiting -= 1
-        self.active += 1
-
-    def leave(self) -> None:
-        self.active -= 1
-        self._semaphore.release()
-
-
 class Service:
     """A loaded model and the limits it is served under."""
 
@@ -164,7 +81,7 @@ class Service:
         *,
         name: str | None = None,
         scheduler: str = "batched",
-        engine: str = "auto",
+        step: str = "auto",
     ) -> None:
         self.bundle = bundle
         self.model = bundle.model.eval()
@@ -186,10 +103,13 @@ class Service:
         # One forward pass each (next-token, attention): their own gate, so the playground's chart keeps
         # updating while a generation streams.
         self.analyses = Gate(self.limits.max_concurrent, self.limits.queue_timeout, "analyses")
-        self.engine = engine
+        self.step = step
         self.metrics = Metrics()
         self.model_thread = ModelThread()  # every forward pass runs there (qkv.server.model_thread)
-        self.scheduler = make_scheduler(self, scheduler, engine) if "/v1/completions" not in self.refused else None
+        self.scheduler = None
+        if "/v1/completions" not in self.refused:
+            self.scheduler = make_scheduler(scheduler, self.model, self.limits, self.generations, self.metrics,
+                                            self.model_thread, step)  # fmt: skip
         self.translations = None  # --scheduler sequential: each request alone, through the generations gate
         if self.translator is not None and scheduler == "batched":
             limits = self.limits
@@ -248,100 +168,14 @@ class Service:
             limits={k: float(v) for k, v in asdict(self.limits).items()},
         )
 
-    # ------------------------------------------------------------------------------------ checking
-
-    def encode(self, text: str, what: str = "prompt", *, target: bool = False) -> list[int]:
-        """Token ids of ``text``, or 413 when it has more than --max-prompt-tokens tokens."""
-        tokenizer = self.target_tokenizer if target else self.tokenizer
-        ids = tokenizer.encode(text)
-        self.check_length(len(ids), what)
-        add_note(unknown_note(tokenizer, text, f"the {what}", ids))
-        return ids
-
-    def check_length(self, n: int, what: str) -> None:
-        limit = self.limits.max_prompt_tokens
-        if n > limit:
-            raise ServiceError(
-                413,
-                f"the {what} has {n} tokens, more than the {limit} accepted (--max-prompt-tokens): shorten it",
-                param="prompt",
-                code="context_length_exceeded",
-            )
-
-    def completion(self, request: CompletionRequest) -> CompletionJob:
-        """Check a completion request and prepare its generation (nothing runs until it is iterated)."""
-        check_request(self, request)
-        prompts = read_prompts(self, request)
-        if request.echo and request.logprobs is not None:  # the prompt's logprobs: here, not in the decoding loop
-            for prompt in prompts:
-                prompt.entries(self, request.logprobs)
-        return CompletionJob(self, request, prompts)
-
-    # ---------------------------------------------------------------------------------- model work
-
-    def next_token(self, request: NextTokenRequest) -> NextTokenResponse:
-        """:func:`qkv.inspect.next_token` at the request's temperature, top-k and top-p (``qkv next``'s numbers)."""
-        two = self.family.two_vocabularies
-        source = self.encode(request.prompt, "source sentence" if two else "prompt")
-        result = next_token(
-            self.bundle,
-            request.prompt,
-            temperatures=[request.temperature],
-            top=request.n,
-            target_prefix=request.target,
-            top_k=request.top_k,
-            top_p=request.top_p,
-        )
-        probs, model_probs = result.probabilities[0], result.model_probabilities
-        tokenizer = self.target_tokenizer if two else self.tokenizer
-        return NextTokenResponse(
-            tokens=[
-                TokenProbability(
-                    id=i,
-                    token=tokenizer.id_to_token(i),
-                    text=token_text(tokenizer, i),
-                    label=label,
-                    logit=_finite(float(result.logits[i])),
-                    prob=float(probs[i]),
-                    prob_t1=float(model_probs[i]),
-                )
-                for i, label in zip(result.top_ids, result.top_tokens, strict=True)
-            ],
-            temperature=request.temperature,
-            top_k=request.top_k,
-            top_p=request.top_p,
-            context_tokens=len(source) if two else len(result.context_tokens),
-            cropped=result.cropped,
-            kept=result.kept()[0],
-            entropy_bits=result.entropy()[0] / math.log(2),
-        )
-
-    def attention(self, request: AttentionRequest) -> AttentionResponse:
-        """:func:`qkv.inspect.attention_maps`' numbers (``qkv attention --json``), rounded to ``decimals`` places."""
-        two = self.family.two_vocabularies
-        self.encode(request.text, "source sentence" if two else "text")
-        if request.target is not None and not two:
-            raise ServiceError(400, f"target is for translators: {self.family.title} reads one text", param="target")
-        traced = trace(self.bundle, request.text, target=request.target)
-        data = maps_from_trace(traced).to_dict(request.decimals)
-        for name, group in data["groups"].items():
-            group["description"] = self.family.attention_notes.get(name, group["title"])
-        if traced.target_ids is not None:
-            data["target_text"] = self.target_tokenizer.decode(traced.target_ids[1:])
-        return AttentionResponse(**data)
-
-    def walkthrough(self, request: WalkthroughRequest) -> dict:
-        """:func:`qkv.inspect.walkthrough`'s numbers for the playground's walk-through (language models)."""
-        self.encode(request.text, "text")
-        result = walkthrough(self.bundle, request.text, top=request.top, vocab=request.logits)
-        return {"model": self.name, **result.to_dict(request.decimals, logits=request.logits)}
+    # ---------------------------------------------------------------------------------- translations
 
     def check_translation(self, request: TranslationRequest) -> tuple[list[str], int]:
         """The request's sentences and their number of source tokens, or the error that refuses it."""
         texts = [request.text] if isinstance(request.text, str) else list(request.text)
         source_tokens = 0
         for text in texts:
-            ids = self.encode(text, "source sentence")
+            ids = encode_checked(self.tokenizer, text, self.limits, "source sentence")
             if not ids:
                 raise ServiceError(400, "a source sentence has no tokens: give some text to translate")
             if len(ids) > self.context_length:
@@ -398,8 +232,3 @@ class Service:
         if target and not self.family.two_vocabularies:
             raise ServiceError(400, f"target is for translators: {self.family.title} has one tokenizer", param="target")
         return self.target_tokenizer if target else self.tokenizer
-
-
-def _finite(value: float) -> float:
-    """JSON has no infinities: a masked logit is reported as a very negative number."""
-    return value if math.isfinite(value) else -1e30
