@@ -1,4 +1,5 @@
-"""Sampling filters and next-token sampling: top-k, top-p (nucleus), temperature (seed 000), greedy."""
+"""Sampling filters and next-token sampling: top-k, top-p (nucleus), min-p, temperature (the GPT notes), greedy, the
+penalties, and SamplingParams checked once."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qkv.decoding import sample_next, sampling_distribution, top_k_filter, top_p_filter
+from qkv.decoding import SamplingParams, penalize, sample_next, sampling_distribution, top_k_filter, top_p_filter
 from qkv.errors import QkvError
 from qkv.layers.softmax import softmax
 
@@ -181,14 +182,79 @@ def test_sampling_distribution_at_t0_is_the_argmax_and_sample_next_draws_from_it
     assert _chi_square(ids, probs.clamp_min(1e-12)) < 13.8  # 2 degrees of freedom: P(chi2 > 13.8) = 0.001
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    t=st.floats(0.1, 3.0),
+    k=st.integers(0, 12),
+    p=st.floats(0.05, 1.0),
+    min_p=st.floats(0.0, 0.5),
+    r=st.floats(0.5, 2.0),
+)
+def test_penalties_and_min_p_are_what_hugging_face_applies(seed, t, k, p, min_p, r) -> None:
+    """The repetition penalty on the tokens of the text, then logits / T, top-k, top-p and min-p: Hugging Face's
+    RepetitionPenaltyLogitsProcessor and warpers in generate's order."""
+    processors = pytest.importorskip("transformers.generation.logits_process")
+    logits = _logits(seed, 3, 12)
+    text = torch.randint(12, (3, 7), generator=torch.Generator().manual_seed(seed))  # prompt + tokens so far
+    scores = processors.RepetitionPenaltyLogitsProcessor(penalty=r)(text, logits.clone())
+    scores = processors.TemperatureLogitsWarper(t)(None, scores)
+    if k:
+        scores = processors.TopKLogitsWarper(top_k=k)(None, scores)
+    scores = processors.TopPLogitsWarper(top_p=p)(None, scores) if p < 1 else scores
+    scores = processors.MinPLogitsWarper(min_p=min_p)(None, scores) if min_p else scores
+    expected = torch.softmax(scores, dim=-1)
+    params = SamplingParams(temperature=t, top_k=k, top_p=p, min_p=min_p, repetition_penalty=r)
+    seen = torch.zeros(3, 12, dtype=torch.bool).scatter(1, text, True)
+    got = sampling_distribution(penalize(logits, params, torch.zeros(3, 12), seen), params)
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
+
+
+def test_presence_and_frequency_penalties_follow_openais_formula() -> None:
+    """mu[j] -> mu[j] - c[j] * frequency - [c[j] > 0] * presence, c[j] the count of token j generated so far."""
+    logits = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
+    counts = torch.tensor([[0, 1, 3, 0]])
+    params = SamplingParams(presence_penalty=0.5, frequency_penalty=0.25)
+    got = penalize(logits, params, counts, counts > 0)
+    assert got.tolist() == [[1.0, 2.0 - 0.25 - 0.5, 3.0 - 0.75 - 0.5, 4.0]]
+    assert torch.equal(penalize(logits, SamplingParams(), counts, counts > 0), logits)  # no penalty: untouched
+
+
+def test_min_p_keeps_the_tokens_at_least_min_p_times_as_likely_as_the_likeliest() -> None:
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.1, 0.06, 0.04]]))
+    kept = sampling_distribution(logits, temperature=1.0, min_p=0.15) > 0  # 0.15 * 0.5 = 0.075
+    assert kept.tolist() == [[True, True, True, False, False]]
+
+
+def test_sampling_params_are_frozen_normalised_and_greedy_below_a_tiny_temperature() -> None:
+    params = SamplingParams(temperature=1e-300, top_k=0, top_p=1.0, min_p=0.0, stop="###")
+    assert params.greedy and params.top_k is None and params.top_p is None and params.min_p is None
+    assert params.stop == ("###",) and not params.penalized and not params.filtered
+    with pytest.raises(AttributeError):
+        params.temperature = 1.0  # type: ignore[misc]
+    assert sample_next(torch.tensor([[0.0, 5.0, 1.0]]), params).tolist() == [1]  # no overflow, no NaN
+    assert SamplingParams.of(params, temperature=0.5).temperature == 0.5 and params.temperature == 0.0
+    with pytest.raises(QkvError, match="unknown sampling setting tempreature"):
+        SamplingParams.of(tempreature=0.5)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
         (dict(temperature=-0.5), "temperature"),
         (dict(temperature=math.nan), "temperature"),
+        (dict(temperature=math.inf), "temperature"),
         (dict(top_k=-1), "top_k"),
         (dict(top_p=0.0), "top_p"),
         (dict(top_p=1.5), "top_p"),
+        (dict(min_p=-0.1), "min_p"),
+        (dict(repetition_penalty=0), "repetition_penalty"),
+        (dict(presence_penalty=3), "presence_penalty"),
+        (dict(frequency_penalty=math.nan), "frequency_penalty"),
+        (dict(max_new_tokens=-1), "max_new_tokens"),
+        (dict(stop=["ok", ""]), "stop"),
+        (dict(seed=-1), "seed"),
+        (dict(logprobs=True), "logprobs"),
     ],
 )
 def test_bad_sampling_settings_raise_qkv_errors(kwargs: dict, words: str) -> None:
