@@ -14,6 +14,7 @@ from qkv.model_dir import CHAT_TEMPLATE_FILE, load_model_dir, save_model_dir
 from qkv.models.config import GPTConfig
 from qkv.models.family import build_model
 from qkv.pretrained import save_as_qkv
+from qkv.quantization.save import save_quantized
 from qkv.tokenizers import CharTokenizer
 from tests.chat.test_template import TURNS
 
@@ -31,6 +32,12 @@ def test_the_template_survives_saving_as_qkv(smol_bundle, tmp_path) -> None:
     reloaded = qkv.load(tmp_path / "run")
     assert reloaded.chat_template == smol_bundle.chat_template
     assert chat_prompt(reloaded, TURNS) == chat_prompt(smol_bundle, TURNS)
+
+
+def test_the_template_survives_quantizing(smol_hf_dir, tmp_path) -> None:
+    bundle = qkv.load(smol_hf_dir)  # quantizing changes the model in place: a bundle of its own
+    save_quantized(bundle, tmp_path / "int8")
+    assert qkv.load(tmp_path / "int8").chat_template == bundle.chat_template is not None
 
 
 def tiny_run(tmp_path, chat_template=None):

@@ -96,3 +96,15 @@ def test_hf_special_encoding_is_safe_across_threads() -> None:
     for t in threads:
         t.join()
     assert wrong == []
+
+
+def test_hf_role_tokens_that_are_plain_vocabulary_entries_are_matched_too() -> None:
+    """transformers registers bos/eos/... as special tokens even when tokenizer.json lists them as ordinary entries."""
+    hf = tokenizers.Tokenizer(tokenizers.models.WordLevel({"a": 0, "</s>": 1, "[UNK]": 2}, unk_token="[UNK]"))
+    hf.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok = HFTokenizer(hf, {"eos": "</s>", "unk": "[UNK]"})
+    assert tok.special_token_ids() == {"</s>": 1, "[UNK]": 2}
+    assert tok.encode("a</s>", special=True) == [0, 1]
+    assert tok.encode("a</s>") == [0, 2, 2, 2]  # as text: pieces the vocabulary does not have
+    assert tok.encode_with_offsets("a </s>", special=True) == ([0, 1], [(0, 1), (2, 6)])
+    assert tok.hf.get_added_tokens_decoder() == {} and tok.vocab_size == 3  # the wrapped tokenizer is untouched

@@ -127,21 +127,26 @@ class HFTokenizer(Tokenizer):
     # ------------------------------------------------------------------------------------- encoding
 
     def special_token_ids(self) -> dict[str, int]:
-        """The library's added tokens marked special (``<|endoftext|>``, ``<|im_start|>``, ...), by string."""
-        return {t.content: i for i, t in self.hf.get_added_tokens_decoder().items() if t.special}
+        """The library's added tokens marked special (``<|endoftext|>``, ``<|im_start|>``, ...) and the tokens of
+        the roles, by string: the tokens transformers registers as special and matches in a chat."""
+        added = {t.content: i for i, t in self.hf.get_added_tokens_decoder().items() if t.special}
+        return {**super().special_token_ids(), **added}
 
     def _matching(self) -> tokenizers.Tokenizer:
-        """The library tokenizer with its special tokens matched in the text: ``self.hf`` when it already does,
-        else a copy (made once, and again if tokens are added), so that ``self.hf`` never changes under a
-        concurrent ``encode``."""
-        if not self.split_special_tokens:
+        """The library tokenizer matching :meth:`special_token_ids` in the text: ``self.hf`` when it already does,
+        else a copy with the roles' tokens registered as special (made once, and again if tokens are added), so
+        that ``self.hf`` never changes under a concurrent ``encode``."""
+        added = self.hf.get_added_tokens_decoder()
+        missing = sorted(set(super().special_token_ids()) - {t.content for t in added.values()})
+        if not self.split_special_tokens and not missing:
             return self.hf
-        size = self.hf.get_vocab_size(with_added_tokens=True)
+        key = (self.hf.get_vocab_size(with_added_tokens=True), len(added))
         cached = getattr(self, "_matcher", None)
-        if cached is None or cached[0] != size:
+        if cached is None or cached[0] != key:
             copy = tokenizers.Tokenizer.from_str(self.hf.to_str())
             copy.encode_special_tokens = False
-            self._matcher = cached = (size, copy)
+            copy.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t in missing])
+            self._matcher = cached = (key, copy)
         return cached[1]
 
     def _encoding(self, text: str, special: bool) -> tokenizers.Encoding:
