@@ -9,6 +9,7 @@ This is the Hugging Face layout, and every part of qkv that reads or writes a mo
       tokenizer_target.json   encoder-decoder models with a separate target vocabulary only
       model.safetensors       every weight, by its state_dict name ("decoder.blocks.0.self_attn.query.weight")
       quantization.json       int8 models only (:mod:`qkv.quantization`): which layers hold int8 weights
+      chat_template.jinja     a chat model's Jinja chat template (:mod:`qkv.chat`), when it has one
 
 The tensors go in and out of model.safetensors through :mod:`qkv.storage` (shared tensors stored once, no
 pickle); which tokenizers a model has and which config fields they size come from its family
@@ -35,7 +36,7 @@ from torch import Tensor, nn
 
 from qkv import storage
 from qkv.errors import QkvError
-from qkv.io import atomic_write_text, read_json, writing
+from qkv.io import atomic_write_text, read_json, read_text, writing
 from qkv.models.config import ModelConfig
 from qkv.models.family import build_model, family_of
 from qkv.models.memory import check_fits
@@ -52,6 +53,7 @@ from qkv.storage import (
 from qkv.tokenizers import Tokenizer, load_tokenizer
 
 __all__ = [
+    "CHAT_TEMPLATE_FILE",
     "CONFIG_FILE",
     "MODEL_FILE",
     "QUANTIZATION_FILE",
@@ -64,6 +66,7 @@ __all__ = [
     "load_config",
     "load_model_dir",
     "load_weights",
+    "read_chat_template",
     "read_tensors",
     "save_model_dir",
     "save_tensors",
@@ -75,6 +78,7 @@ __all__ = [
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
 TARGET_TOKENIZER_FILE = "tokenizer_target.json"
+CHAT_TEMPLATE_FILE = "chat_template.jinja"  # the name Hugging Face folders use too
 
 
 def save_weights(model: nn.Module, path: str | Path, *, state: dict[str, Tensor] | None = None) -> None:
@@ -134,9 +138,10 @@ def save_model_dir(
     *,
     weights_name: str | None = MODEL_FILE,
     state: dict[str, Tensor] | None = None,
+    chat_template: str | None = None,
 ) -> Path:
     """Write config.json, tokenizer.json (+ tokenizer_target.json), the weights (+ quantization.json for an
-    int8 model) into ``directory``.
+    int8 model, chat_template.jinja for a ``chat_template``: a bundle's own) into ``directory``.
 
     The weights go first and config.json last, each atomically, so the folder only looks like a finished
     model once every file is in place. ``weights_name=None`` writes no weights (a run that has only begun).
@@ -157,6 +162,10 @@ def save_model_dir(
         target_tokenizer.save(directory / TARGET_TOKENIZER_FILE)
     else:
         (directory / TARGET_TOKENIZER_FILE).unlink(missing_ok=True)  # a stale one would pair with this model
+    if chat_template is not None:
+        atomic_write_text(directory / CHAT_TEMPLATE_FILE, chat_template)
+    else:
+        (directory / CHAT_TEMPLATE_FILE).unlink(missing_ok=True)  # a stale one would pair with this model
     quantization = quantization_info(model)
     if quantization is not None:
         atomic_write_text(directory / QUANTIZATION_FILE, json.dumps(quantization, indent=2) + "\n")
@@ -225,4 +234,17 @@ def load_model_dir(
             "saved): use an earlier checkpoint, or train again with a lower --lr"
         )
     model.eval()
-    return ModelBundle(model=model, config=config, tokenizer=tokenizer, target_tokenizer=target, path=directory)
+    return ModelBundle(
+        model=model,
+        config=config,
+        tokenizer=tokenizer,
+        target_tokenizer=target,
+        path=directory,
+        chat_template=read_chat_template(directory),
+    )
+
+
+def read_chat_template(directory: Path) -> str | None:
+    """The text of ``directory``'s chat_template.jinja, None without one; an unreadable or empty one is a QkvError."""
+    path = directory / CHAT_TEMPLATE_FILE
+    return read_text(path, what="chat template") if path.is_file() else None

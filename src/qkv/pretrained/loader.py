@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from qkv.chat.source import hf_folder_template
 from qkv.errors import QkvError
 from qkv.model_dir import ModelBundle, save_model_dir
 from qkv.pretrained.hub import resolve_model_dir
@@ -333,6 +334,7 @@ def load_pretrained(name_or_path: str | Path, *, device: str | torch.device = "c
 
     The architecture comes from config.json's ``model_type`` (gpt2, bert, marian, llama, qwen2, mistral).
     config.json is checked before the weights are read, so a model qkv cannot run costs no loading time.
+    The chat template, if the folder has one, comes along (:func:`qkv.chat.source.hf_folder_template`).
     A folder saved by qkv itself (config.json with a "model" field) is loaded with
     :func:`qkv.model_dir.load_model_dir`.
     """
@@ -352,10 +354,17 @@ def load_pretrained(name_or_path: str | Path, *, device: str | torch.device = "c
     model.to(device)
     model.eval()
     return ModelBundle(
-        model=model, config=model.config, tokenizer=tokenizer, target_tokenizer=target_tokenizer, path=folder
+        model=model,
+        config=model.config,
+        tokenizer=tokenizer,
+        target_tokenizer=target_tokenizer,
+        path=folder,
+        chat_template=hf_folder_template(folder),
     )
 
 
 def save_as_qkv(bundle: ModelBundle, out_dir: str | Path) -> Path:
     """Write a loaded model in qkv's own folder format (reload it with :func:`qkv.model_dir.load_model_dir`)."""
-    return save_model_dir(out_dir, bundle.model, bundle.tokenizer, bundle.target_tokenizer)
+    return save_model_dir(
+        out_dir, bundle.model, bundle.tokenizer, bundle.target_tokenizer, chat_template=bundle.chat_template
+    )

@@ -110,6 +110,6 @@ def save_quantized(
         raise QkvError(f"{bundle.path} is quantized already: quantize the float model it was made from")
     calibration = None if calibration_text is None else text_calibration(bundle, calibration_text)
     quantize_model(bundle.model, scheme, calibration=calibration, activations=activations)
-    save_model_dir(out, bundle.model, bundle.tokenizer, bundle.target_tokenizer)
+    save_model_dir(out, bundle.model, bundle.tokenizer, bundle.target_tokenizer, chat_template=bundle.chat_template)
     copy_sentence_head(bundle.path, out)
     return out

@@ -29,6 +29,7 @@ import numpy as np
 
 from qkv.errors import QkvError
 from qkv.io import atomic_write_json, read_json
+from qkv.tokenizers.special import encode_around_specials, split_special
 
 if TYPE_CHECKING:
     import torch
@@ -108,16 +109,48 @@ class Tokenizer(ABC):
     def _decode_ids(self, ids: list[int]) -> str:
         """The text of ``ids``, all of them valid ids; special tokens already removed if asked."""
 
-    def encode(self, text: str, *, add_bos: bool = False, add_eos: bool = False) -> list[int]:
-        """Token ids of ``text``; ``add_bos``/``add_eos`` put the <bos>/<eos> id before/after them."""
+    def special_token_ids(self) -> dict[str, int]:
+        """The strings that ``encode(text, special=True)`` turns into one id each: here the tokens of the roles
+        (``<pad>``, ``<bos>``, ``<eos>``, ``<unk>`` for qkv's own tokenizers)."""
+        found = {token: self.token_to_id(token) for token in self.special_tokens.values() if token is not None}
+        return {token: i for token, i in found.items() if i is not None}
+
+    def encode(self, text: str, *, add_bos: bool = False, add_eos: bool = False, special: bool = False) -> list[int]:
+        """Token ids of ``text``; ``add_bos``/``add_eos`` put the <bos>/<eos> id before/after them.
+
+        By default a special token's string typed in ``text`` ("<eos>", "<|im_start|>") is text, spelled from
+        ordinary pieces. ``special=True`` makes each string of :meth:`special_token_ids` its single id: what a
+        rendered chat template needs, whose markers must reach the model as the tokens it was trained on.
+        """
         if not isinstance(text, str):
             raise QkvError(f"encode takes a str, got {type(text).__name__}: pass the text itself")
-        ids = self._encode_ids(text)
+        ids = self._encode_special(text) if special else self._encode_ids(text)
         if add_bos:
             ids.insert(0, self._required_id("bos"))
         if add_eos:
             ids.append(self._required_id("eos"))
         return ids
+
+    def encode_with_offsets(self, text: str, *, special: bool = False) -> tuple[list[int], list[tuple[int, int]]]:
+        """``encode(text, special=special)`` and, for each id, the characters ``text[start:end]`` it stands for
+        (how a span of the text, such as an assistant's turn in a rendered chat, is found among the tokens)."""
+        if not isinstance(text, str):
+            raise QkvError(f"encode takes a str, got {type(text).__name__}: pass the text itself")
+        return encode_around_specials(text, self.special_token_ids() if special else {}, self._encode_offsets)
+
+    def _encode_special(self, text: str) -> list[int]:
+        """The ids of ``text`` with each string of :meth:`special_token_ids` as its one id."""
+        ids: list[int] = []
+        for _, piece, special_id in split_special(text, self.special_token_ids()):
+            ids += [special_id] if special_id is not None else self._encode_ids(piece)
+        return ids
+
+    def _encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """The ids of ``text`` alone and each one's (start, end) characters; a tokenizer that can tell overrides it."""
+        raise QkvError(
+            f"the {self.kind} tokenizer cannot tell which characters each token covers: use a char, word, bpe or "
+            "Hugging Face tokenizer"
+        )
 
     def encode_array(self, text: str) -> np.ndarray:
         """``encode(text)`` as a 1-D int64 numpy array, for corpora; a subclass may compute it faster."""
@@ -140,9 +173,9 @@ class Tokenizer(ABC):
         """``decode`` of each row of a list of id lists or of a 2-D tensor."""
         return [self.decode(ids, **kw) for ids in batch]
 
-    def tokens(self, text: str) -> list[str]:
-        """The tokens of ``encode(text)`` as readable strings, one per id (for display)."""
-        return [self.id_to_token(i) for i in self._encode_ids(text)]
+    def tokens(self, text: str, *, special: bool = False) -> list[str]:
+        """The tokens of ``encode(text, special=special)`` as readable strings, one per id (for display)."""
+        return [self.id_to_token(i) for i in self.encode(text, special=special)]
 
     def _required_id(self, role: str) -> int:
         i = self._role_id(role)

@@ -11,8 +11,10 @@ Because the starting alphabet is all 256 bytes, nothing is ever unknown: any tex
 included, encodes and decodes back exactly. Vocabulary entries are stored "byte-level mangled" (a space
 is shown as "Ġ", so " quick" is stored as "Ġquick"); :meth:`HFTokenizer.tokens` gives the readable form.
 
-Text is always treated as text: a literal "<eos>" typed in the input is spelled out from ordinary
-pieces, never turned into the special id. Special tokens only enter through ``add_bos``/``add_eos``.
+Text is treated as text by default: a literal "<eos>" typed in the input is spelled out from ordinary
+pieces, never turned into the special id; special tokens enter through ``add_bos``/``add_eos``, or through
+``encode(text, special=True)``, which matches the library's special added tokens (a rendered chat template's
+"<|im_start|>") as Hugging Face does.
 """
 
 from __future__ import annotations
@@ -124,21 +126,60 @@ class HFTokenizer(Tokenizer):
 
     # ------------------------------------------------------------------------------------- encoding
 
-    def _encode_ids(self, text: str) -> list[int]:
-        try:
-            return self.hf.encode(text, add_special_tokens=False).ids
-        except TypeError:  # lone surrogates, e.g. from text decoded with errors="surrogateescape"
-            return self.hf.encode(_without_surrogates(text), add_special_tokens=False).ids
+    def special_token_ids(self) -> dict[str, int]:
+        """The library's added tokens marked special (``<|endoftext|>``, ``<|im_start|>``, ...) and the tokens of
+        the roles, by string: the tokens transformers registers as special and matches in a chat."""
+        added = {t.content: i for i, t in self.hf.get_added_tokens_decoder().items() if t.special}
+        return {**super().special_token_ids(), **added}
 
-    def encode_batch(self, texts: list[str], *, add_bos: bool = False, add_eos: bool = False) -> list[list[int]]:
+    def _matching(self) -> tokenizers.Tokenizer:
+        """The library tokenizer matching :meth:`special_token_ids` in the text: ``self.hf`` when it already does,
+        else a copy with the roles' tokens registered as special (made once, and again if tokens are added), so
+        that ``self.hf`` never changes under a concurrent ``encode``."""
+        added = self.hf.get_added_tokens_decoder()
+        missing = sorted(set(super().special_token_ids()) - {t.content for t in added.values()})
+        if not self.split_special_tokens and not missing:
+            return self.hf
+        key = (self.hf.get_vocab_size(with_added_tokens=True), len(added))
+        cached = getattr(self, "_matcher", None)
+        if cached is None or cached[0] != key:
+            copy = tokenizers.Tokenizer.from_str(self.hf.to_str())
+            copy.encode_special_tokens = False
+            copy.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t in missing])
+            self._matcher = cached = (key, copy)
+        return cached[1]
+
+    def _encoding(self, text: str, special: bool) -> tokenizers.Encoding:
+        hf = self._matching() if special else self.hf
+        try:
+            return hf.encode(text, add_special_tokens=False)
+        except TypeError:  # lone surrogates, e.g. from text decoded with errors="surrogateescape"
+            return hf.encode(_without_surrogates(text), add_special_tokens=False)  # same length: offsets hold
+
+    def _encode_ids(self, text: str) -> list[int]:
+        return self._encoding(text, False).ids
+
+    def _encode_special(self, text: str) -> list[int]:
+        return self._encoding(text, True).ids
+
+    def encode_with_offsets(self, text: str, *, special: bool = False) -> tuple[list[int], list[tuple[int, int]]]:
+        if not isinstance(text, str):
+            raise QkvError(f"encode takes a str, got {type(text).__name__}: pass the text itself")
+        encoding = self._encoding(text, special)
+        return encoding.ids, [tuple(o) for o in encoding.offsets]  # type: ignore[misc]
+
+    def encode_batch(
+        self, texts: list[str], *, add_bos: bool = False, add_eos: bool = False, special: bool = False
+    ) -> list[list[int]]:
         """``encode`` of each text, using the library's parallel batch encoder."""
         texts = list(texts)
         if not all(isinstance(t, str) for t in texts):
             raise QkvError("encode_batch takes a list of str: pass the texts themselves")
         try:
-            batch = [e.ids for e in self.hf.encode_batch(texts, add_special_tokens=False)]
+            hf = self._matching() if special else self.hf
+            batch = [e.ids for e in hf.encode_batch(texts, add_special_tokens=False)]
         except TypeError:
-            batch = [self._encode_ids(t) for t in texts]
+            batch = [self._encoding(t, special).ids for t in texts]
         before = [self._required_id("bos")] if add_bos else []
         after = [self._required_id("eos")] if add_eos else []
         return [before + ids + after for ids in batch]
@@ -146,10 +187,10 @@ class HFTokenizer(Tokenizer):
     def _decode_ids(self, ids: list[int]) -> str:
         return self.hf.decode(ids, skip_special_tokens=False)
 
-    def tokens(self, text: str) -> list[str]:
-        """Each token of ``encode(text)`` decoded on its own, e.g. ["The", " quick"]. A character that
-        spans several byte-level tokens (an emoji, say) shows as U+FFFD in each of them."""
-        ids = self._encode_ids(text)
+    def tokens(self, text: str, *, special: bool = False) -> list[str]:
+        """Each token of ``encode(text, special=special)`` decoded on its own, e.g. ["The", " quick"]. A character
+        that spans several byte-level tokens (an emoji, say) shows as U+FFFD in each of them."""
+        ids = self._encoding(text, special).ids
         return self.hf.decode_batch([[i] for i in ids], skip_special_tokens=False)
 
     # ---------------------------------------------------------------------------------- save / load

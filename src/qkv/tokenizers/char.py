@@ -60,6 +60,9 @@ class CharTokenizer(ListVocabTokenizer):
     def _encode_ids(self, text: str) -> list[int]:
         return self.encode_array(text).tolist()
 
+    def _encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        return self._encode_ids(text), [(i, i + 1) for i in range(len(text))]  # one token per character
+
     def encode_array(self, text: str) -> np.ndarray:
         """The ids of ``text`` as an int64 array: one table lookup per code point (no Python loop)."""
         codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype="<u4")

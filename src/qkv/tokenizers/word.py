@@ -111,5 +111,9 @@ class WordTokenizer(ListVocabTokenizer):
         unk = self.stoi["<unk>"]
         return [self.stoi.get(word, unk) for word in WORD_PATTERN.findall(text)]
 
+    def _encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        unk, words = self.stoi["<unk>"], list(WORD_PATTERN.finditer(text))
+        return [self.stoi.get(w.group(), unk) for w in words], [w.span() for w in words]
+
     def _decode_ids(self, ids: list[int]) -> str:
         return detokenize([self.vocab[i] for i in ids])
