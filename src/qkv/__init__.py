@@ -5,8 +5,10 @@
     logits = model(token_ids)                       # (B, T, vocab_size)
 
     import qkv
-    bundle = qkv.load("runs/shakespeare")           # or a quantized folder, a Hugging Face folder, "gpt2"
+    bundle = qkv.load("runs/shakespeare")           # or a quantized folder, a Hugging Face folder, a .gguf, "gpt2"
     m = qkv.views("runs/shakespeare")               # the same, with every view as a method (docs/python.md)
+    qkv.complete(bundle, "To be", temperature=0).text                       # text in, text out
+    qkv.chat(chat_bundle, [{"role": "user", "content": "Hi!"}]).text        # a chat model's answer
 
 See README.md for a tour and docs/ for one page per task.
 """
@@ -31,21 +33,30 @@ from qkv.models import (
 from qkv.version import __version__
 
 if TYPE_CHECKING:
+    from qkv.decoding.replies import chat, chat_stream, complete, complete_stream
+    from qkv.decoding.sampling_params import SamplingParams
     from qkv.inspect.views import views
     from qkv.loading import load
 
+LAZY = {
+    "load": "qkv.loading",
+    "views": "qkv.inspect.views",
+    "chat": "qkv.decoding.replies",
+    "chat_stream": "qkv.decoding.replies",
+    "complete": "qkv.decoding.replies",
+    "complete_stream": "qkv.decoding.replies",
+    "SamplingParams": "qkv.decoding.sampling_params",
+}
+
 
 def __getattr__(name: str):
-    """``qkv.load`` (:func:`qkv.loading.load`) and ``qkv.views`` (:func:`qkv.inspect.views.views`), imported on
-    first use: ``import qkv`` stays light."""
-    if name == "load":
-        from qkv.loading import load
+    """``qkv.load`` (:func:`qkv.loading.load`), ``qkv.views`` (:func:`qkv.inspect.views.views`), ``qkv.chat`` and
+    ``qkv.complete`` (:mod:`qkv.decoding.replies`) and ``qkv.SamplingParams``, imported on first use: ``import
+    qkv`` stays light."""
+    if name in LAZY:
+        import importlib
 
-        return load
-    if name == "views":
-        from qkv.inspect.views import views
-
-        return views
+        return getattr(importlib.import_module(LAZY[name]), name)
     raise AttributeError(f"module 'qkv' has no attribute {name!r}")
 
 
@@ -59,10 +70,15 @@ __all__ = [
     "QkvError",
     "RNNSearch",
     "RNNSearchConfig",
+    "SamplingParams",
     "Transformer",
     "TransformerConfig",
     "__version__",
     "capture",
+    "chat",
+    "chat_stream",
+    "complete",
+    "complete_stream",
     "load",
     "make_config",
     "next_token_distribution",

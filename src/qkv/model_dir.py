@@ -9,7 +9,7 @@ This is the Hugging Face layout, and every part of qkv that reads or writes a mo
       tokenizer_target.json   encoder-decoder models with a separate target vocabulary only
       model.safetensors       every weight, by its state_dict name ("decoder.blocks.0.self_attn.query.weight")
       quantization.json       int8 models only (:mod:`qkv.quantization`): which layers hold int8 weights
-      chat_template.jinja     a chat model's Jinja chat template (:mod:`qkv.chat`), when it has one
+      chat_template.jinja     a chat model's Jinja chat template (:mod:`qkv.chat_templates`), when it has one
 
 The tensors go in and out of model.safetensors through :mod:`qkv.storage` (shared tensors stored once, no
 pickle); which tokenizers a model has and which config fields they size come from its family

@@ -242,7 +242,9 @@ def test_bad_engines_are_one_clear_error() -> None:
 def test_cuda_engines_give_the_eager_tokens_in_float32(engine: str, monkeypatch) -> None:
     captures: list[int] = []
     original = engine_module.CapturedStep.capture
-    monkeypatch.setattr(engine_module.CapturedStep, "capture", lambda self, *a: captures.append(1) or original(self, *a))
+    monkeypatch.setattr(
+        engine_module.CapturedStep, "capture", lambda self, *a: captures.append(1) or original(self, *a)
+    )
     model = tiny_gpt(dtype=torch.float32).cuda()
     prompt = torch.randint(50, (2, 4), generator=torch.Generator().manual_seed(0)).cuda()
     for new in (20, 16):  # 4 + 20 - 1 and 4 + 16 - 1 positions: the same cache of 32, so the same graph

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from qkv.decoding import generate
-from qkv.decoding import Engine
+from qkv.decoding import Engine, generate
 from qkv.models.config import LlamaConfig
 from qkv.models.llama import Llama
 from qkv.models.memory import kv_cache_bytes_per_token

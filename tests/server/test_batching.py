@@ -153,7 +153,7 @@ def test_a_client_that_disconnects_mid_stream_frees_its_rows_within_one_step(bat
 
 def test_a_request_that_raises_fails_alone_and_the_batch_goes_on(batched, monkeypatch) -> None:
     from qkv.decoding import engine
-    from qkv.server import output
+    from qkv.decoding import text as output
 
     push, penalize = output.StopText.push, engine.penalize
 

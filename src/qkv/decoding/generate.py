@@ -86,7 +86,7 @@ def prompt_tensor(model: torch.nn.Module, prompt_ids: Prompt, bos_id: int | None
     return ids
 
 
-def _cache_length(model: torch.nn.Module, mode: str, kept: int, new: int) -> int:
+def cache_length(model: torch.nn.Module, mode: str, kept: int, new: int) -> int:
     """Positions the rows' cache needs: at most kept + new - 1 are fed, never more than the context; the fixed
     shapes of the compiled and graph steps round it up to a power of two (:func:`~qkv.decoding.fast_step.bucket`)."""
     context = model.config.context_length
@@ -114,7 +114,7 @@ class TokenStream(Iterator[Tensor]):
         if new == 0:
             return
         kept = min(length, self.model.config.context_length)
-        engine = Engine(self.model, batch, _cache_length(self.model, mode, kept, new), step=step, use_cache=use_cache)
+        engine = Engine(self.model, batch, cache_length(self.model, mode, kept, new), step=step, use_cache=use_cache)
         rows = [Request(self.ids[b].tolist(), self.params, stops, generator, tag=b) for b in range(batch)]
         made = torch.zeros(batch, dtype=torch.long)
         with eval_mode(self.model, no_grad=False), closing(engine):  # eval mode until the stream ends or closes

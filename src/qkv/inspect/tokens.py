@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from qkv.errors import QkvError
 from qkv.tokenizers import Tokenizer
+from qkv.tokenizers.token_text import token_text
 
 _VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "⏎"}
 
@@ -27,17 +28,6 @@ def visible(token: str) -> str:
     if token.isspace():
         return "".join(_VISIBLE.get(c, "·") for c in token)
     return token.replace("\n", "↵").replace("\r", "").replace("\t", "⇥")
-
-
-def token_text(tokenizer: Tokenizer, token_id: int) -> str:
-    """What one token spells on its own: its decoded text (special tokens as their names, e.g. "<bos>"), or
-    its vocabulary entry when that is not text by itself (part of a UTF-8 character split across tokens, a
-    token that decodes to nothing)."""
-    try:
-        text = tokenizer.decode([token_id], skip_special=False)
-    except QkvError:
-        return tokenizer.id_to_token(token_id)
-    return text if text and "\ufffd" not in text else tokenizer.id_to_token(token_id)
 
 
 def token_label(tokenizer: Tokenizer, token_id: int) -> str:

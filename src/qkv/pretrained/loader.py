@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from qkv.chat.source import hf_folder_template
+from qkv.chat_templates.source import hf_folder_template
 from qkv.errors import QkvError
 from qkv.model_dir import ModelBundle, save_model_dir
 from qkv.pretrained.hub import resolve_model_dir
@@ -334,7 +334,7 @@ def load_pretrained(name_or_path: str | Path, *, device: str | torch.device = "c
 
     The architecture comes from config.json's ``model_type`` (gpt2, bert, marian, llama, qwen2, mistral).
     config.json is checked before the weights are read, so a model qkv cannot run costs no loading time.
-    The chat template, if the folder has one, comes along (:func:`qkv.chat.source.hf_folder_template`).
+    The chat template, if the folder has one, comes along (:func:`qkv.chat_templates.source.hf_folder_template`).
     A folder saved by qkv itself (config.json with a "model" field) is loaded with
     :func:`qkv.model_dir.load_model_dir`.
     """

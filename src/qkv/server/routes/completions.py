@@ -21,10 +21,11 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from qkv.decoding.text import ChoiceText, Entry, Piece
 from qkv.server.errors import error_body
 from qkv.server.jobs import CompletionJob, prepare_completion
 from qkv.server.metrics import Metrics
-from qkv.server.output import ChoiceText, Entry, Piece, logprobs_dict, prompt_entries
+from qkv.server.output import logprobs_dict, prompt_entries
 from qkv.server.routes.common import ServiceDep, disconnected
 from qkv.server.scheduler import Run
 from qkv.server.schemas import CompletionRequest, CompletionResponse

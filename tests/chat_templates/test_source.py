@@ -8,7 +8,7 @@ import json
 import pytest
 
 import qkv
-from qkv.chat import chat_prompt, hf_folder_template, read_template_file
+from qkv.chat_templates import chat_prompt, hf_folder_template, read_template_file
 from qkv.errors import QkvError
 from qkv.model_dir import CHAT_TEMPLATE_FILE, load_model_dir, save_model_dir
 from qkv.models.config import GPTConfig
@@ -16,7 +16,7 @@ from qkv.models.family import build_model
 from qkv.pretrained import save_as_qkv
 from qkv.quantization.save import save_quantized
 from qkv.tokenizers import CharTokenizer
-from tests.chat.test_template import TURNS
+from tests.chat_templates.test_template import TURNS
 
 CHATML = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
 

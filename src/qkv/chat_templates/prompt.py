@@ -22,9 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from qkv.chat.messages import check_messages
-from qkv.chat.source import template_of
-from qkv.chat.template import ChatTemplate, plain_data, render
+from qkv.chat_templates.messages import check_messages
+from qkv.chat_templates.source import template_of
+from qkv.chat_templates.template import ChatTemplate, plain_data, render
 from qkv.errors import QkvError
 from qkv.tokenizers import Tokenizer
 from qkv.tokenizers.special import split_special
@@ -56,8 +56,8 @@ def chat_prompt(
     template: ChatTemplate | str | None = None,
     **variables: Any,
 ) -> ChatPrompt:
-    """The prompt for ``messages`` (OpenAI's format, see :mod:`qkv.chat.messages`) under the bundle's chat
-    template or ``template`` (:func:`qkv.chat.source.template_of`).
+    """The prompt for ``messages`` (OpenAI's format, see :mod:`qkv.chat_templates.messages`) under the bundle's chat
+    template or ``template`` (:func:`qkv.chat_templates.source.template_of`).
 
     ``add_generation_prompt`` ends the text with the header of an assistant turn (the model writes the rest).
     ``variables`` go to the template as well, over the tokenizer's ``bos_token``, ``eos_token``, ...: ``tools``

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qkv.chat import check_messages
+from qkv.chat_templates import check_messages
 from qkv.errors import QkvError
 
 BAD = [

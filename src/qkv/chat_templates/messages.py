@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from qkv.chat.template import plain_data
+from qkv.chat_templates.template import plain_data
 from qkv.errors import QkvError
 
 EXAMPLE = '[{"role": "user", "content": "Hello"}]'

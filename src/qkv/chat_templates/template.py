@@ -172,7 +172,7 @@ def render(
     add_generation_prompt: bool = False,
     variables: Mapping[str, Any] | None = None,
 ) -> str:
-    """The text ``template`` writes for ``messages`` (already checked, see :func:`qkv.chat.messages.check_messages`).
+    """The text ``template`` writes for ``messages`` (already checked: :func:`~qkv.chat_templates.check_messages`).
 
     ``variables``: the others the template sees (``bos_token``, ``tools``, ...); ``tools`` and ``documents``
     are None unless given, as in transformers. The caller makes them plain data (:func:`plain_data`).
