@@ -16,6 +16,7 @@ VERBS = (
     "train",
     "prepare",
     "generate",
+    "chat",
     "translate",
     "embed",
     "eval",
