@@ -84,6 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--allow-host", action="append", default=[], metavar="NAME",
         help="also answer requests whose Host header is NAME (repeatable; '*' for any name)",
     )  # fmt: skip
+    parser.add_argument("--chat-template", default=None, metavar="FILE",
+                        help="a Jinja chat template for /v1/chat/completions instead of the model's own")  # fmt: skip
     add_step_argument(parser)
     add_device_arguments(parser)
     add_quantize_argument(parser)
@@ -121,12 +123,14 @@ def run(args: argparse.Namespace) -> int:
         raise QkvError(f"{error}: check the --max-*, --kv-* and --queue-timeout flags") from None
     if not 0 <= args.port <= 65535:
         raise QkvError(f"--port {args.port} is not a port number: use 1-65535, or 0 for a free one")
+    from qkv.chat_templates import read_template_file
     from qkv.server.address import check_address
 
     check_address(args.host, args.port)  # a busy port or a foreign --host: one line, before the model loads
+    template = read_template_file(args.chat_template) if args.chat_template else None
     bundle = load(model_path(args), device=use_device(args), quantize=args.quantize)
     hosts = allowed_hosts(args.host, args.allow_host)
-    app = create_app(bundle, limits, hosts=hosts, scheduler=args.scheduler, step=args.step)
+    app = create_app(bundle, limits, hosts=hosts, scheduler=args.scheduler, step=args.step, chat_template=template)
     _log_requests(args.log_level)
     service = app.state.service
     shown = f"[{args.host}]" if ":" in args.host else args.host

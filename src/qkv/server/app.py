@@ -1,6 +1,7 @@
 """The HTTP API and the playground page, as one FastAPI app around a :class:`~qkv.server.service.Service`.
 
     POST /v1/completions    continue prompts (OpenAI's completions API: n, stop, echo, logprobs, seed, stream)
+    POST /v1/chat/completions  answer a conversation with the model's chat template (OpenAI's chat API)
     POST /v1/translations   translate sentences (encoder-decoder models)
     POST /v1/next-token     the next-token distribution under a temperature, top-k and top-p (`qkv next`)
     POST /v1/attention      every layer's and head's attention weights for a text (`qkv attention`)
@@ -30,6 +31,7 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from qkv.chat_templates import ChatTemplate
 from qkv.errors import QkvError
 from qkv.model_dir import ModelBundle
 from qkv.server.errors import ServiceError, error_body
@@ -78,15 +80,17 @@ def create_app(
     hosts: Sequence[str] | None = None,
     scheduler: str = "batched",
     step: str = "auto",
+    chat_template: ChatTemplate | None = None,
 ) -> FastAPI:
     """The server for one loaded model (see :func:`qkv.load`) under ``limits``.
 
     ``hosts`` are the Host header names it answers to (default: the localhost names; see
     :func:`~qkv.server.guard.allowed_hosts`, "*" for any). ``scheduler`` is how completions share the model
     ("batched": continuous batching, or "sequential"; :mod:`qkv.server.scheduler`), ``step`` how the
-    decoding engine's steps run (:mod:`qkv.decoding.fast_step`).
+    decoding engine's steps run (:mod:`qkv.decoding.fast_step`); ``chat_template`` replaces the model's own for
+    /v1/chat/completions.
     """
-    service = Service(bundle, limits, name=name, scheduler=scheduler, step=step)
+    service = Service(bundle, limits, name=name, scheduler=scheduler, step=step, chat_template=chat_template)
     app = FastAPI(title=f"qkv: {service.name}", description="The Transformer, served.", version="0.1.0")
     app.state.service = service
     app.router.add_event_handler("shutdown", service.model_thread.stop)

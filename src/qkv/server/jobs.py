@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 
 import torch
 
+from qkv.chat_templates import ChatTemplate, chat_prompt
 from qkv.decoding.engine import Request
 from qkv.decoding.sampling_params import SamplingParams
 from qkv.errors import QkvError
+from qkv.model_dir import ModelBundle
 from qkv.server.errors import ServiceError
 from qkv.server.limits import Limits
 from qkv.server.notes import add_note
-from qkv.server.schemas import CompletionRequest
+from qkv.server.schemas import ChatCompletionRequest, CompletionRequest
 from qkv.tokenizers.base import Tokenizer, unknown_note
 
 
@@ -206,3 +208,37 @@ def prepare_completion(request: CompletionRequest, tokenizer: Tokenizer, limits:
     job = make_job(prompts, params, request.n, frozenset() if eos is None else frozenset({eos}), device)
     job.echo = request.echo
     return job
+
+
+def check_chat(request: ChatCompletionRequest, limits: Limits) -> int:
+    """400 for what a chat request may not ask for; its max tokens (max_completion_tokens, else max_tokens, else
+    the server's --max-tokens)."""
+    if request.logit_bias:
+        raise _unsupported("logit_bias", "leave it out; the penalties and min_p shape the distribution instead")
+    if request.response_format and request.response_format.get("type", "text") != "text":
+        raise _unsupported("response_format", "qkv answers in text; leave response_format out or use {'type': 'text'}")
+    if request.tool_choice not in (None, "none", "auto"):
+        raise _unsupported("tool_choice", "qkv shows tools to the template but does not parse or force tool calls")
+    if request.top_logprobs is not None and not request.logprobs:
+        raise ServiceError(400, "top_logprobs needs logprobs: true", param="top_logprobs", code="invalid_value")
+    given = [n for n in (request.max_completion_tokens, request.max_tokens) if n is not None]
+    max_tokens = given[0] if given else limits.max_tokens
+    check_limits(limits, max_tokens=max_tokens, n=request.n, logprobs=request.top_logprobs or 0)
+    return max_tokens
+
+
+def prepare_chat(request: ChatCompletionRequest, bundle: ModelBundle, template: ChatTemplate | None,
+                 limits: Limits, device) -> CompletionJob:  # fmt: skip
+    """Check a chat request once and prepare its job: the conversation rendered with the model's template (or the
+    server's --chat-template), the answer ending at the template's end of turn."""
+    max_tokens = check_chat(request, limits)
+    logprobs = (request.top_logprobs or 0) if request.logprobs else None
+    params = sampling_params(request, max_tokens=max_tokens, logprobs=logprobs)
+    messages = [m.model_dump(exclude_none=True) for m in request.messages]
+    variables = {"tools": request.tools} if request.tools else {}
+    try:
+        prompt = chat_prompt(bundle, messages, template=template, **variables)
+    except QkvError as error:
+        raise ServiceError(400, str(error), param="messages", code="invalid_value") from None
+    check_prompt_length(len(prompt.ids), limits, "conversation")
+    return make_job([Prompt(prompt.text, prompt.ids)], params, request.n, frozenset(prompt.stop_ids), device)

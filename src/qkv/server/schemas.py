@@ -87,6 +87,34 @@ class CompletionRequest(_Sampling):
         return value
 
 
+class ChatMessage(_Request):
+    """One message of a conversation: its role and its content (a text, or OpenAI's list of text parts)."""
+
+    role: str
+    content: str | list[dict] | None = None
+
+
+class StreamOptions(_Request):
+    include_usage: bool = Field(False, description="a last chunk with the usage and no choices")
+
+
+class ChatCompletionRequest(_Sampling):
+    """POST /v1/chat/completions: answer a conversation (OpenAI's chat completions API), rendered with the model's
+    chat template; the answer ends at the template's end of turn."""
+
+    messages: list[ChatMessage] = Field(..., min_length=1, description="the conversation so far")
+    max_tokens: int | None = Field(None, ge=0, description="deprecated by OpenAI: max_completion_tokens")
+    max_completion_tokens: int | None = Field(None, ge=0, description="tokens to generate at most per choice")
+    logprobs: bool = Field(False, description="the log-probability of each generated token")
+    top_logprobs: int | None = Field(None, ge=0, le=20, description="and this many top alternatives (needs logprobs)")
+    stream_options: StreamOptions | None = None
+    tools: list[dict] | None = Field(
+        None, description="function schemas the template shows the model (answers are text)"
+    )
+    tool_choice: str | dict | None = Field(None, description="only 'none' or 'auto': qkv does not parse tool calls")
+    response_format: dict | None = Field(None, description="only {'type': 'text'}")
+
+
 class Logprobs(BaseModel):
     """OpenAI's logprobs of one choice: per token, its text, its log-probability (null for the first prompt
     token under ``echo``), the top alternatives {text: logprob} and its character offset in prompt + text."""

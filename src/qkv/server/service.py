@@ -18,6 +18,7 @@ from dataclasses import asdict
 
 import torch
 
+from qkv.chat_templates import ChatTemplate
 from qkv.decoding.translator import Translator
 from qkv.errors import QkvError
 from qkv.model_dir import ModelBundle
@@ -52,6 +53,7 @@ def _attention(family: Family) -> None:
 # the family's one line, the same the command line gives for the same view ("the walk-through", ...).
 NEEDS: dict[str, Callable[[Family], None]] = {
     "/v1/completions": lambda family: family.require_role(LANGUAGE_MODEL, "/v1/completions"),
+    "/v1/chat/completions": lambda family: family.require_role(LANGUAGE_MODEL, "/v1/chat/completions"),
     "/v1/translations": lambda family: family.require_role(TRANSLATOR, "/v1/translations"),
     "/v1/next-token": lambda family: family.require("unembedding", "next-token prediction"),
     "/v1/attention": _attention,
@@ -82,8 +84,10 @@ class Service:
         name: str | None = None,
         scheduler: str = "batched",
         step: str = "auto",
+        chat_template: ChatTemplate | None = None,
     ) -> None:
         self.bundle = bundle
+        self.chat_template = chat_template  # --chat-template; None: the model's own (qkv.chat_templates)
         self.model = bundle.model.eval()
         self.config = bundle.config
         self.family = family_of(self.model)

@@ -5,8 +5,8 @@ once, and hands the model work down the ladder (the analysis views, a scheduler,
 never reaches back up. :mod:`qkv.server.app` mounts :data:`ROUTERS`.
 """
 
-from qkv.server.routes import completions, meta, tokens, translations, views
+from qkv.server.routes import chat, completions, meta, tokens, translations, views
 
-ROUTERS = [meta.router, completions.router, translations.router, views.router, tokens.router]
+ROUTERS = [meta.router, completions.router, chat.router, translations.router, views.router, tokens.router]
 
 __all__ = ["ROUTERS"]

@@ -12,21 +12,19 @@ generation, streamed or not, and frees its slots.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from qkv.decoding.text import ChoiceText, Entry, Piece
 from qkv.server.errors import error_body
 from qkv.server.jobs import CompletionJob, prepare_completion
-from qkv.server.metrics import Metrics
 from qkv.server.output import logprobs_dict, prompt_entries
-from qkv.server.routes.common import ServiceDep, disconnected
+from qkv.server.pieces import choice_texts, pieces
+from qkv.server.routes.common import SSE_HEADERS, GatedStream, ServiceDep, disconnected, sse
 from qkv.server.scheduler import Run
 from qkv.server.schemas import CompletionRequest, CompletionResponse
 from qkv.server.service import Service
@@ -34,62 +32,9 @@ from qkv.server.service import Service
 router = APIRouter()
 
 
-class GatedStream(StreamingResponse):
-    """A streaming response that runs ``on_close`` when it ends, however it ends (done, error, disconnect)."""
-
-    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None], **kwargs) -> None:
-        super().__init__(content, **kwargs)
-        self._on_close = on_close
-
-    async def __call__(self, scope, receive, send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._on_close()
-
-
-def sse(data: dict | str) -> str:
-    return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)}\n\n"
-
-
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
 def choice_dict(index: int, text: str, entries: list[Entry], logprobs: bool, finish: str | None) -> dict:
     return {"text": text, "index": index, "logprobs": logprobs_dict(entries) if logprobs else None,
             "finish_reason": finish}  # fmt: skip
-
-
-async def pieces(
-    run: Run, texts: dict[int, ChoiceText], openings: list[Piece], metrics: Metrics
-) -> AsyncIterator[Piece]:
-    """The job's pieces of text as its token outputs arrive (choices interleaved, each piece naming its index)."""
-    for piece in openings:
-        yield piece
-    job = run.job
-    async for output in run.outputs():
-        text = texts[id(output.request)]
-        if text.finish_reason is not None:  # its handler already closed it (a stop string): a late token
-            continue
-        if output.error is not None:
-            run.failed = True
-            raise output.error
-        if output.token is not None:
-            job.token_made()
-            metrics.token()
-            for piece in text.accept(output):
-                yield piece
-        if text.finish_reason is not None or output.finish_reason is not None:
-            if output.finish_reason is None:  # a stop string: the row may go on in the engine; free it
-                run.stop(output.request)
-            for piece in text.closing():
-                yield piece
-
-
-def choice_texts(job: CompletionJob, service: Service, body: CompletionRequest) -> dict[int, ChoiceText]:
-    stops = job.params.stop
-    return {id(c.request): ChoiceText(service.tokenizer, c.index, c.prompt.text, c.prompt.ids, stops,
-                                      body.logprobs is not None) for c in job.choices}  # fmt: skip
 
 
 async def openings(job: CompletionJob, texts: dict[int, ChoiceText], service: Service, top: int | None) -> list[Piece]:
@@ -112,7 +57,7 @@ async def completions(body: CompletionRequest, request: Request, service: Servic
     service.require("/v1/completions")
     service.check_model(body.model)
     job = await run_in_threadpool(prepare_completion, body, service.tokenizer, service.limits, service.device)
-    texts = choice_texts(job, service, body)
+    texts = choice_texts(job, service.tokenizer, body.logprobs is not None)
     opened = await openings(job, texts, service, body.logprobs) if body.echo else []
     head = {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion", "created": int(time.time()),
             "model": service.name}  # fmt: skip

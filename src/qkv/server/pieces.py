@@ -1,0 +1,46 @@
+"""A job's text as its token outputs arrive: one :class:`~qkv.decoding.text.ChoiceText` per choice, the pieces of
+every choice interleaved (each naming its index), a stop string freeing its row at once. Completions and chat
+completions share it; only their JSON differs."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from qkv.decoding.text import ChoiceText, Piece
+from qkv.server.jobs import CompletionJob
+from qkv.server.metrics import Metrics
+from qkv.server.scheduler import Run
+from qkv.tokenizers.base import Tokenizer
+
+
+def choice_texts(job: CompletionJob, tokenizer: Tokenizer, logprobs: bool) -> dict[int, ChoiceText]:
+    """One text maker per choice, by the id of its engine request."""
+    stops = job.params.stop
+    return {id(c.request): ChoiceText(tokenizer, c.index, c.prompt.text, c.prompt.ids, stops, logprobs)
+            for c in job.choices}  # fmt: skip
+
+
+async def pieces(
+    run: Run, texts: dict[int, ChoiceText], openings: list[Piece], metrics: Metrics
+) -> AsyncIterator[Piece]:
+    """The job's pieces of text as its token outputs arrive (choices interleaved, each piece naming its index)."""
+    for piece in openings:
+        yield piece
+    job = run.job
+    async for output in run.outputs():
+        text = texts[id(output.request)]
+        if text.finish_reason is not None:  # its handler already closed it (a stop string): a late token
+            continue
+        if output.error is not None:
+            run.failed = True
+            raise output.error
+        if output.token is not None:
+            job.token_made()
+            metrics.token()
+            for piece in text.accept(output):
+                yield piece
+        if text.finish_reason is not None or output.finish_reason is not None:
+            if output.finish_reason is None:  # a stop string: the row may go on in the engine; free it
+                run.stop(output.request)
+            for piece in text.closing():
+                yield piece
