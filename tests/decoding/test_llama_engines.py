@@ -9,7 +9,7 @@ import torch
 
 from qkv.decoding import generate
 from qkv.decoding.engine import lm_session
-from qkv.models.config import LlamaConfig
+from qkv.models import LlamaConfig
 from qkv.models.llama import Llama
 from qkv.models.memory import kv_cache_bytes_per_token
 

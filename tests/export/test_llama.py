@@ -10,7 +10,7 @@ import torch
 
 from qkv.decoding import generate
 from qkv.export.onnx_runtime import OnnxGPT
-from qkv.models.config import LlamaConfig
+from qkv.models import LlamaConfig
 from qkv.models.llama import Llama
 from tests.export.conftest import export
 

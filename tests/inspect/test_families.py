@@ -25,8 +25,7 @@ from qkv.inspect import (
     walkthrough_html,
 )
 from qkv.model_dir import ModelBundle
-from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig
-from qkv.models.config import LlamaConfig, RNNSearchConfig, Word2VecConfig
+from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig, LlamaConfig, RNNSearchConfig, Word2VecConfig
 from qkv.models.family import family_of, refusal
 from qkv.models.llama import Llama
 from qkv.models.rnnsearch import RNNSearch

@@ -1,38 +1,34 @@
-"""One description per model family: the one place in qkv that knows the families by name.
+"""What a model family's description says: the :class:`Family` each family's folder fills in.
 
 A family is everything the rest of the package needs to know about a kind of model: its config class
 (whose ``kind`` is saved in config.json), how it is built, which tokenizers it has (one vocabulary, or a
-source and a target), and what it offers to the views. The command line, the server and :mod:`qkv.inspect`
-ask a description ("does this model have a residual stream?", "which command uses it?") instead of testing
-kinds, and a view a family lacks is refused from the description with the same one line everywhere
-(:meth:`Family.require`)::
+source and a target), what it offers to the views, which fast decode step may run it, its presets and
+training defaults, and how its Hugging Face checkpoints are converted. The command line, the server,
+training and :mod:`qkv.inspect` ask a description ("does this model have a residual stream?", "which
+command uses it?") instead of testing kinds, and a view a family lacks is refused from the description with
+the same one line everywhere (:meth:`Family.require`)::
 
     family = family_of(model)                  # a model, a config, or a kind name
     family.require("residual stream", "the logit lens")
     family.streams["decoder"]                  # ("embedding", "decoder"): W_E's module and the stack it feeds
 
-Adding a family means adding one :class:`Family` to :data:`FAMILIES` (and its config class in
-:mod:`qkv.models.config`); docs/architecture.md walks through the Llama family as the worked example.
+Each family's folder writes its own description (``qkv/models/gpt/family.py``, ...); the table of them,
+:mod:`qkv.models.family`, is the one place that lists the families. :mod:`qkv.models.llama` is the checklist
+for adding one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
 
-from torch import nn
+from torch import Tensor, nn
 
 from qkv.errors import QkvError
-from qkv.models.config import (
-    EncoderConfig,
-    GPTConfig,
-    LlamaConfig,
-    ModelConfig,
-    RNNSearchConfig,
-    TransformerConfig,
-    Word2VecConfig,
-)
-from qkv.storage import unwrap_model
+from qkv.models.config import ModelConfig
+from qkv.tokenizers import Tokenizer
 
 LANGUAGE_MODEL, ENCODER, TRANSLATOR, WORD_VECTORS = "language model", "encoder", "translator", "word vectors"
 ROLES = (LANGUAGE_MODEL, ENCODER, TRANSLATOR, WORD_VECTORS)
@@ -50,6 +46,22 @@ CAPABILITIES = (
     "positions",  # a position table or rotary angles
     "unembedding",  # W_U: the last vector -> next-token logits
 )
+
+DECODE_STEPS = ("gpt", "transformer", "encoder")
+"""The fast steps of :mod:`qkv.decoding` a family may declare (:attr:`Family.decode_step`): "gpt" (one token
+of a decoder-only stack over a static KV cache), "transformer" (the same with cross-attention to an
+encoder's keys and values), "encoder" (one pass over whole sequences, no cache)."""
+
+
+class HFConversion(Protocol):
+    """What a family's Hugging Face module offers the loader (:func:`qkv.pretrained.load_pretrained`): the
+    config, the weights and the tokenizer(s) of a Hugging Face folder as qkv's."""
+
+    def config_from_hf(self, hf_config: dict[str, Any]) -> ModelConfig: ...
+
+    def convert(self, hf_state_dict: dict[str, Tensor], hf_config: dict[str, Any]) -> nn.Module: ...
+
+    def load_tokenizers(self, folder: Path, hf_config: dict[str, Any]) -> tuple[Tokenizer, Tokenizer | None]: ...
 
 
 @dataclass(frozen=True)
@@ -71,7 +83,24 @@ class Family:
     output: str | None = None
     embedding: str | None = None  # the module holding W_E (its ``weight`` rows are the token vectors)
     target_embedding: str | None = None  # a translator's target-side W_E (None: one vocabulary)
+    # The fast decode step of qkv.decoding that may run it (one of DECODE_STEPS); None: the model's own forward.
+    decode_step: str | None = None
+    presets: dict[str, dict[str, Any]] = field(default_factory=dict)  # named sizes: preset -> config fields
+    # What `qkv train --arch NAME` starts from when no --preset is given: its preset and the recipe it trains
+    # best with (on top of the task's defaults, qkv.training.config.TASK_DEFAULTS).
+    train_defaults: dict[str, Any] = field(default_factory=dict)
+    summary: Callable[[Any], str] | None = None  # one line naming the architecture and its sizes (describe)
     hf_architectures: tuple[str, ...] = ()  # Hugging Face ``architectures`` it imports (qkv.pretrained)
+    hf_model_types: tuple[str, ...] = ()  # config.json's ``model_type`` values it converts
+    hf_conversion: HFConversion | None = None  # the folder's Hugging Face module (None: no import)
+
+    def __post_init__(self) -> None:
+        if self.decode_step not in (None, *DECODE_STEPS):
+            raise ValueError(f"decode_step={self.decode_step!r}: one of {', '.join(DECODE_STEPS)} or None")
+        if self.role not in ROLES:
+            raise ValueError(f"role={self.role!r}: one of {', '.join(ROLES)}")
+        if bool(self.hf_model_types) != (self.hf_conversion is not None):
+            raise ValueError("a family that imports Hugging Face model types needs its conversion, and only then")
 
     @property
     def two_vocabularies(self) -> bool:
@@ -110,6 +139,10 @@ class Family:
         if not self.has(capability):
             raise QkvError(refusal(self, capability, view))
 
+    def describe(self, config: Any) -> str:
+        """One line naming the architecture of ``config`` and its sizes (the summary printed before training)."""
+        return self.summary(config) if self.summary is not None else self.title
+
     def require_role(self, role: str, what: str) -> None:
         """QkvError unless this family's models are ``role`` ("translator", ...): ``what`` needs one."""
         if self.role != role:
@@ -125,135 +158,3 @@ def _article(noun: str) -> str:
     if noun.endswith("s") and not noun.endswith("ss"):
         return noun  # "self-attention heads", "embeddings", "word vectors"
     return ("an " if noun[0] in "aeiou" else "a ") + noun
-
-
-def _transformer_families() -> list[Family]:
-    from qkv.models.encoder import Encoder
-    from qkv.models.gpt import GPT
-    from qkv.models.llama import Llama
-    from qkv.models.transformer import Transformer
-
-    decoder_only = frozenset({"residual stream", "self-attention heads", "embeddings", "positions", "unembedding"})
-    causal = {"decoder": "causal self-attention: each token looks at itself and the tokens before it"}
-    gpt = Family(
-        name="gpt",
-        config=GPTConfig,
-        model=GPT,
-        title="a GPT language model (decoder only)",
-        role=LANGUAGE_MODEL,
-        capabilities=decoder_only,
-        attention_notes=causal,
-        instead="use a translator for cross-attention",
-        streams={"decoder": ("embedding", "decoder")},
-        output="decoder",
-        embedding="embedding.token_embedding",
-        hf_architectures=("GPT2LMHeadModel",),
-    )
-    llama = replace(  # GPT's flow and views; what differs is in its config's layers (models/llama.py)
-        gpt,
-        name="llama",
-        config=LlamaConfig,
-        model=Llama,
-        title="a Llama-style language model (decoder only: RMSNorm, SwiGLU, grouped-query attention, RoPE)",
-        hf_architectures=("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"),
-    )
-    encoder = Family(
-        name="encoder",
-        config=EncoderConfig,
-        model=Encoder,
-        title="an encoder (BERT family)",
-        role=ENCODER,
-        capabilities=frozenset({"residual stream", "self-attention heads", "embeddings", "positions"}),
-        attention_notes={"encoder": "self-attention: each token looks at every token of the text"},
-        instead="an encoder has no W_U (qkv imports BERT without its masked-LM head); use a GPT or a "
-        "translator, or `qkv heads` and `qkv attention` for an encoder",
-        streams={"encoder": ("embedding", "encoder")},
-        embedding="embedding.token_embedding",
-        hf_architectures=("BertModel", "BertForMaskedLM"),
-    )
-    transformer = Family(
-        name="transformer",
-        config=TransformerConfig,
-        model=Transformer,
-        title="an encoder-decoder translator",
-        role=TRANSLATOR,
-        capabilities=decoder_only | {"cross-attention"},
-        attention_notes={
-            "encoder": "encoder self-attention: each source token looks at every source token",
-            "decoder": "decoder masked self-attention: each target position looks at itself and the ones before",
-            "cross": "cross-attention: while writing each target token, where the decoder looks in the source",
-        },
-        instead="use `qkv translate`",
-        streams={"encoder": ("src_embedding", "encoder"), "decoder": ("tgt_embedding", "decoder")},
-        output="decoder",
-        embedding="src_embedding.token_embedding",
-        target_embedding="tgt_embedding.token_embedding",
-        hf_architectures=("MarianMTModel",),
-    )
-    return [gpt, llama, encoder, transformer]
-
-
-def _predecessor_families() -> list[Family]:
-    from qkv.models.rnnsearch import RNNSearch
-    from qkv.models.word2vec import Word2Vec
-
-    rnnsearch = Family(
-        name="rnnsearch",
-        config=RNNSearchConfig,
-        model=RNNSearch,
-        title="RNNSearch (GRUs and one additive alignment, no Transformer blocks)",
-        role=TRANSLATOR,
-        capabilities=frozenset({"alignment", "embeddings", "unembedding"}),
-        attention_notes={
-            "cross": "additive attention: while writing each target token, where the decoder's state looks in "
-            "the source (the alignment of Bahdanau et al. 2015)"
-        },
-        instead="use `qkv attention` for its alignment or `qkv next` for its predictions, or a Transformer translator",
-        embedding="src_embedding.token_embedding",
-        target_embedding="tgt_embedding.token_embedding",
-    )
-    word2vec = Family(
-        name="word2vec",
-        config=Word2VecConfig,
-        model=Word2Vec,
-        title="Word2Vec (one matrix of word vectors, no Transformer)",
-        role=WORD_VECTORS,
-        capabilities=frozenset({"embeddings"}),
-        instead="use `qkv embeddings`",
-        embedding="token_embedding",
-    )
-    return [rnnsearch, word2vec]
-
-
-def _families() -> dict[str, Family]:
-    return {family.name: family for family in _transformer_families() + _predecessor_families()}
-
-
-_FAMILIES: dict[str, Family] = {}
-
-
-def families() -> dict[str, Family]:
-    """Every family by name ("gpt", "llama", "encoder", "transformer", "rnnsearch", "word2vec")."""
-    if not _FAMILIES:  # built on first use: the model modules import the layers, which must not import this
-        _FAMILIES.update(_families())
-    return _FAMILIES
-
-
-def family_of(thing: Any) -> Family:
-    """The family of a model (also inside DDP or torch.compile), a config, or a kind name ("gpt")."""
-    if isinstance(thing, str):
-        kind = thing
-    else:
-        config = thing if isinstance(thing, ModelConfig) else getattr(unwrap_model(thing), "config", None)
-        kind = getattr(config, "kind", None)
-    table = families()
-    if kind not in table:
-        raise QkvError(f"unknown model kind {kind!r}: qkv knows {', '.join(table)}")
-    return table[kind]  # type: ignore[index]
-
-
-def build_model(config: ModelConfig) -> nn.Module:
-    """The model a config describes, freshly initialised: GPTConfig -> GPT, LlamaConfig -> Llama, ..."""
-    if not isinstance(config, ModelConfig):
-        raise QkvError(f"cannot build a model from a {type(config).__name__}: give one of qkv's model configs")
-    return family_of(config).model(config)

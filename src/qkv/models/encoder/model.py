@@ -15,7 +15,7 @@ from qkv.layers.dropout import dropout_layer
 from qkv.layers.embedding import InputEmbedding
 from qkv.layers.stacks import EncoderStack
 from qkv.models.base import Model
-from qkv.models.config import EncoderConfig
+from qkv.models.encoder.config import EncoderConfig
 from qkv.models.init import init_weights
 
 

@@ -24,8 +24,9 @@ from tokenizers import decoders, models, pre_tokenizers
 from torch import Tensor
 
 from qkv.errors import QkvError
-from qkv.models import GPT, GPTConfig
-from qkv.pretrained.loader import (
+from qkv.models.gpt.config import GPTConfig
+from qkv.models.gpt.model import GPT
+from qkv.models.hf_tables import (
     Row,
     activation_from_hf,
     convert_state_dict,

@@ -17,7 +17,7 @@ from qkv.layers.embedding import InputEmbedding, Unembedding
 from qkv.layers.kv_cache import KVCache
 from qkv.layers.stacks import DecoderStack
 from qkv.models.base import Model
-from qkv.models.config import GPTConfig
+from qkv.models.gpt.config import GPTConfig
 from qkv.models.init import init_weights
 
 

@@ -33,9 +33,10 @@ from typing import Any
 from torch import Tensor
 
 from qkv.errors import QkvError
-from qkv.models.config import ROPE_SCALING_FIELDS, LlamaConfig
-from qkv.models.llama import Llama
-from qkv.pretrained.loader import Row, convert_state_dict, require, same, strip_prefix, wrap_tokenizer_json
+from qkv.models.config import ROPE_SCALING_FIELDS
+from qkv.models.hf_tables import Row, convert_state_dict, require, same, strip_prefix, wrap_tokenizer_json
+from qkv.models.llama.config import LlamaConfig
+from qkv.models.llama.model import Llama
 from qkv.tokenizers import HFTokenizer
 
 WHAT = "Llama"

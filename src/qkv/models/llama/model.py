@@ -13,8 +13,8 @@ GPT-2 lives in the layers, chosen by :class:`~qkv.models.config.LlamaConfig`:
 
 from __future__ import annotations
 
-from qkv.models.config import LlamaConfig
-from qkv.models.gpt import GPT
+from qkv.models.gpt.model import GPT
+from qkv.models.llama.config import LlamaConfig
 
 
 class Llama(GPT):

@@ -50,7 +50,7 @@ from qkv.layers.embedding import InputEmbedding, Unembedding
 from qkv.layers.gru import BidirectionalGRU, gru_step
 from qkv.layers.maxout import Maxout
 from qkv.models.base import EncoderDecoder
-from qkv.models.config import RNNSearchConfig
+from qkv.models.rnnsearch.config import RNNSearchConfig
 
 
 class RNNSearchCache:

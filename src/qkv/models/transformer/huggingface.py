@@ -36,8 +36,9 @@ from torch import Tensor
 
 from qkv.errors import QkvError
 from qkv.layers.positional import sinusoidal_table
-from qkv.models import Transformer, TransformerConfig
-from qkv.pretrained.loader import Row, activation_from_hf, convert_state_dict, first_row, require, same, strip_prefix
+from qkv.models.hf_tables import Row, activation_from_hf, convert_state_dict, first_row, require, same, strip_prefix
+from qkv.models.transformer.config import TransformerConfig
+from qkv.models.transformer.model import Transformer
 from qkv.tokenizers import HFTokenizer
 
 WHAT = "Marian"

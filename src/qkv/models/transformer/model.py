@@ -18,8 +18,8 @@ from qkv.layers.embedding import InputEmbedding, Unembedding
 from qkv.layers.kv_cache import KVCache
 from qkv.layers.stacks import DecoderStack, EncoderStack
 from qkv.models.base import EncoderDecoder
-from qkv.models.config import TransformerConfig
 from qkv.models.init import init_weights
+from qkv.models.transformer.config import TransformerConfig
 
 
 class Transformer(EncoderDecoder):

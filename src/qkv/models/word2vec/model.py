@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from qkv.models.config import Word2VecConfig
+from qkv.models.word2vec.config import Word2VecConfig
 
 MAX_STEP = 1.0
 """The largest lr x curvature a word's step may have (see :func:`damp_rows`)."""

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from qkv.layers.stacks import DecoderStack, EncoderStack
-from qkv.models.config import TransformerConfig
+from qkv.models import TransformerConfig
 from tests.layers.reference import copy_attention
 
 D_MODEL, HEADS, D_FF, N_ENC, N_DEC = 32, 4, 64, 2, 3

@@ -12,8 +12,8 @@ import torch
 from qkv.decoding import generate
 from qkv.model_dir import load_model_dir
 from qkv.models import GPT
+from qkv.models.gpt.huggingface import load_tokenizer
 from qkv.pretrained import convert_gpt2, load_pretrained, read_hf_config, read_hf_weights, save_as_qkv
-from qkv.pretrained.gpt2 import load_tokenizer
 
 transformers = pytest.importorskip("transformers")
 

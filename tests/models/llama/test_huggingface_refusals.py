@@ -74,7 +74,7 @@ def test_refused_in_one_line(name: str, tmp_path: Path) -> None:
 
 
 def test_window_as_long_as_the_context_is_accepted(tmp_path: Path) -> None:
-    from qkv.pretrained.llama import config_from_hf
+    from qkv.models.llama.huggingface import config_from_hf
 
     config = llama_config("mistral", 100, sliding_window=128).to_dict()
     assert config_from_hf(config).context_length == 128

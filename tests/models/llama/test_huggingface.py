@@ -16,8 +16,8 @@ import torch
 from qkv.decoding import generate
 from qkv.loading import load
 from qkv.model_dir import load_model_dir
+from qkv.models.llama.huggingface import config_from_hf, convert_llama
 from qkv.pretrained import load_pretrained, read_hf_config, read_hf_weights, save_as_qkv
-from qkv.pretrained.llama import config_from_hf, convert_llama
 from tests.pretrained.conftest import save_llama
 
 transformers = pytest.importorskip("transformers")

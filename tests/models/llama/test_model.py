@@ -11,7 +11,7 @@ from torch import nn
 
 from qkv.layers.capture import capture
 from qkv.layers.feedforward import GatedFeedForward
-from qkv.models.config import LlamaConfig
+from qkv.models import LlamaConfig
 from qkv.models.family import build_model
 from qkv.models.llama import Llama
 

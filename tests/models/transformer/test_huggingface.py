@@ -11,10 +11,9 @@ from qkv.decoding.beam_search import greedy_decode
 from qkv.layers.positional import sinusoidal_table
 from qkv.model_dir import load_model_dir
 from qkv.models import Transformer
+from qkv.models.transformer.huggingface import read_spm
 from qkv.pretrained import load_pretrained, save_as_qkv
-from qkv.pretrained.marian import read_spm
-
-from .conftest import DE, EN, save_marian
+from tests.pretrained.conftest import DE, EN, save_marian
 
 transformers = pytest.importorskip("transformers")
 marian_module = pytest.importorskip("transformers.models.marian.modeling_marian")
