@@ -44,8 +44,8 @@ REFUSALS = {
     "activation": ("llama", {"hidden_act": "gelu"}, 'sets hidden_act="gelu" in config.json'),
     "mlp_bias": ("llama", {"mlp_bias": True}, "sets mlp_bias=true"),
     "attention_bias on W_o": ("llama", {"attention_bias": True}, "sets attention_bias=true"),
-    "mistral sliding window": ("mistral", {"sliding_window": 64}, "set max_position_embeddings to 64"),
-    "qwen2 sliding window": (
+    # A window over every layer runs (test_sliding_window.py); over some layers only, it is refused.
+    "qwen2 sliding window on some layers": (
         "qwen2", {"use_sliding_window": True, "sliding_window": 32, "max_window_layers": 1, "layer_types": None},
         "sets sliding_window=32",
     ),

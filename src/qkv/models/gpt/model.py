@@ -22,9 +22,10 @@ from qkv.models.init import init_weights
 
 
 class GPT(Model):
-    """Decoder-only Transformer language model built from a :class:`GPTConfig`."""
+    """Decoder-only Transformer language model built from a :class:`GPTConfig`. ``window``: each position
+    attends to the last ``window`` positions only (a causal sliding window; None: the whole context)."""
 
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: GPTConfig, *, window: int | None = None) -> None:
         super().__init__(config)
         self.embedding = InputEmbedding(
             config.vocab_size,
@@ -35,7 +36,7 @@ class GPT(Model):
             dropout=config.dropout,
             sinusoidal_interleaved=config.sinusoidal_interleaved,
         )
-        self.decoder = DecoderStack(config, config.n_layers, cross_attention=False)
+        self.decoder = DecoderStack(config, config.n_layers, cross_attention=False, window=window)
         tied = self.embedding.token_embedding if config.tie_embeddings else None
         self.unembedding = Unembedding(config.d_model, config.vocab_size, tied_to=tied)
         init_weights(self, config, config.n_layers)

@@ -14,11 +14,13 @@ unembedding W_U (``lm_head``), tied to W_E only when ``tie_word_embeddings`` say
 - the SwiGLU's ``gate_proj`` is W_g (inside silu), ``up_proj`` W_1 and ``down_proj`` W_2;
 - Qwen2 keeps biases on W_q, W_k and W_v (and nowhere else); Llama and Mistral have none.
 
+A sliding attention window (Mistral v0.1's ``sliding_window``, Qwen2's with ``use_sliding_window``) is kept as
+the config's ``sliding_window`` when it is shorter than the context (a longer one hides nothing); qkv slides
+one window over every layer, so a Qwen2 whose layers mix full and sliding attention is refused.
+
 Refused with one line: RoPE scaling other than Llama 3.1's "llama3" (``rope_scaling`` / ``rope_parameters``),
 a ``head_dim`` other than hidden_size / num_attention_heads, an activation other than silu, biases on the
-feed-forward (``mlp_bias``) or on W_o (Llama's ``attention_bias``), and a sliding attention window shorter
-than the context (Mistral v0.1, Qwen2 with ``use_sliding_window``): inside the window sliding attention is
-full causal attention, so the fix offered is to set max_position_embeddings to the window.
+feed-forward (``mlp_bias``) or on W_o (Llama's ``attention_bias``), and sliding attention on some layers only.
 
 The tokenizer is the folder's tokenizer.json; bos, eos, pad and unk come from tokenizer_config.json, else
 from config.json's token ids (Qwen2 has no bos).
@@ -94,17 +96,33 @@ def rope_settings(hf_config: dict[str, Any], *, what: str) -> tuple[float, dict[
     return float(parameters.get("rope_theta") or hf_config.get("rope_theta") or 10000.0), kept
 
 
-def _sliding_window(hf_config: dict[str, Any], n_layers: int) -> int | None:
-    """The attention window some layer uses, or None when every layer attends to the whole context."""
-    window = hf_config.get("sliding_window")
-    if not window:
-        return None
+def _sliding_layers(hf_config: dict[str, Any], n_layers: int) -> int:
+    """How many layers slide the window config.json gives (counted from the last)."""
     if hf_config.get("model_type") == "mistral":  # Mistral: a window in config.json is used by every layer
-        return window
-    if "layer_types" in hf_config:  # transformers 5 names each layer's attention
-        return window if "sliding_attention" in hf_config["layer_types"] else None
-    uses = hf_config.get("use_sliding_window", False) and hf_config.get("max_window_layers", n_layers) < n_layers
-    return window if uses else None  # Qwen2 (transformers 4): layers from max_window_layers on slide
+        return n_layers
+    if isinstance(hf_config.get("layer_types"), list):  # transformers 5 names each layer's attention
+        return hf_config["layer_types"].count("sliding_attention")
+    if not hf_config.get("use_sliding_window", False):
+        return 0
+    first = hf_config.get("max_window_layers", n_layers)  # Qwen2 (transformers 4): layers from this one on slide
+    return max(n_layers - first, 0)
+
+
+def sliding_window(hf_config: dict[str, Any], n_layers: int, context: int, *, what: str) -> int | None:
+    """The window every layer slides (``sliding_window``), or None when every layer attends to the whole context
+    (no window, or one at least as long as the context). Some layers sliding and others not is refused."""
+    window = hf_config.get("sliding_window")
+    sliding = _sliding_layers(hf_config, n_layers) if window else 0
+    if not sliding:
+        return None
+    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        raise _refuse(what, "sliding_window", window, "the window is a positive whole number of positions")
+    if window >= context:
+        return None
+    if sliding < n_layers:
+        raise _refuse(what, "sliding_window", window, f"qkv's Llama slides one window over every layer, and this "
+                      f"model slides it over {sliding} of its {n_layers} layers")  # fmt: skip
+    return window
 
 
 def config_from_hf(hf_config: dict[str, Any]) -> LlamaConfig:
@@ -137,10 +155,7 @@ def config_from_hf(hf_config: dict[str, Any]) -> LlamaConfig:
         raise _refuse(what, "mlp_bias", True, "qkv's Llama has no biases in the feed-forward")
     if model_type != "qwen2" and hf_config.get("attention_bias"):
         raise _refuse(what, "attention_bias", True, "qkv's Llama has biases only on W_q, W_k, W_v (as Qwen2), not W_o")
-    window = _sliding_window(hf_config, n_layers)
-    if window is not None and window < context:
-        raise _refuse(what, "sliding_window", window, f"qkv attends to the whole context; set max_position_embeddings "
-                      f"to {window} in config.json (within the window the two agree)")  # fmt: skip
+    window = sliding_window(hf_config, n_layers, context, what=what)
     rope_base, rope_scaling = rope_settings(hf_config, what=what)
     return LlamaConfig(
         vocab_size=require(hf_config, "vocab_size", what=what),
@@ -157,6 +172,7 @@ def config_from_hf(hf_config: dict[str, Any]) -> LlamaConfig:
         tie_embeddings=bool(hf_config.get("tie_word_embeddings", False)),
         dropout=0.0,
         attention_dropout=hf_config.get("attention_dropout", 0.0),
+        sliding_window=window,
     )
 
 
