@@ -1,7 +1,7 @@
 """Llama: the decoder-only family that Llama, Qwen2, SmolLM and Mistral share, as a :class:`~qkv.models.GPT`.
 
 The flow is GPT's (token ids -> W_E -> N causal blocks -> final norm -> W_U -> logits); what changed since
-GPT-2 lives in the layers, chosen by :class:`~qkv.models.config.LlamaConfig`:
+GPT-2 lives in the layers, chosen by :class:`~qkv.models.llama.config.LlamaConfig`:
 
 - RMSNorm instead of LayerNorm: x / sqrt(mean(x^2) + eps) * g, no mean subtracted and no bias;
 - a SwiGLU feed-forward: W_2 (silu(W_g x) * W_1 x), three matrices of width d_ff;
