@@ -11,7 +11,7 @@ import pytest
 
 from qkv.chat_templates import hf_folder_template
 from qkv.model_dir import ModelBundle
-from qkv.pretrained.llama import load_tokenizer
+from qkv.models.llama.huggingface import load_tokenizer
 
 SMOL_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -38,25 +38,27 @@ if TYPE_CHECKING:
     from qkv.inspect.views import views
     from qkv.loading import load
 
-LAZY = {
-    "load": "qkv.loading",
-    "views": "qkv.inspect.views",
-    "chat": "qkv.decoding.replies",
-    "chat_stream": "qkv.decoding.replies",
-    "complete": "qkv.decoding.replies",
-    "complete_stream": "qkv.decoding.replies",
-    "SamplingParams": "qkv.decoding.sampling_params",
-}
-
 
 def __getattr__(name: str):
     """``qkv.load`` (:func:`qkv.loading.load`), ``qkv.views`` (:func:`qkv.inspect.views.views`), ``qkv.chat`` and
     ``qkv.complete`` (:mod:`qkv.decoding.replies`) and ``qkv.SamplingParams``, imported on first use: ``import
     qkv`` stays light."""
-    if name in LAZY:
-        import importlib
+    if name == "load":
+        from qkv.loading import load
 
-        return getattr(importlib.import_module(LAZY[name]), name)
+        return load
+    if name == "views":
+        from qkv.inspect.views import views
+
+        return views
+    if name == "SamplingParams":
+        from qkv.decoding.sampling_params import SamplingParams
+
+        return SamplingParams
+    if name in ("chat", "chat_stream", "complete", "complete_stream"):
+        from qkv.decoding import replies
+
+        return getattr(replies, name)
     raise AttributeError(f"module 'qkv' has no attribute {name!r}")
 
 

@@ -11,7 +11,7 @@ import qkv
 from qkv.chat_templates import chat_prompt, hf_folder_template, read_template_file
 from qkv.errors import QkvError
 from qkv.model_dir import CHAT_TEMPLATE_FILE, load_model_dir, save_model_dir
-from qkv.models.config import GPTConfig
+from qkv.models import GPTConfig
 from qkv.models.family import build_model
 from qkv.pretrained import save_as_qkv
 from qkv.quantization.save import save_quantized

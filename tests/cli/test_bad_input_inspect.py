@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from qkv.model_dir import save_model_dir
-from qkv.models import Transformer, TransformerConfig
-from qkv.models.config import Word2VecConfig
+from qkv.models import Transformer, TransformerConfig, Word2VecConfig
 from qkv.models.family import build_model
 from qkv.tokenizers.char import CharTokenizer
 from qkv.tokenizers.word import WordTokenizer

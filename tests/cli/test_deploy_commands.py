@@ -12,8 +12,7 @@ import torch
 from qkv.cli import main
 from qkv.loading import load
 from qkv.model_dir import QUANTIZATION_FILE, save_model_dir
-from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig, Transformer, TransformerConfig
-from qkv.models.config import LlamaConfig
+from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig, LlamaConfig, Transformer, TransformerConfig
 from qkv.models.llama import Llama
 from qkv.quantization import Int8Linear, is_quantized, quantize_model, set_activations
 from qkv.tokenizers import CharTokenizer

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from qkv.cli import main
 from qkv.decoding import generate
 from qkv.model_dir import load_model_dir, save_model_dir
-from qkv.models.config import LlamaConfig
+from qkv.models import LlamaConfig
 from qkv.models.family import family_of
 from qkv.models.llama import Llama
 from qkv.tokenizers import CharTokenizer

@@ -107,7 +107,7 @@ def test_a_source_with_nothing_to_attend_to_gets_zero_cross_attention_as_in_the_
 def _per_row_model(kind: str) -> GPT:
     torch.manual_seed(0)
     if kind == "llama":  # rotary angles per row, and a cache of n_kv_heads = 2 heads for 4 query heads
-        from qkv.models.config import LlamaConfig
+        from qkv.models import LlamaConfig
         from qkv.models.llama import Llama
 
         config = LlamaConfig(vocab_size=40, d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, d_ff=48,

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: one thread i
 def tiny(kind: str = "gpt") -> GPT:
     torch.manual_seed(0)
     if kind == "llama":
-        from qkv.models.config import LlamaConfig
+        from qkv.models import LlamaConfig
         from qkv.models.llama import Llama
 
         config = LlamaConfig(vocab_size=50, d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, d_ff=48,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from qkv.decoding import Engine, generate
-from qkv.models.config import LlamaConfig
+from qkv.models import LlamaConfig
 from qkv.models.llama import Llama
 from qkv.models.memory import kv_cache_bytes_per_token
 

@@ -10,7 +10,7 @@ import torch
 
 from qkv.decoding import generate
 from qkv.export.onnx_runtime import OnnxGPT
-from qkv.models.config import LlamaConfig
+from qkv.models import LlamaConfig
 from qkv.models.llama import Llama
 from tests.export.conftest import export
 
@@ -38,3 +38,15 @@ def test_llama_greedy_generation_equals_qkv(llama_onnx, tokenizer) -> None:
     prompts = torch.tensor([tokenizer.encode("the quick"), tokenizer.encode("a man is ")[:9]])
     ours = OnnxGPT(llama_onnx.files[0]).generate_greedy(prompts.numpy(), 25)
     assert np.array_equal(ours, generate(model, prompts, max_new_tokens=25, temperature=0.0).numpy())
+
+
+def test_a_sliding_window_traced_at_short_lengths_still_slides_at_long_ones(onnx_root, tokenizer) -> None:
+    """The graph is traced on 5 positions, inside the window of 12: it must keep the window's mask anyway."""
+    torch.manual_seed(1)
+    config = LlamaConfig(vocab_size=tokenizer.vocab_size, d_model=32, n_heads=4, n_kv_heads=2, n_layers=2,
+                         context_length=80, sliding_window=12)  # fmt: skip
+    exported = export(onnx_root, "llama-window", Llama(config), tokenizer)
+    prompts = torch.tensor([tokenizer.encode("the quick"), tokenizer.encode("a man is ")[:9]])
+    ours = OnnxGPT(exported.files[0]).generate_greedy(prompts.numpy(), 60)  # 69 positions: far past the window
+    reference = generate(exported.bundle.model, prompts, max_new_tokens=60, temperature=0.0, step="model")
+    assert np.array_equal(ours, reference.numpy())

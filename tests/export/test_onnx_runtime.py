@@ -45,7 +45,7 @@ def test_greedy_translation_equals_qkv(translator_onnx) -> None:
 
 
 def test_sentence_embeddings_equal_qkv(encoder_onnx, tokenizer) -> None:
-    from qkv.pretrained.bert import encode_for_bert
+    from qkv.pretrained.sentences import encode_for_bert
 
     texts = ["a man is eating food.", "the girl", "the quick brown fox jumps"]
     ids, padding = encode_for_bert(tokenizer, texts, max_tokens=40)

@@ -25,8 +25,7 @@ from qkv.inspect import (
     walkthrough_html,
 )
 from qkv.model_dir import ModelBundle
-from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig
-from qkv.models.config import LlamaConfig, RNNSearchConfig, Word2VecConfig
+from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig, LlamaConfig, RNNSearchConfig, Word2VecConfig
 from qkv.models.family import family_of, refusal
 from qkv.models.llama import Llama
 from qkv.models.rnnsearch import RNNSearch
@@ -199,3 +198,14 @@ def test_attribution_and_lens_with_an_rms_final_norm(llama) -> None:
 def test_inspect_asks_families_and_tests_no_kinds() -> None:
     checks = [check for check in kind_checks() if check.startswith("inspect/")]
     assert checks == [], "kind checks left in qkv.inspect:\n" + "\n".join(checks)
+
+
+def test_explaining_a_head_of_a_windowed_llama_recomputes_the_models_own_weights(char_tokenizer) -> None:
+    torch.manual_seed(4)
+    model = Llama(LlamaConfig(vocab_size=char_tokenizer.vocab_size, d_model=32, n_heads=4, n_layers=2,
+                              context_length=64, sliding_window=3))  # fmt: skip
+    perturb(model)
+    e = explain_model(bundle_of(model, char_tokenizer), TEXT, layer=1, head=2)
+    assert e.model_difference < 1e-6 and e.causal
+    assert (e.weights[-1, :-3] == 0).all() and (e.weights[-1, -3:] > 0).all()  # the last token sees the last 3
+    assert any("window of 3 positions" in note for note in e.notes)

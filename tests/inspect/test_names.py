@@ -8,8 +8,16 @@ import torch
 from qkv.inspect.names import act_name
 from qkv.inspect.residual import stream
 from qkv.layers.capture import capture
-from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig, Transformer, TransformerConfig
-from qkv.models.config import LlamaConfig, RNNSearchConfig
+from qkv.models import (
+    GPT,
+    Encoder,
+    EncoderConfig,
+    GPTConfig,
+    LlamaConfig,
+    RNNSearchConfig,
+    Transformer,
+    TransformerConfig,
+)
 from qkv.models.family import family_of
 from qkv.models.llama import Llama
 from qkv.models.rnnsearch import RNNSearch

@@ -67,7 +67,8 @@ def test_unknown_fields_and_kinds_are_named(tmp_path) -> None:
 
 def test_configs_saved_with_max_len_load_as_context_length() -> None:
     """qkv before 0.2 named an encoder's or translator's length max_len; those config.json files still load."""
-    from qkv.models.config import BaseConfig, TransformerConfig
+    from qkv.models import TransformerConfig
+    from qkv.models.config import BaseConfig
     from qkv.models.presets import make_config
 
     old = {"model": "transformer", "max_len": 77, "d_model": 32, "n_heads": 2}

@@ -38,6 +38,7 @@ def test_a_description_matches_the_model_it_builds(name):
     model = build_model(small_config(family))
     assert type(model) is family.model
     assert family_of(model) is family and family_of(model.config) is family and family_of(name) is family
+    assert family_of(family.config) is family
     for field in family.vocab_fields:  # the tokenizer(s) size these fields
         assert getattr(model.config, field) > 0
     modules = dict(model.named_modules())
@@ -77,3 +78,50 @@ def test_an_unknown_kind_or_a_foreign_object_is_a_clear_error():
 def test_a_role_mismatch_names_the_command_to_use():
     with pytest.raises(QkvError, match="needs a translator, and this is a GPT.*use `qkv generate`"):
         family_of("gpt").require_role("translator", "qkv translate")
+
+
+def test_each_family_declares_the_fast_decode_step_its_model_fits():
+    steps = {name: family.decode_step for name, family in families().items()}
+    assert steps == {"gpt": "causal", "llama": "causal", "encoder": "one-pass", "transformer": "cross",
+                     "rnnsearch": None, "word2vec": None}  # fmt: skip
+    for family in families().values():  # what each step reads is there
+        modules = dict(build_model(small_config(family)).named_modules())
+        if family.decode_step == "causal":
+            assert "decoder" in modules and "unembedding" in modules and not modules["decoder"].cross_attention
+        elif family.decode_step == "cross":
+            assert "encoder" in modules and modules["decoder"].cross_attention and "unembedding" in modules
+        elif family.decode_step == "one-pass":
+            assert "encoder" in modules and "unembedding" not in modules
+    with pytest.raises(ValueError, match="decode_step='rnn'"):
+        dataclasses.replace(families()["gpt"], decode_step="rnn")
+
+
+def test_presets_come_from_the_families_and_build_their_models():
+    from qkv.models.presets import PRESETS, make_config
+
+    names = [name for family in families().values() for name in family.presets]
+    assert len(names) == len(set(names)) == len(PRESETS)  # no name in two families
+    for family in families().values():
+        for name in family.presets:
+            assert PRESETS[name][0] is family.config and type(make_config(name)) is family.config
+        for setting, value in family.train_defaults.items():
+            assert setting != "preset" or value in family.presets
+
+
+def test_families_with_hugging_face_checkpoints_name_their_conversion():
+    seen: list[str] = []
+    for family in families().values():
+        if family.hf_model_types:
+            for step in ("config_from_hf", "convert", "load_tokenizers"):
+                assert callable(getattr(family.hf_conversion, step))
+            assert family.hf_architectures
+        else:
+            assert family.hf_conversion is None and not family.hf_architectures
+        seen += family.hf_model_types
+    assert len(seen) == len(set(seen)) == 6
+
+
+def test_a_translator_describes_its_sizes_in_one_line():
+    line = family_of("rnnsearch").describe(small_config(families()["rnnsearch"]))
+    assert line.startswith("RNNSearch (bidirectional GRU encoder") and "\n" not in line
+    assert family_of("gpt").describe(small_config(families()["gpt"])) == family_of("gpt").title

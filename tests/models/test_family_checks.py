@@ -1,23 +1,27 @@
-"""The verbs, the server and the views ask a family's description what a model can do; they do not test kinds.
+"""The whole package asks a family's description what a model can do; nothing outside the family table tests kinds.
 
-A "kind check" is code outside :mod:`qkv.models.family` that knows a family by name: a comparison with a
+A "kind check" is code outside the families' own folders that knows a family by name: a comparison with a
 model kind ("gpt", ``config.kind``, ``TRANSLATORS``), an ``isinstance`` on a model or config class, or a
-table keyed by kind names. The count in cli/, server/ and inspect/ must stay at most 10 (issue 21); every
-check found is listed when the test fails, so a new one is easy to find and fold into the description.
+table keyed by kind names. There must be none anywhere in src/qkv (Python and the playground's JavaScript)
+but the ones :data:`TEMPORARY_ALLOWANCE` names; every check found is listed when the test fails, so a new one
+is easy to find and fold into the description.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+from collections import Counter
 from pathlib import Path
 
 import qkv
 from qkv.models.family import families
 
 PACKAGE = Path(qkv.__file__).parent
-SURFACE = ("cli", "server", "inspect")
-LIMIT = 10
+FAMILY_FOLDERS = {family.config.__module__.split(".")[2] for family in families().values()}  # gpt, llama, ...
+"""Each family's own folder (qkv/models/<family>/) may name its own classes; the table lists them by name."""
+TEMPORARY_ALLOWANCE: dict[str, int] = {}
+"""Files allowed a number of kind checks for now (counted per file, so that edits moving lines keep it)."""
 MODEL_CLASSES = {family.model.__name__ for family in families().values()} | {"EncoderDecoder", "Model"}
 CONFIG_CLASSES = {family.config.__name__ for family in families().values()}
 KINDS = set(families())
@@ -64,14 +68,19 @@ def javascript_checks(path: Path) -> list[str]:
     return [f"{path.relative_to(PACKAGE)}:{i}" for i, line in enumerate(lines, 1) if JS_CHECK.search(line)]
 
 
+def _outside_the_families(path: Path) -> bool:
+    parts = path.relative_to(PACKAGE).parts
+    return not (parts[0] == "models" and (parts[1] in FAMILY_FOLDERS or parts[1] in ("family.py", "description.py")))
+
+
 def kind_checks() -> list[str]:
-    """Every kind check in cli/, server/ and inspect/ (Python and the playground's JavaScript)."""
+    """Every kind check in src/qkv outside the families' folders (Python and the playground's JavaScript)."""
     checks: list[str] = []
-    for folder in SURFACE:
-        for path in sorted((PACKAGE / folder).rglob("*.py")):
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if _outside_the_families(path):
             checks += python_checks(path)
-        for path in sorted((PACKAGE / folder).rglob("*.js")):
-            checks += javascript_checks(path)
+    for path in sorted(PACKAGE.rglob("*.js")):
+        checks += javascript_checks(path)
     return checks
 
 
@@ -91,6 +100,19 @@ def test_the_counter_finds_each_form_of_kind_check(tmp_path):
     assert python_checks(sample, tmp_path) == ["sample.py:1", "sample.py:2", "sample.py:3", "sample.py:4"]
 
 
-def test_cli_server_and_inspect_ask_the_description_instead_of_testing_kinds():
+def _per_file(checks: list[str]) -> dict[str, int]:
+    return dict(Counter(check.rpartition(":")[0] for check in checks))
+
+
+def test_nothing_outside_the_family_table_tests_kinds():
     checks = kind_checks()
-    assert len(checks) <= LIMIT, f"{len(checks)} kind checks (at most {LIMIT}):\n" + "\n".join(checks)
+    counts = _per_file(checks)
+    over = [c for c in checks if counts[c.rpartition(":")[0]] > TEMPORARY_ALLOWANCE.get(c.rpartition(":")[0], 0)]
+    assert over == [], f"{len(over)} kind checks (ask the family instead):\n" + "\n".join(over)
+
+
+def test_the_temporary_allowance_holds_only_checks_that_are_still_there():
+    """When the decoding engine asks the family, its checks leave the allowance (and this test says so)."""
+    counts = _per_file(kind_checks())
+    stale = {file: allowed for file, allowed in TEMPORARY_ALLOWANCE.items() if counts.get(file, 0) < allowed}
+    assert stale == {}, f"lower or remove these entries of TEMPORARY_ALLOWANCE: {stale} (found {counts})"

@@ -40,7 +40,7 @@ def test_check_fits_refuses_with_the_figure() -> None:
 
 
 def test_kv_cache_bytes_per_token_is_two_vectors_of_kv_dim_per_decoder_layer() -> None:
-    from qkv.models.config import EncoderConfig, LlamaConfig, TransformerConfig
+    from qkv.models import EncoderConfig, LlamaConfig, TransformerConfig
     from qkv.models.memory import kv_cache_bytes_per_token
 
     llama = LlamaConfig(d_model=64, n_heads=8, n_kv_heads=2, n_layers=3)
@@ -51,7 +51,7 @@ def test_kv_cache_bytes_per_token_is_two_vectors_of_kv_dim_per_decoder_layer() -
 
 
 def test_the_activation_estimate_counts_grouped_keys_and_the_gates_tensors() -> None:
-    from qkv.models.config import GPTConfig
+    from qkv.models import GPTConfig
     from qkv.models.memory import activation_numbers
 
     base = GPTConfig(vocab_size=10, d_model=64, n_heads=8, n_layers=1, d_ff=100, context_length=4)

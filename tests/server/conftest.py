@@ -13,8 +13,7 @@ httpx = pytest.importorskip("httpx", reason="the server tests need httpx (the te
 
 from qkv.loading import load  # noqa: E402
 from qkv.model_dir import ModelBundle, save_model_dir  # noqa: E402
-from qkv.models import Encoder  # noqa: E402
-from qkv.models.config import EncoderConfig  # noqa: E402
+from qkv.models import Encoder, EncoderConfig  # noqa: E402
 from qkv.server import BackgroundServer, Limits, create_app  # noqa: E402
 from qkv.tokenizers import CharTokenizer  # noqa: E402
 from qkv.training import TrainConfig, train_language_model, train_translator  # noqa: E402

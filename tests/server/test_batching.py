@@ -277,7 +277,7 @@ def test_the_log_line_of_a_request_names_its_timings(batched, caplog) -> None:
 
 def test_the_llama_family_batches_with_grouped_query_attention(tmp_path) -> None:
     from qkv.model_dir import save_model_dir
-    from qkv.models.config import LlamaConfig
+    from qkv.models import LlamaConfig
     from qkv.models.llama import Llama
     from qkv.tokenizers import CharTokenizer
     from tests.server.conftest import TEXT

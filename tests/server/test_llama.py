@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from qkv.decoding import generate
 from qkv.model_dir import save_model_dir
-from qkv.models.config import LlamaConfig
+from qkv.models import LlamaConfig
 from qkv.models.family import family_of
 from qkv.models.llama import Llama
 from qkv.tokenizers import CharTokenizer

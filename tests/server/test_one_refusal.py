@@ -8,7 +8,7 @@ import pytest
 from qkv.cli import main
 from qkv.errors import QkvError
 from qkv.model_dir import load_model_dir, save_model_dir
-from qkv.models.config import Word2VecConfig
+from qkv.models import Word2VecConfig
 from qkv.models.family import family_of, refusal
 from qkv.models.word2vec import Word2Vec
 from qkv.server import create_app

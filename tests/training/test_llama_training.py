@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from qkv.models.config import LlamaConfig
+from qkv.models import LlamaConfig
 from qkv.models.llama import Llama
 from qkv.training.flops import training_flops_per_token
 from qkv.training.optim import make_optimizer

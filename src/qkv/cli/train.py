@@ -14,11 +14,11 @@ from typing import Any
 
 from qkv.cli.options import add_alias, is_main_process, minutes, note
 from qkv.errors import QkvError
-from qkv.models.presets import PRESETS
+from qkv.models.family import LANGUAGE_MODEL, families
 from qkv.training.config import FLAG_NAMES, TASK_ARCHS, TrainConfig, flag_names, read_toml
 
 HELP = "train a GPT language model (or, with --task translate, a translator; --task word2vec, word vectors)"
-LM_PRESETS = [name for name, (cls, _) in PRESETS.items() if cls.kind in TASK_ARCHS["lm"]]
+LM_PRESETS = [name for family in families().values() if family.role == LANGUAGE_MODEL for name in family.presets]
 
 TRAIN_HELP = {
     "task": "lm (a GPT language model), translate (an encoder-decoder) or word2vec (word vectors)",
@@ -253,9 +253,9 @@ def next_commands(task: str, run_dir, stopped: str) -> str:
 
 
 def _default_warmup(config: TrainConfig) -> int:
-    from qkv.training.config import _DEFAULTS, ARCH_DEFAULTS, TASK_DEFAULTS
+    from qkv.training.config import _DEFAULTS, TASK_DEFAULTS, arch_defaults
 
-    defaults = {**_DEFAULTS, **TASK_DEFAULTS.get(config.task, {}), **ARCH_DEFAULTS.get((config.task, config.arch), {})}
+    defaults = {**_DEFAULTS, **TASK_DEFAULTS.get(config.task, {}), **arch_defaults(config.task, config.arch)}
     return defaults["warmup_steps"]
 
 

@@ -8,11 +8,12 @@ matrix products, and with the same shapes at every position:
 - the position p of the new token is a tensor (1,), not a Python number: positional rows, rotary angles
   and the cache write are indexed by it, so ``torch.compile`` makes one graph for every position, and a
   CUDA graph can replay it;
-- or a tensor (B,) of one position per row, for continuous batching (:mod:`qkv.decoding.batcher`), where
+- or a tensor (B,) of one position per row, for continuous batching (:mod:`qkv.decoding.engine`), where
   the rows are different requests at different points of their text: each row gets its own positional
   row and rotary angles, its key and value are written at its own position (one ``index_put_``), and the
   mask ``key position <= p[row]`` hides what lies past it (the row's own future, or a previous request's
-  leftovers in the same cache row);
+  leftovers in the same cache row), and, for a model with a sliding window (Mistral), what lies more than
+  ``window`` positions behind it: one :func:`qkv.layers.attention.attention_mask` for the model and the step;
 - x stays (B, d_model): no time axis to add and remove;
 - W_q, W_k, W_v run as one product (:func:`qkv.layers.fused.fuse_linears`) of width d_model + 2 h_kv d_k,
   whose output holds q, then k and v, head by head: its last 2 h_kv d_k values, viewed as
@@ -43,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from qkv.layers.attention import MultiHeadAttention, grouped_sdpa
+from qkv.layers.attention import MultiHeadAttention, attention_mask, grouped_sdpa
 from qkv.layers.blocks import ResidualSublayer
 from qkv.layers.embedding import InputEmbedding
 from qkv.layers.positional import apply_rotary
@@ -176,11 +177,11 @@ def decoder_stack_step(
     cross: CrossAttention | None,
 ) -> Tensor:
     """The decoder blocks and the final norm for one token per row: (B, d_model) -> (B, d_model)."""
-    mask = None
-    if n_keys is None or position.numel() > 1:  # only positions up to p (each row's own p) exist yet
-        keys = torch.arange(kv[0].shape[3] if n_keys is None else n_keys, device=x.device)
-        mask = (keys[None] <= position[:, None])[:, None, None, :]  # (1 or B, 1, 1, L or n_keys)
+    masks: dict[int | None, Tensor | None] = {}  # one per attention window (None: plain causal)
     for i, block in enumerate(stack.blocks):
+        window = block.self_attn.window
+        if window not in masks:
+            masks[window] = _step_mask(kv[i].shape[3] if n_keys is None else n_keys, position, window, n_keys)
         x = residual(
             block.self_attn_sublayer,
             x,
@@ -190,7 +191,7 @@ def decoder_stack_step(
             kv[i],
             position,
             n_keys,
-            mask,
+            masks[window],
             rotary,
         )
         if block.cross_attn is not None:
@@ -206,6 +207,15 @@ def decoder_stack_step(
             )
         x = residual(block.ffn_sublayer, x, block.feed_forward)
     return stack.final_norm(x)
+
+
+def _step_mask(length: int, position: Tensor, window: int | None, n_keys: int | None) -> Tensor | None:
+    """Which of the ``length`` cached keys each new token may see, (1 or B, 1, 1, length): those at or before its
+    position p (the rest are another text's leftovers, or zeros), and within its sliding ``window``. None when
+    every key read may be seen (eager decoding at one shared position, reading exactly p + 1 keys, no window)."""
+    if window is None and n_keys is not None and position.numel() == 1:
+        return None
+    return attention_mask(1, length, causal=True, window=window, query_positions=position[:, None])
 
 
 def _rotary(model: GPT | Transformer, position: Tensor) -> tuple[Tensor, Tensor] | None:

@@ -43,7 +43,7 @@ COMPILE_BACKEND = "inductor"  # torch.compile's backend for the compiled strateg
 
 
 def declared_step(model: nn.Module) -> str | None:
-    """The fast step the model's family declares ("gpt", "transformer", "encoder"), or None (its own forward)."""
+    """The fast step the model's family declares ("causal", "cross", "one-pass"), or None (its own forward)."""
     try:
         return family_of(model).decode_step
     except QkvError:  # not a qkv model: anything with the decoding interface runs its own forward
@@ -64,7 +64,7 @@ def resolve_step(model: nn.Module, step: str = "auto") -> str:
     kind = declared_step(model)
     if kind is None or is_capturing():
         return "model"  # taps need the model's own forward
-    if kind == "encoder":  # one pass over whole sequences: no cache, no steps to compile or replay
+    if kind == "one-pass":  # an encoder: one pass over whole sequences, no cache, no steps to compile or replay
         return "model" if step == "model" else "static"
     if step == "auto":
         return "graph" if device.type == "cuda" else "static"
@@ -89,7 +89,7 @@ class FastStep:
         self.model = model
         self.kind = declared_step(model)
         self.signature = _signature(model)
-        stack = model.encoder if self.kind == "encoder" else model.decoder
+        stack = model.encoder if self.kind == "one-pass" else model.decoder
         self.projections = [fuse_linears(b.self_attn.query, b.self_attn.key, b.self_attn.value) for b in stack.blocks]
         self._compiled: dict[str, Callable[..., Tensor]] = {}
         self._graphs: dict[tuple, list] = {}  # idle captured graphs (with their buffers) by shape

@@ -266,7 +266,7 @@ def export_onnx(
 
     ``path`` ends in .onnx. A GPT or an encoder is one file, ``path``; an encoder-decoder is two, ``path``
     with the suffix .encoder.onnx and .decoder.onnx. ``pooling`` and ``normalize`` set how an encoder's
-    ``sentence_embedding`` is made (:func:`qkv.pretrained.bert.read_sentence_head` reads them from a
+    ``sentence_embedding`` is made (:func:`qkv.pretrained.sentences.read_sentence_head` reads them from a
     sentence-transformers folder). The model is moved to the CPU and traced there. Existing files are a
     QkvError unless ``overwrite``.
     """
@@ -339,7 +339,7 @@ def export_onnx(
 
 def sentence_head_of(bundle: Any) -> dict[str, Any]:
     """``pooling`` and ``normalize`` for :func:`export_onnx` from a loaded encoder's folder (mean, no norm if none)."""
-    from qkv.pretrained.bert import read_sentence_head
+    from qkv.pretrained.sentences import read_sentence_head
 
     head = read_sentence_head(bundle.path)
     return {"pooling": head.pooling, "normalize": head.normalize}

@@ -18,7 +18,7 @@ example,
 embeddings alone, each token its own query, key and value and no scaling (Raschka's section 3.3.1,
 :func:`explain_without_weights`); or a real model's layer and head, read from its own forward pass
 (:func:`qkv.inspect.explain_model.explain_model`). Steps 4-8 always run through qkv's one implementation
-(:func:`~qkv.layers.attention.attention_scores`, :func:`~qkv.layers.attention.causal_mask`,
+(:func:`~qkv.layers.attention.attention_scores`, :func:`~qkv.layers.attention.attention_mask`,
 :func:`~qkv.layers.attention.masked_softmax`), in float64 so that the sources' digits come out exactly.
 """
 
@@ -34,7 +34,7 @@ from torch import Tensor
 
 from qkv.errors import QkvError
 from qkv.inspect.tokens import find_position
-from qkv.layers.attention import attention_scores, causal_mask, masked_softmax
+from qkv.layers.attention import attention_mask, attention_scores, masked_softmax
 
 Matrix = np.ndarray
 
@@ -151,12 +151,13 @@ def _as_matrix(value: Any, name: str) -> Tensor:
 
 
 def attend(
-    queries: Tensor, keys: Tensor, values: Tensor, *, causal: bool, scale: float
+    queries: Tensor, keys: Tensor, values: Tensor, *, causal: bool, scale: float, window: int | None = None
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """Steps 4-8 for (..., Tq, d_k) queries: (scores, scaled, masked, weights, output), with qkv's functions."""
+    """Steps 4-8 for (..., Tq, d_k) queries: (scores, scaled, masked, weights, output), with qkv's functions.
+    ``window``: the causal mask of a sliding window (each query sees the last ``window`` positions)."""
     scores = attention_scores(queries, keys)  # (..., Tq, Tk) omega = Q K^T
     scaled = scores * scale
-    mask = causal_mask(scores.shape[-2], scores.shape[-1]) if causal else None
+    mask = attention_mask(scores.shape[-2], scores.shape[-1], causal=True, window=window) if causal else None
     masked = scaled if mask is None else scaled.masked_fill(~mask, float("-inf"))
     weights = masked_softmax(scaled, mask)  # (..., Tq, Tk), rows sum to 1
     return scores, scaled, masked, weights, weights @ values  # output (..., Tq, d_v)
@@ -176,10 +177,12 @@ def explain_attention(
     out_proj: tuple[Tensor, Tensor | None] | None = None,
     title: str = "",
     variant: str = "given",
+    window: int | None = None,
 ) -> Explanation:
     """Steps 4-9 for heads given as (h, Tq, d_k) queries and (h, Tk, d_k) keys/values (or one head (T, d_k)).
 
-    ``scale`` defaults to 1/sqrt(d_k). ``out_proj`` = (W_o (h*d_k, d_model), b_o or None) adds step 9, the
+    ``scale`` defaults to 1/sqrt(d_k); ``window`` narrows the causal mask to a sliding window (a model's own,
+    Mistral's). ``out_proj`` = (W_o (h*d_k, d_model), b_o or None) adds step 9, the
     heads concatenated and projected. ``query`` picks the row to focus on (a token or an index).
     """
     key_tokens = query_tokens if key_tokens is None else key_tokens
@@ -198,7 +201,7 @@ def explain_attention(
     if causal and n_queries != k.shape[1]:
         raise QkvError("the causal mask needs as many queries as keys (self-attention): drop --causal")
     scale = 1.0 / math.sqrt(d_k) if scale is None else scale
-    scores, scaled, masked, weights, output = attend(q, k, v, causal=causal, scale=scale)  # (h, Tq, ...)
+    scores, scaled, masked, weights, output = attend(q, k, v, causal=causal, scale=scale, window=window)
     heads = None
     if out_proj is not None:
         W_o, b_o = (t.double() if t is not None else None for t in out_proj)

@@ -56,6 +56,7 @@ def explain_model(
     module = traced.model.get_submodule(spec.module_name(layer))
     w_o = module.out_proj.weight.detach().cpu().T  # nn.Linear computes x W^T: W_o = weight^T (h*d_k, d_model)
     b_o = module.out_proj.bias.detach().cpu() if module.out_proj.bias is not None else None
+    window = getattr(module, "window", None) if use_causal and spec.causal else None  # the model's sliding window
     where = f"layer {layer}, head {head} of {spec.n_heads}"
     explanation = explain_attention(
         traced.tokens(spec.queries),
@@ -69,6 +70,7 @@ def explain_model(
         out_proj=(w_o, b_o),
         title=f"{spec.title}, {where} ({bundle.path})",
         variant="model",
+        window=window,
     )
     explanation.layer, explanation.part = layer, spec.name
     embedding = _embedding_of(family, spec.queries)
@@ -87,6 +89,8 @@ def explain_model(
             f"The model {'uses' if spec.causal else 'does not use'} a causal mask here; these weights are "
             "recomputed with your choice and are not the model's own."
         )
+    if window is not None and len(explanation.key_tokens) > window:
+        notes.append(f"The model slides a window of {window} positions: each token sees the last {window} only.")
     if getattr(bundle.config, "positional", "") == "rope":
         notes.append("Positions enter through RoPE: Q and K are rotated by their position's angle (no PE is added).")
     pre_ln = getattr(bundle.config, "norm_first", False)

@@ -6,9 +6,9 @@ The step-by-step build-up of attention that teaches it (Raschka, ch. 3) is :mod:
 from qkv.layers.additive import AdditiveAttention
 from qkv.layers.attention import (
     MultiHeadAttention,
+    attention_mask,
     attention_scores,
     causal_mask,
-    combine_masks,
     masked_softmax,
     scaled_dot_product_attention,
 )
@@ -52,7 +52,7 @@ __all__ = [
     "attention_scores",
     "capture",
     "causal_mask",
-    "combine_masks",
+    "attention_mask",
     "gru_step",
     "log_softmax",
     "masked_softmax",

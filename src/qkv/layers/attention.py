@@ -25,7 +25,9 @@ the h_kv heads to the fused kernel as they are (:func:`grouped_sdpa`).
 
 Masks are boolean with **True meaning "may attend"** (as in ``F.scaled_dot_product_attention``), except
 ``key_padding_mask`` which, as in ``nn.MultiheadAttention``, is True where a key is padding. A query row
-with no key left to attend to yields zeros, never NaN.
+with no key left to attend to yields zeros, never NaN. :func:`attention_mask` makes every mask the paths
+use: causal (a query at position p sees keys j <= p), a causal sliding window (p - window < j <= p, as
+Mistral and Qwen2 slide it), any given mask and the padding.
 """
 
 from __future__ import annotations
@@ -47,35 +49,47 @@ def attention_scores(queries: Tensor, keys: Tensor) -> Tensor:
     return queries @ keys.transpose(-2, -1)
 
 
-def causal_mask(n_queries: int, n_keys: int | None = None, device: torch.device | None = None) -> Tensor:
-    """Boolean (Tq, Tk) mask, True where query i may see key j, i.e. j is not in i's future.
-
-    With ``n_keys > n_queries`` the queries are the *last* Tq positions (decoding with a KV cache):
-    query i sits at absolute position i + (Tk - Tq).
-    """
-    n_keys = n_queries if n_keys is None else n_keys
-    return torch.ones(n_queries, n_keys, dtype=torch.bool, device=device).tril(n_keys - n_queries)
-
-
-def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
-    """Softmax over the last axis after setting disallowed scores to -inf; fully masked rows become 0."""
-    if mask is None:
-        return torch.softmax(scores, dim=-1)
-    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-    return weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-
-
-def combine_masks(
+def attention_mask(
     n_queries: int,
-    n_keys: int,
+    n_keys: int | None = None,
     *,
     causal: bool = False,
+    window: int | None = None,
+    query_positions: Tensor | None = None,
     attn_mask: Tensor | None = None,
     key_padding_mask: Tensor | None = None,
     device: torch.device | None = None,
 ) -> Tensor | None:
-    """One boolean "may attend" mask broadcastable to (B, H, Tq, Tk) from the three kinds of masking."""
-    mask = causal_mask(n_queries, n_keys, device) if causal else None
+    """The one boolean "may attend" mask, True where query i may see key j, broadcastable to (B, H, Tq, Tk);
+    None when nothing is masked.
+
+    Key j sits at position j (0 .. Tk-1). Query i sits at ``query_positions[..., i]`` ((Tq,), or (B, Tq) for
+    a position per row), by default at i + (Tk - Tq): the last Tq positions, as when decoding with a KV cache.
+
+    - ``causal``: a query at position p sees the keys j <= p, never its future;
+    - ``window``: a causal sliding window (Mistral, Qwen2): a query at p sees the keys p - window < j <= p,
+      the last ``window`` positions including its own (so it implies ``causal``);
+    - ``attn_mask``: any boolean mask of the same meaning, combined with the above;
+    - ``key_padding_mask`` (B, Tk): True at padding keys, which no query sees.
+
+    The result is (Tq, Tk), (B, 1, Tq, Tk) with a position per row or with padding, or ``attn_mask``'s shape.
+    """
+    n_keys = n_queries if n_keys is None else n_keys
+    mask = None
+    if causal or window is not None:
+        if window is not None and (isinstance(window, bool) or window < 1):
+            raise ValueError(f"window={window!r} must be a positive number of positions")
+        if query_positions is None:
+            queries = torch.arange(n_keys - n_queries, n_keys, device=device)  # (Tq,)
+        else:
+            queries = query_positions.to(device) if device is not None else query_positions
+        keys = torch.arange(n_keys, device=queries.device)  # (Tk,)
+        behind = queries[..., None] - keys  # (..., Tq, Tk): how far key j lies behind query i
+        mask = behind >= 0
+        if window is not None:
+            mask = mask & (behind < window)
+        if mask.dim() == 3:
+            mask = mask[:, None]  # (B, 1, Tq, Tk): one set of positions per row, shared by the heads
     if attn_mask is not None:
         if attn_mask.dtype != torch.bool:
             raise TypeError("attn_mask must be boolean with True where attention is allowed")
@@ -84,6 +98,35 @@ def combine_masks(
         keep = ~key_padding_mask.bool()[:, None, None, :]  # (B, 1, 1, Tk)
         mask = keep if mask is None else mask & keep
     return mask
+
+
+def causal_mask(n_queries: int, n_keys: int | None = None, device: torch.device | None = None) -> Tensor:
+    """Boolean (Tq, Tk) mask, True where query i may see key j, i.e. j is not in i's future.
+
+    With ``n_keys > n_queries`` the queries are the *last* Tq positions (decoding with a KV cache):
+    query i sits at absolute position i + (Tk - Tq). (:func:`attention_mask` with ``causal=True``.)
+    """
+    mask = attention_mask(n_queries, n_keys, causal=True, device=device)
+    assert mask is not None
+    return mask
+
+
+def window_hides_keys(n_keys: int, window: int | None) -> bool:
+    """Whether a causal ``window`` can hide any of ``n_keys`` keys (no: every key lies inside it, and the
+    window is plain causal attention). Under torch.compile or torch.export the answer is always yes, so that
+    a graph traced at short lengths still slides the window at long ones."""
+    if window is None:
+        return False
+    tracing = torch.compiler.is_compiling() or torch.compiler.is_exporting()
+    return tracing or n_keys > window
+
+
+def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
+    """Softmax over the last axis after setting disallowed scores to -inf; fully masked rows become 0."""
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
 
 
 def repeat_kv(x: Tensor, group: int) -> Tensor:
@@ -121,6 +164,7 @@ def scaled_dot_product_attention(
     mask: Tensor | None = None,
     *,
     causal: bool = False,
+    window: int | None = None,
     dropout_p: float = 0.0,
     scale: float | None = None,
     need_weights: bool = False,
@@ -128,16 +172,19 @@ def scaled_dot_product_attention(
     """softmax(Q K^T / sqrt(d_k) + mask) V, returning (context vectors, weights or None).
 
     Shapes: queries (..., Tq, d_k), keys (..., Tk, d_k), values (..., Tk, d_v). ``mask`` is boolean, True
-    where attention is allowed; ``causal`` adds the look-ahead mask. ``need_weights`` selects the explicit
-    path and returns the (pre-dropout) attention weights (..., Tq, Tk). With heads, keys and values may
-    have fewer heads than the queries (grouped-query attention: (..., h_kv, Tk, d_k), h_kv dividing h).
+    where attention is allowed; ``causal`` adds the look-ahead mask, ``window`` a causal sliding window (the
+    queries are the last Tq of the Tk positions: :func:`attention_mask`). ``need_weights`` selects the
+    explicit path and returns the (pre-dropout) attention weights (..., Tq, Tk). With heads, keys and values
+    may have fewer heads than the queries (grouped-query attention: (..., h_kv, Tk, d_k), h_kv dividing h).
     """
     n_queries, n_keys = queries.shape[-2], keys.shape[-2]
+    if not window_hides_keys(n_keys, window):
+        window = None  # every key lies inside the window: plain causal attention
     if not need_weights:
-        if causal and mask is None and n_queries == n_keys:
+        if causal and window is None and mask is None and n_queries == n_keys:
             return grouped_sdpa(queries, keys, values, dropout_p=dropout_p, is_causal=True, scale=scale), None
-        if causal:
-            mask = combine_masks(n_queries, n_keys, causal=True, attn_mask=mask, device=queries.device)
+        if causal or window is not None:
+            mask = attention_mask(n_queries, n_keys, causal=True, window=window, attn_mask=mask, device=queries.device)
         out = grouped_sdpa(queries, keys, values, attn_mask=mask, dropout_p=dropout_p, scale=scale)
         if mask is not None:  # some kernels give NaN for rows with nothing to attend to
             out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
@@ -145,20 +192,28 @@ def scaled_dot_product_attention(
 
     group = _group(queries, keys)
     keys, values = repeat_kv(keys, group), repeat_kv(values, group)
-    weights = attention_weights(queries, keys, mask, causal=causal, scale=scale)
+    weights = attention_weights(queries, keys, mask, causal=causal, window=window, scale=scale)
     dropped = F.dropout(weights, dropout_p) if dropout_p > 0 else weights
     return dropped @ values, weights
 
 
 def attention_weights(
-    queries: Tensor, keys: Tensor, mask: Tensor | None = None, *, causal: bool = False, scale: float | None = None
+    queries: Tensor,
+    keys: Tensor,
+    mask: Tensor | None = None,
+    *,
+    causal: bool = False,
+    window: int | None = None,
+    scale: float | None = None,
 ) -> Tensor:
     """softmax(Q K^T / sqrt(d_k) + mask): the attention weights (..., Tq, Tk), each row summing to 1 (or 0
-    for a row with nothing to attend to). ``mask`` is boolean, True where attention is allowed."""
+    for a row with nothing to attend to). ``mask`` is boolean, True where attention is allowed; ``causal``
+    and ``window`` add the look-ahead mask and a causal sliding window (:func:`attention_mask`)."""
     scale = 1.0 / math.sqrt(queries.shape[-1]) if scale is None else scale
     scores = attention_scores(queries, keys) * scale  # (..., Tq, Tk)
-    if causal:
-        mask = combine_masks(queries.shape[-2], keys.shape[-2], causal=True, attn_mask=mask, device=queries.device)
+    if causal or window is not None:
+        n_queries, n_keys = queries.shape[-2], keys.shape[-2]
+        mask = attention_mask(n_queries, n_keys, causal=True, window=window, attn_mask=mask, device=queries.device)
     return masked_softmax(scores, mask)
 
 
@@ -179,6 +234,8 @@ class MultiHeadAttention(nn.Module):
     values from ``context``, e.g. the encoder output). ``cache`` holds keys and values of earlier
     positions for incremental decoding; ``rotary`` = (cos, sin) applies RoPE to queries and keys.
     ``qkv_bias`` (default ``bias``) puts biases on W_q, W_k, W_v; ``bias`` on W_o (Qwen2: only the former).
+    ``window`` slides a causal window over causal self-attention: each position sees the last ``window``
+    positions, its own included (Mistral v0.1, Qwen2 with use_sliding_window; :func:`attention_mask`).
     """
 
     def __init__(
@@ -191,6 +248,7 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         qkv_bias: bool | None = None,
         context_dim: int | None = None,
+        window: int | None = None,
     ) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
@@ -198,6 +256,9 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"d_model={d_model} must be divisible by n_heads={n_heads}, and n_heads by n_kv_heads={n_kv_heads}"
             )
+        if window is not None and (isinstance(window, bool) or window < 1):
+            raise ValueError(f"window={window!r} must be a positive number of positions")
+        self.window = window  # applied when the attention is causal
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.n_kv_heads, self.kv_dim = n_kv_heads, n_kv_heads * self.head_dim
         self.group = n_heads // n_kv_heads  # query heads per key/value head
@@ -265,18 +326,23 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.store(k, v, static=context is not None)
 
         n_queries, n_keys = q.shape[-2], k.shape[-2]
-        # A single new query (or a prefill from an empty cache) needs no explicit causal mask.
-        causal = causal and n_queries > 1
-        mask = combine_masks(n_queries, n_keys, attn_mask=attn_mask, key_padding_mask=key_padding_mask, device=x.device)
+        window = self.window if causal and window_hides_keys(n_keys, self.window) else None
+        # A single new query (or a prefill from an empty cache) needs no explicit causal mask, unless a
+        # window hides the oldest keys from it.
+        causal = causal and (n_queries > 1 or window is not None)
+        mask = attention_mask(
+            n_queries, n_keys, attn_mask=attn_mask, key_padding_mask=key_padding_mask, device=x.device
+        )
         dropout_p = self.dropout if self.training else 0.0
         weights = None
         if need_weights or is_capturing():  # the explicit path: every step is there to see (or to change)
             k, v = repeat_kv(k, self.group), repeat_kv(v, self.group)  # (B, h, Tk, d_k): one per query head
             q, k, v = record(self, "q", q), record(self, "k", k), record(self, "v", v)
-            weights = record(self, "weights", attention_weights(q, k, mask, causal=causal))  # (B, h, Tq, Tk)
+            weights = attention_weights(q, k, mask, causal=causal, window=window)  # (B, h, Tq, Tk)
+            weights = record(self, "weights", weights)
             out = (F.dropout(weights, dropout_p) if dropout_p > 0 else weights) @ v
         else:
-            out, _ = scaled_dot_product_attention(q, k, v, mask, causal=causal, dropout_p=dropout_p)
+            out, _ = scaled_dot_product_attention(q, k, v, mask, causal=causal, window=window, dropout_p=dropout_p)
         out = record(self, "context", out)  # (B, h, Tq, d_k): each head's output, before W_o mixes them
         out = self.out_proj(self.merge_heads(out))
         return out, (weights if need_weights else None)

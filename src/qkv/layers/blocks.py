@@ -67,7 +67,7 @@ class ResidualSublayer(nn.Module):
         return self.norm(x + record(self, "out", self.dropout(sublayer(x))))
 
 
-def _attention(config: BlockConfig) -> MultiHeadAttention:
+def _attention(config: BlockConfig, window: int | None = None) -> MultiHeadAttention:
     return MultiHeadAttention(
         config.d_model,
         config.n_heads,
@@ -75,6 +75,7 @@ def _attention(config: BlockConfig) -> MultiHeadAttention:
         dropout=config.attention_dropout,
         bias=config.bias,
         qkv_bias=config.qkv_bias,
+        window=window,
     )
 
 
@@ -112,11 +113,12 @@ class EncoderBlock(nn.Module):
 
 
 class DecoderBlock(nn.Module):
-    """Masked self-attention, cross-attention to the encoder output (optional), then the FFN."""
+    """Masked self-attention, cross-attention to the encoder output (optional), then the FFN. ``window``: the
+    self-attention sees only the last ``window`` positions (a causal sliding window, as Mistral's)."""
 
-    def __init__(self, config: BlockConfig, *, cross_attention: bool = True) -> None:
+    def __init__(self, config: BlockConfig, *, cross_attention: bool = True, window: int | None = None) -> None:
         super().__init__()
-        self.self_attn = _attention(config)
+        self.self_attn = _attention(config, window)
         self.self_attn_sublayer = ResidualSublayer(config)
         self.cross_attn = _attention(config) if cross_attention else None
         self.cross_attn_sublayer = ResidualSublayer(config) if cross_attention else None

@@ -38,11 +38,16 @@ class EncoderStack(nn.Module):
 
 
 class DecoderStack(nn.Module):
-    """N decoder blocks (masked self-attention [+ cross-attention] + FFN), then an optional final norm."""
+    """N decoder blocks (masked self-attention [+ cross-attention] + FFN), then an optional final norm.
+    ``window``: every block's self-attention slides a causal window of that many positions."""
 
-    def __init__(self, config: BlockConfig, n_layers: int, *, cross_attention: bool = True) -> None:
+    def __init__(
+        self, config: BlockConfig, n_layers: int, *, cross_attention: bool = True, window: int | None = None
+    ) -> None:
         super().__init__()
-        self.blocks = nn.ModuleList(DecoderBlock(config, cross_attention=cross_attention) for _ in range(n_layers))
+        self.blocks = nn.ModuleList(
+            DecoderBlock(config, cross_attention=cross_attention, window=window) for _ in range(n_layers)
+        )
         self.final_norm = _final_norm(config)
         self.cross_attention = cross_attention
 

@@ -1,8 +1,9 @@
-"""Model configurations: one typed dataclass per model, validated when it is made, saved as JSON.
+"""What every model configuration shares: a typed dataclass, validated when it is made, saved as JSON.
 
-The Transformers' fields use the sources' names: d_model (width of every token vector), n_heads (h), d_ff
+Each family's own config class lives in its folder (``GPTConfig`` in :mod:`qkv.models.gpt.config`, ...) and
+derives from :class:`ModelConfig` (RNNSearch, Word2Vec) or :class:`BaseConfig` (the Transformers). The
+Transformers' fields use the sources' names: d_model (width of every token vector), n_heads (h), d_ff
 (hidden width of the token-wise feed-forward network), n_layers (N). d_k = d_v = d_model / n_heads.
-RNNSearch, the recurrent translator attention was first made for, has its own fields (the paper's m, n, l).
 """
 
 from __future__ import annotations
@@ -25,11 +26,23 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+CONFIG_CLASSES: dict[str, type[ModelConfig]] = {}
+"""Every family's config class by its kind ("gpt" -> GPTConfig, ...), filled as the classes are defined."""
+
+
 @dataclass
 class ModelConfig:
-    """What every model config does, whatever its fields: name its kind, validate, round-trip JSON."""
+    """What every model config does, whatever its fields: name its kind, validate, round-trip JSON.
+
+    A subclass that sets ``kind`` is a family's config: the kind is saved in config.json (``"model"``) and
+    :meth:`from_dict` finds the class from it."""
 
     kind: ClassVar[str] = "model"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "kind" in cls.__dict__:
+            CONFIG_CLASSES[cls.kind] = cls
 
     def __post_init__(self) -> None:
         self.validate()
@@ -87,8 +100,6 @@ class ModelConfig:
 @dataclass
 class BaseConfig(ModelConfig):
     """Fields shared by every Transformer model: the attention blocks and the embeddings."""
-
-    kind: ClassVar[str] = "base"
 
     d_model: int = 128
     n_heads: int = 4
@@ -176,167 +187,6 @@ class BaseConfig(ModelConfig):
     def kv_dim(self) -> int:
         """Width of W_k's and W_v's output: n_kv_heads * d_k (d_model unless attention is grouped)."""
         return self.n_kv_heads * self.head_dim  # type: ignore[operator]
-
-
-@dataclass
-class GPTConfig(BaseConfig):
-    """Decoder-only language model (GPT): causal self-attention blocks over one token stream."""
-
-    kind: ClassVar[str] = "gpt"
-
-    vocab_size: int = 256
-    n_layers: int = 4
-
-    def validate(self) -> None:
-        super().validate()
-        self._require_positive("vocab_size", "n_layers")
-
-
-@dataclass
-class LlamaConfig(GPTConfig):
-    """The decoder-only family Llama, Qwen2, SmolLM and Mistral share: a GPT built with RMSNorm before each
-    sublayer, a SwiGLU feed-forward, rotary positions (base ``rope_base``, Hugging Face's rope_theta),
-    grouped-query attention (``n_kv_heads``) and no biases (Qwen2 keeps biases on W_q, W_k, W_v:
-    ``qkv_bias``)."""
-
-    kind: ClassVar[str] = "llama"
-
-    norm: str = "rmsnorm"
-    feed_forward: str = "glu"
-    activation: str = "silu"
-    positional: str = "rope"
-    bias: bool = False
-    tie_embeddings: bool = False
-    layer_norm_eps: float = 1e-5
-
-
-@dataclass
-class EncoderConfig(BaseConfig):
-    """Encoder-only model (BERT family): bidirectional self-attention, one vector per token out."""
-
-    kind: ClassVar[str] = "encoder"
-
-    vocab_size: int = 256
-    context_length: int = 512
-    n_layers: int = 4
-    type_vocab_size: int = 0  # BERT's segment embeddings (0: none)
-    embedding_norm: bool = False  # LayerNorm on the summed embeddings (BERT)
-    pad_id: int = 0
-
-    def validate(self) -> None:
-        super().validate()
-        self._require_positive("vocab_size", "n_layers")
-
-
-@dataclass
-class TransformerConfig(BaseConfig):
-    """The paper's encoder-decoder: the encoder reads the source, the decoder writes the target."""
-
-    kind: ClassVar[str] = "transformer"
-
-    src_vocab_size: int = 256
-    tgt_vocab_size: int = 256
-    n_encoder_layers: int = 6
-    n_decoder_layers: int = 6
-    share_embeddings: bool = False  # one embedding matrix for source and target (needs a shared vocabulary)
-    final_logits_bias: bool = False  # a bias on the output logits (Marian)
-    pad_id: int = 0
-
-    def validate(self) -> None:
-        super().validate()
-        self._require_positive("src_vocab_size", "tgt_vocab_size", "n_encoder_layers", "n_decoder_layers")
-        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise QkvError(
-                f"share_embeddings needs one vocabulary, but src_vocab_size={self.src_vocab_size} and "
-                f"tgt_vocab_size={self.tgt_vocab_size}: use a shared tokenizer or turn share_embeddings off"
-            )
-
-
-@dataclass
-class Word2VecConfig(ModelConfig):
-    """Word2Vec (Mikolov et al., 2013): one input vector per word (the rows of W_E, the word vectors) and
-    one output vector per word that only training uses (skip-gram or CBOW with negative sampling)."""
-
-    kind: ClassVar[str] = "word2vec"
-
-    vocab_size: int = 256
-    d_model: int = 100  # the dimension of the word vectors (word2vec's ``size``, gensim's ``vector_size``)
-
-    def validate(self) -> None:
-        self._require_positive("vocab_size", "d_model")
-
-
-@dataclass
-class RNNSearchConfig(ModelConfig):
-    """RNNSearch (Bahdanau et al. 2015): a bidirectional GRU encoder and a GRU decoder whose state queries
-    the encoder states through additive attention (:mod:`qkv.models.rnnsearch`).
-
-    The paper's names: m = ``d_embedding`` (620 in the paper), n = ``d_hidden`` (1000: each direction of
-    the encoder, and the decoder), n' = ``d_attention`` (1000: the alignment model's hidden layer), l =
-    ``d_readout`` (500: maxout units before the output layer). An RNN has no position table:
-    ``context_length`` is the longest sentence the batches keep and decoding writes (the paper's
-    RNNsearch-50 was trained on sentences of up to 50 words).
-    """
-
-    kind: ClassVar[str] = "rnnsearch"
-
-    src_vocab_size: int = 256
-    tgt_vocab_size: int = 256
-    d_embedding: int = 256  # m: word embeddings, source and target
-    d_hidden: int = 256  # n: GRU state of each encoder direction and of the decoder
-    d_attention: int = 256  # n': hidden layer of the additive alignment model
-    d_readout: int = 256  # l: maxout units between the decoder and the output layer
-    dropout: float = 0.0  # on the embeddings and on the maxout output
-    share_embeddings: bool = False  # one embedding matrix for source and target (needs a shared vocabulary)
-    tie_embeddings: bool = True  # the output layer W_o reuses the target embedding (needs d_readout == d_embedding)
-    context_length: int = 128  # the longest source or target sentence, in tokens
-    pad_id: int = 0
-
-    def validate(self) -> None:
-        self._require_positive(
-            "src_vocab_size", "tgt_vocab_size", "d_embedding", "d_hidden", "d_attention", "d_readout", "context_length"
-        )
-        if not 0.0 <= self.dropout < 1.0:
-            raise QkvError(f"dropout={self.dropout} must be in [0, 1)")
-        if self.tie_embeddings and self.d_readout != self.d_embedding:
-            raise QkvError(
-                f"tie_embeddings makes the output layer reuse the target embedding, so d_readout={self.d_readout} "
-                f"must equal d_embedding={self.d_embedding}: make them equal or set tie_embeddings to false"
-            )
-        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
-            raise QkvError(
-                f"share_embeddings needs one vocabulary, but src_vocab_size={self.src_vocab_size} and "
-                f"tgt_vocab_size={self.tgt_vocab_size}: use a shared tokenizer or turn share_embeddings off"
-            )
-
-    # What the views written for the Transformer read (layers, heads, width), answered for RNNSearch.
-    @property
-    def n_encoder_layers(self) -> int:
-        """One bidirectional GRU layer."""
-        return 1
-
-    @property
-    def n_decoder_layers(self) -> int:
-        """One GRU layer."""
-        return 1
-
-    @property
-    def n_heads(self) -> int:
-        """Additive attention has one head: one alignment per target token."""
-        return 1
-
-    @property
-    def d_model(self) -> int:
-        """The decoder state's width n (the Noam schedule and the server's model description read it)."""
-        return self.d_hidden
-
-
-CONFIG_CLASSES: dict[str, type[ModelConfig]] = {
-    c.kind: c for c in (GPTConfig, LlamaConfig, EncoderConfig, TransformerConfig, RNNSearchConfig, Word2VecConfig)
-}
-
-# Kinds of model that read a source sentence and write a target (``qkv translate``, ``/v1/translations``).
-TRANSLATORS = ("transformer", "rnnsearch")
 
 
 ROPE_SCALING_FIELDS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")

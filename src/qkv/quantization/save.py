@@ -23,7 +23,7 @@ from qkv.errors import QkvError
 from qkv.io import check_writable
 from qkv.model_dir import save_model_dir
 from qkv.models.family import ENCODER, LANGUAGE_MODEL, WORD_VECTORS, family_of
-from qkv.pretrained.bert import copy_sentence_head, embed_sentences
+from qkv.pretrained.sentences import copy_sentence_head, embed_sentences
 from qkv.quantization.model import check_scheme, is_quantized, quantize_model
 from qkv.training.perplexity import token_log_probs
 

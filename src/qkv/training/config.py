@@ -134,10 +134,10 @@ class TrainConfig:
     @classmethod
     def create(cls, **settings: Any) -> TrainConfig:
         """Defaults, then the task's own defaults (:data:`TASK_DEFAULTS`), then its architecture's
-        (:data:`ARCH_DEFAULTS`), then the tokenizer of a prepared folder given as ``data`` (so ``qkv train
+        (:func:`arch_defaults`), then the tokenizer of a prepared folder given as ``data`` (so ``qkv train
         --data DIR`` needs no --tokenizer), then ``settings``."""
         task = settings.get("task", cls.task)
-        defaults = {**TASK_DEFAULTS.get(task, {}), **ARCH_DEFAULTS.get((task, settings.get("arch")), {})}
+        defaults = {**TASK_DEFAULTS.get(task, {}), **arch_defaults(task, settings.get("arch"))}
         if "steps" in settings:  # an explicit --steps wins over the task's default number of epochs
             defaults.pop("epochs", None)
         if task == "lm" and "tokenizer" not in settings:
@@ -337,24 +337,30 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
 
 _DEFAULTS = {f.name: f.default for f in fields(TrainConfig)}
 
-# What differs for an architecture of a task (used when --preset is not given): its default preset, and
-# the recipe it trains best with (RNNSearch: AdamW throughout; see docs/rnnsearch.md).
-ARCH_DEFAULTS: dict[tuple[str, str | None], dict[str, Any]] = {
-    ("translate", "rnnsearch"): dict(preset="rnnsearch-small", optimizer="adamw"),
-    ("lm", "llama"): dict(preset="llama-micro"),  # gpt-micro's size, grouped-query attention, SwiGLU
-}
+
+def arch_defaults(task: str, arch: str | None) -> dict[str, Any]:
+    """What differs for an architecture of a task (used when --preset is not given): the family's
+    ``train_defaults`` (:mod:`qkv.models.family`), its default preset and the recipe it trains best with.
+    Nothing for no --arch, for word2vec's objectives, or for an --arch the task does not train (refused later)."""
+    if arch not in TASK_ARCHS.get(task, ()):
+        return {}
+    from qkv.models.family import families
+
+    family = families().get(arch)  # type: ignore[arg-type]
+    return dict(family.train_defaults) if family is not None else {}
 
 
 def check_arch(config: TrainConfig) -> None:
     """QkvError, before any data is read, when --arch and --preset name different kinds of model or an
     architecture flag names a field the model does not have."""
+    from qkv.models.family import family_of
     from qkv.models.presets import PRESETS, check_overrides
 
-    kind = PRESETS[config.preset][0].kind if config.preset in PRESETS else None
-    if config.arch is not None and kind is not None and kind != config.arch:  # no --arch: the preset decides
-        same = ", ".join(name for name, (cls, _) in PRESETS.items() if cls.kind == config.arch)
+    family = family_of(PRESETS[config.preset][0]) if config.preset in PRESETS else None
+    if config.arch is not None and family is not None and family.name != config.arch:  # no --arch: the preset decides
+        same = ", ".join(family_of(config.arch).presets)
         raise QkvError(
-            f"--arch {config.arch} does not match --preset {config.preset}, a {kind} model: "
+            f"--arch {config.arch} does not match --preset {config.preset}, a {family.name} model: "
             f"choose one of {same}, or drop --preset"
         )
     check_overrides(config.preset, config.model)

@@ -37,7 +37,7 @@ from qkv.decoding.translator import corpus_scores
 from qkv.errors import QkvError
 from qkv.model_dir import CONFIG_FILE, TARGET_TOKENIZER_FILE, TOKENIZER_FILE
 from qkv.models import make_config
-from qkv.models.config import ModelConfig, RNNSearchConfig
+from qkv.models.config import ModelConfig
 from qkv.models.family import TRANSLATOR, build_model, family_of
 from qkv.models.memory import check_fits
 from qkv.tokenizers import Tokenizer, load_tokenizer, train_tokenizer
@@ -143,20 +143,6 @@ class TranslationTask:
         return [tok.decode(outputs[i]) for i in order], [self.val_references[i] for i in order]
 
 
-def describe_translator(config: ModelConfig) -> str:
-    """One line naming the architecture and its sizes, for the summary printed before training."""
-    if isinstance(config, RNNSearchConfig):
-        return (
-            f"RNNSearch (bidirectional GRU encoder, GRU decoder with additive attention; embeddings "
-            f"{config.d_embedding}, GRU states {config.d_hidden}, alignment {config.d_attention}, maxout "
-            f"{config.d_readout})"
-        )
-    return (
-        f"encoder-decoder Transformer ({config.n_encoder_layers}+{config.n_decoder_layers} layers, d_model "
-        f"{config.d_model}, {config.n_heads} heads)"
-    )
-
-
 def parallel_source(spec: str) -> str | tuple[str, str]:
     """``pairs.tsv`` stays a path; ``train.en,train.de`` becomes the pair of line-aligned files."""
     if "," in spec:
@@ -255,7 +241,7 @@ def prepare_translator(
         target_tok,
         data_info={"name": train.name, "source": train.source, "sha256": fingerprint(text)},
         summary=[
-            f"model: {describe_translator(model_config)}, {model.num_parameters():,} parameters",
+            f"model: {family_of(model_config).describe(model_config)}, {model.num_parameters():,} parameters",
             f"data: {train.name}, {len(train):,} training / {len(val):,} validation pairs "
             f"({batches.n_batches:,} batches per epoch)",
         ],

@@ -34,11 +34,11 @@ from qkv.data.word2vec import (
 )
 from qkv.errors import QkvError
 from qkv.model_dir import CONFIG_FILE, TOKENIZER_FILE
-from qkv.models.config import ModelConfig, Word2VecConfig
+from qkv.models.config import ModelConfig
 from qkv.models.family import WORD_VECTORS, family_of
 from qkv.models.memory import check_fits
 from qkv.models.presets import make_config
-from qkv.models.word2vec import Word2Vec, Word2VecBatch
+from qkv.models.word2vec import Word2Vec, Word2VecBatch, Word2VecConfig
 from qkv.tokenizers import Tokenizer, WordTokenizer, load_tokenizer
 from qkv.tokenizers.base import SPECIAL_TOKENS
 from qkv.tokenizers.word import WORD_PATTERN

@@ -1,0 +1,160 @@
+"""What a model family's description says: the :class:`Family` each family's folder fills in.
+
+A family is everything the rest of the package needs to know about a kind of model: its config class
+(whose ``kind`` is saved in config.json), how it is built, which tokenizers it has (one vocabulary, or a
+source and a target), what it offers to the views, which fast decode step may run it, its presets and
+training defaults, and how its Hugging Face checkpoints are converted. The command line, the server,
+training and :mod:`qkv.inspect` ask a description ("does this model have a residual stream?", "which
+command uses it?") instead of testing kinds, and a view a family lacks is refused from the description with
+the same one line everywhere (:meth:`Family.require`)::
+
+    family = family_of(model)                  # a model, a config, or a kind name
+    family.require("residual stream", "the logit lens")
+    family.streams["decoder"]                  # ("embedding", "decoder"): W_E's module and the stack it feeds
+
+Each family's folder writes its own description (``qkv/models/gpt/family.py``, ...); the table of them,
+:mod:`qkv.models.family`, is the one place that lists the families. :mod:`qkv.models.llama` is the checklist
+for adding one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from torch import Tensor, nn
+
+from qkv.errors import QkvError
+from qkv.models.config import ModelConfig
+from qkv.tokenizers import Tokenizer
+
+LANGUAGE_MODEL, ENCODER, TRANSLATOR, WORD_VECTORS = "language model", "encoder", "translator", "word vectors"
+ROLES = (LANGUAGE_MODEL, ENCODER, TRANSLATOR, WORD_VECTORS)
+"""What a model is for; each role has one command that uses it (:data:`COMMANDS`)."""
+
+COMMANDS = {LANGUAGE_MODEL: "qkv generate", ENCODER: "qkv embed", TRANSLATOR: "qkv translate",
+            WORD_VECTORS: "qkv embeddings"}  # fmt: skip
+
+CAPABILITIES = (
+    "residual stream",  # a stack of residual blocks whose stream can be read, patched and attributed
+    "self-attention heads",  # multi-head self-attention in some stack
+    "cross-attention",  # a decoder that attends to an encoder's output through heads
+    "alignment",  # an additive alignment (RNNSearch): one weight per source position per target token
+    "embeddings",  # W_E: one vector per token
+    "positions",  # a position table or rotary angles
+    "unembedding",  # W_U: the last vector -> next-token logits
+)
+
+DECODE_STEPS = ("causal", "cross", "one-pass")
+"""The fast steps of :mod:`qkv.decoding` a family may declare (:attr:`Family.decode_step`): "causal" (one token
+of a decoder-only stack over a static KV cache), "cross" (the same with cross-attention to an encoder's keys and
+values), "one-pass" (an encoder: one pass over whole sequences, no cache)."""
+
+
+class HFConversion(Protocol):
+    """What a family's Hugging Face module offers the loader (:func:`qkv.pretrained.load_pretrained`): the
+    config, the weights and the tokenizer(s) of a Hugging Face folder as qkv's."""
+
+    def config_from_hf(self, hf_config: dict[str, Any]) -> ModelConfig: ...
+
+    def convert(self, hf_state_dict: dict[str, Tensor], hf_config: dict[str, Any]) -> nn.Module: ...
+
+    def load_tokenizers(self, folder: Path, hf_config: dict[str, Any]) -> tuple[Tokenizer, Tokenizer | None]: ...
+
+
+@dataclass(frozen=True)
+class Family:
+    """A kind of model and what it offers. ``streams`` maps each stack with a residual stream to the module
+    that embeds its input and the stack's own module (``{"decoder": ("embedding", "decoder")}`` for a GPT);
+    ``output`` names the stream that ends in W_U (None when none does)."""
+
+    name: str  # the config's kind, saved in config.json: "gpt", "llama", ...
+    config: type[ModelConfig]
+    model: type[nn.Module]
+    title: str  # how messages name it: "a GPT language model (decoder only)"
+    role: str  # one of ROLES
+    capabilities: frozenset[str]
+    instead: str  # what to use for a view this family lacks (the end of the refusal line)
+    # One sentence per kind of attention the views draw ("encoder", "decoder", "cross"): what its weights mean.
+    attention_notes: dict[str, str] = field(default_factory=dict)
+    streams: dict[str, tuple[str, str]] = field(default_factory=dict)
+    output: str | None = None
+    embedding: str | None = None  # the module holding W_E (its ``weight`` rows are the token vectors)
+    target_embedding: str | None = None  # a translator's target-side W_E (None: one vocabulary)
+    # The fast decode step of qkv.decoding that may run it (one of DECODE_STEPS); None: the model's own forward.
+    decode_step: str | None = None
+    presets: dict[str, dict[str, Any]] = field(default_factory=dict)  # named sizes: preset -> config fields
+    # What `qkv train --arch NAME` starts from when no --preset is given: its preset and the recipe it trains
+    # best with (on top of the task's defaults, qkv.training.config.TASK_DEFAULTS).
+    train_defaults: dict[str, Any] = field(default_factory=dict)
+    summary: Callable[[Any], str] | None = None  # one line naming the architecture and its sizes (describe)
+    hf_architectures: tuple[str, ...] = ()  # Hugging Face ``architectures`` it imports (qkv.pretrained)
+    hf_model_types: tuple[str, ...] = ()  # config.json's ``model_type`` values it converts
+    hf_conversion: HFConversion | None = None  # the folder's Hugging Face module (None: no import)
+
+    def __post_init__(self) -> None:
+        if self.decode_step not in (None, *DECODE_STEPS):
+            raise ValueError(f"decode_step={self.decode_step!r}: one of {', '.join(DECODE_STEPS)} or None")
+        if self.role not in ROLES:
+            raise ValueError(f"role={self.role!r}: one of {', '.join(ROLES)}")
+        if bool(self.hf_model_types) != (self.hf_conversion is not None):
+            raise ValueError("a family that imports Hugging Face model types needs its conversion, and only then")
+
+    @property
+    def two_vocabularies(self) -> bool:
+        """A source and a target tokenizer (translators), or one."""
+        return self.role == TRANSLATOR
+
+    @property
+    def command(self) -> str:
+        """The verb that uses this family's models: ``qkv generate`` for a language model, ..."""
+        return COMMANDS[self.role]
+
+    @property
+    def vocab_fields(self) -> tuple[str, ...]:
+        """The config fields that the tokenizer(s) size: ("vocab_size",) or ("src_vocab_size", "tgt_vocab_size")."""
+        return ("src_vocab_size", "tgt_vocab_size") if self.two_vocabularies else ("vocab_size",)
+
+    @property
+    def self_attention_parts(self) -> tuple[str, ...]:
+        """The stacks whose self-attention heads the views show, in the order they run."""
+        if "self-attention heads" not in self.capabilities:
+            return ()
+        return tuple(self.streams)
+
+    def side(self, part: str) -> str:
+        """The token stream that ``part``'s positions are: "target" for a translator's decoder, which reads
+        the translation written so far, else "source" (a translator's encoder, or the one text of the rest)."""
+        return "target" if self.two_vocabularies and part == "decoder" else "source"
+
+    def has(self, capability: str) -> bool:
+        if capability not in CAPABILITIES:
+            raise ValueError(f"unknown capability {capability!r}: one of {', '.join(CAPABILITIES)}")
+        return capability in self.capabilities
+
+    def require(self, capability: str, view: str) -> None:
+        """Nothing if this family has ``capability``; else the one line every verb and endpoint gives."""
+        if not self.has(capability):
+            raise QkvError(refusal(self, capability, view))
+
+    def describe(self, config: Any) -> str:
+        """One line naming the architecture of ``config`` and its sizes (the summary printed before training)."""
+        return self.summary(config) if self.summary is not None else self.title
+
+    def require_role(self, role: str, what: str) -> None:
+        """QkvError unless this family's models are ``role`` ("translator", ...): ``what`` needs one."""
+        if self.role != role:
+            raise QkvError(f"{what} needs {_article(role)}, and this is {self.title}: use `{self.command}` with it")
+
+
+def refusal(family: Family, capability: str, view: str) -> str:
+    """The line that refuses ``view`` on a family that lacks ``capability``."""
+    return f"{view} needs {_article(capability)}, and {family.title} has none: {family.instead}"
+
+
+def _article(noun: str) -> str:
+    if noun.endswith("s") and not noun.endswith("ss"):
+        return noun  # "self-attention heads", "embeddings", "word vectors"
+    return ("an " if noun[0] in "aeiou" else "a ") + noun

@@ -1,0 +1,28 @@
+"""The encoder's description: bidirectional self-attention, one vector per token, imported from BERT."""
+
+from __future__ import annotations
+
+from qkv.models.description import ENCODER, Family
+from qkv.models.encoder import huggingface
+from qkv.models.encoder.config import EncoderConfig
+from qkv.models.encoder.model import Encoder
+from qkv.models.encoder.presets import PRESETS
+
+FAMILY = Family(
+    name="encoder",
+    config=EncoderConfig,
+    model=Encoder,
+    title="an encoder (BERT family)",
+    role=ENCODER,
+    capabilities=frozenset({"residual stream", "self-attention heads", "embeddings", "positions"}),
+    attention_notes={"encoder": "self-attention: each token looks at every token of the text"},
+    instead="an encoder has no W_U (qkv imports BERT without its masked-LM head); use a GPT or a "
+    "translator, or `qkv heads` and `qkv attention` for an encoder",
+    streams={"encoder": ("embedding", "encoder")},
+    embedding="embedding.token_embedding",
+    decode_step="one-pass",
+    presets=PRESETS,
+    hf_architectures=("BertModel", "BertForMaskedLM"),
+    hf_model_types=("bert",),
+    hf_conversion=huggingface,
+)
