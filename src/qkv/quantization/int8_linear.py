@@ -114,10 +114,10 @@ def int8_linear(x: Tensor, q: Tensor, scale: Tensor, bias: Tensor | None = None,
     # A fresh contiguous bfloat16 copy: the kernel's aligned vector loads need 16-byte-aligned rows.
     a = x.reshape(-1, n_in).to(torch.bfloat16, memory_format=torch.contiguous_format, copy=True)  # (M, K)
     ones = torch.ones(n_out, dtype=torch.bfloat16) if ones is None else ones  # scales are applied below
-    y = torch.ops.aten._weight_int8pack_mm(a, q, ones).to(x.dtype)  # (M, N)
-    scale = scale.to(x.dtype)
-    y = y * scale if bias is None else torch.addcmul(bias.to(x.dtype), y, scale)
-    return y.reshape(*x.shape[:-1], n_out)
+    y = torch.ops.aten._weight_int8pack_mm(a, q, ones)  # (M, N) bfloat16
+    # One op for the scales (and bias), promoting the bfloat16 sums to the scales' dtype on the way.
+    y = torch.mul(y, scale) if bias is None else torch.addcmul(bias, y, scale)
+    return y.to(x.dtype).reshape(*x.shape[:-1], n_out)
 
 
 class Int8Linear(nn.Module):
@@ -151,6 +151,18 @@ class Int8Linear(nn.Module):
         if bias is not None:
             layer.bias.data = bias.detach().clone()  # type: ignore[union-attr]
         return layer
+
+    @classmethod
+    def from_gguf(cls, data: object, kind: str, shape: Sequence[int], bias: Tensor | None = None) -> Int8Linear:
+        """The layer of a GGUF matrix stored as ``kind`` "Q8_0" blocks (``tensor.data``, the raw bytes) of
+        ``shape`` (out_features, in_features): the blocks' d q re-rounded per output channel, which adds at most
+        half a row scale per weight (:mod:`qkv.quantization.gguf_blocks`)."""
+        from qkv.errors import QkvError
+        from qkv.quantization.gguf_blocks import dequantize_q8_0
+
+        if kind != "Q8_0":
+            raise QkvError(f"{kind} blocks into an int8 layer: it takes Q8_0 (Q4_0 and Q4_1 go to an int4 layer)")
+        return cls.from_float(dequantize_q8_0(data, shape), bias)
 
     @classmethod
     def cat(cls, layers: Sequence[Int8Linear]) -> Int8Linear:
