@@ -4,7 +4,8 @@ A decoding step multiplies one or a few vectors by every matrix of the model in 
 its matrix from memory (SmolLM2's float32 matrices take 540 MB, far beyond the caches). To time the products
 the way a step meets them, each design holds ``--layers`` copies of every shape (30: SmolLM2's blocks) and a
 sweep calls them in model order (per block: fused W_q W_k W_v, W_o, fused W_g W_1, W_2; then the tied
-unembedding once); the time of each shape is the median over sweeps of its calls' sum, divided by the layers.
+unembedding once); the time of each shape is the fastest over sweeps of its calls' sum, divided by the layers
+(the fastest, not the median: on a shared machine the other jobs only ever add time).
 
 Designs (one process, interleaved sweeps):
 
@@ -20,8 +21,9 @@ Designs (one process, interleaved sweeps):
 - ``int4 kernel``: ``_weight_int4pack_mm_for_cpu`` at every row count; ``int4 dequant``: the bfloat16
   dequantize + GEMM path at every row count.
 
-GB/s is the bytes of the weights each design reads (float32: 4 per weight; int8: 1 plus a scale per row;
-int4: 1/2 plus bfloat16 scale and zero per group) over its time. The figures are indicative: the machine
+GB/s (up to 16 rows) is the bytes of the weights each design reads (float32: 4 per weight; int8: 1 plus a
+scale per row; int4: 1/2 plus bfloat16 scale and zero per group) over its time; GFLOP/s (more rows) is
+2 rows N K over it. The figures are indicative: the machine
 running a bench is often shared, and only a quiet one gives figures to quote.
 
     python bench/int4_linear.py                   # all shapes, rows 1, 8, 512 (several minutes on 2 cores)
@@ -31,7 +33,6 @@ running a bench is often shared, and only a quiet one gives figures to quote.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from collections.abc import Callable
 
@@ -39,6 +40,7 @@ import torch
 
 from qkv.layers.linear import linear, onednn_rows
 from qkv.quantization import int4_linear as int4
+from qkv.quantization import int8_linear as int8
 from qkv.quantization.int4_linear import Int4Linear
 from qkv.quantization.int8_linear import Int8Linear
 
@@ -57,6 +59,8 @@ def int8_before(layer: Int8Linear) -> Callable:
     q, scale, ones = layer.qweight, layer.weight_scale, layer.ones
 
     def product(x: torch.Tensor) -> torch.Tensor:
+        if not int8.kernel_applies(x, q):
+            return int8._dequantized_product(x, q, scale, None)
         a = x.reshape(-1, q.shape[1]).to(torch.bfloat16, memory_format=torch.contiguous_format, copy=True)
         y = torch.ops.aten._weight_int8pack_mm(a, q, ones).to(x.dtype)
         return y * scale.to(x.dtype)
@@ -138,14 +142,17 @@ def main() -> None:
                 for design, calls in plan.items():
                     for name, seconds in sweep(calls, kernel_x if design == "int8 kernel" else x).items():
                         times[design].setdefault(name, []).append(seconds / counts[name])
-        print(f"\n{rows} row(s): microseconds per product (effective GB/s of weights read)")
+        unit = "effective GB/s of weights read" if rows <= 16 else "GFLOP/s"
+        print(f"\n{rows} row(s): microseconds per product ({unit})")
         print(f"{'design':>13} " + " ".join(f"{name + str(sizes[name]):>24}" for name in sizes))
         for design, calls in plan.items():
             bytes_of = {name: nbytes for name, (_, nbytes) in calls}
             cells = []
             for name in sizes:
-                seconds = statistics.median(times[design][name])
-                cells.append(f"{seconds * 1e6:>12.1f} ({bytes_of[name] / seconds / 1e9:>5.1f} GB/s)")
+                seconds = min(times[design][name])
+                n_out, n_in = sizes[name]
+                rate = bytes_of[name] if rows <= 16 else 2 * rows * n_out * n_in
+                cells.append(f"{seconds * 1e6:>12.1f} ({rate / seconds / 1e9:>6.1f})")
             print(f"{design:>13} " + " ".join(f"{cell:>24}" for cell in cells))
 
 

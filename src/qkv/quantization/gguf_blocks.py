@@ -29,7 +29,6 @@ import torch
 from torch import Tensor
 
 from qkv.errors import QkvError
-from qkv.quantization.int4_linear import pack_nibbles
 
 BLOCK = 32  # weights per block
 BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
@@ -62,8 +61,9 @@ def _float16(blocks: Tensor, start: int) -> Tensor:
 
 
 def q4_groups(data: object, kind: str, shape: Sequence[int]) -> tuple[Tensor, Tensor, Tensor]:
-    """Q4_0 or Q4_1 blocks as int4 groups of 32: (Q bytes (N, K / 2), s float16 (N, K / 32), m float16 (N, K / 32)),
-    for :meth:`Int4Linear.set_groups <qkv.quantization.int4_linear.Int4Linear.set_groups>`."""
+    """Q4_0 or Q4_1 blocks as int4 groups of 32: (levels uint8 (N, K) in 0..15, s float16 (N, K / 32),
+    m float16 (N, K / 32)), w = s q + m; :meth:`Int4Linear.from_gguf
+    <qkv.quantization.int4_linear.Int4Linear.from_gguf>` packs the levels two a byte."""
     if kind in BLOCK_BYTES and kind not in ("Q4_0", "Q4_1"):
         raise QkvError(f"{kind} blocks are not 4-bit: int4 layers take Q4_0 or Q4_1 (Q8_0 goes to an int8 layer)")
     blocks = _blocks(data, kind, shape)
@@ -74,7 +74,7 @@ def q4_groups(data: object, kind: str, shape: Sequence[int]) -> tuple[Tensor, Te
     else:
         minimum, nibbles = scale * -Q4_OFFSET, blocks[..., 2:]  # -8 d: a power of two, exact in float16
     levels = torch.cat([nibbles & 15, nibbles >> 4], dim=-1)  # (N, K / 32, 32): weights 0..15, then 16..31
-    return pack_nibbles(levels.reshape(n_out, n_in)), scale.contiguous(), minimum.contiguous()
+    return levels.reshape(n_out, n_in), scale.contiguous(), minimum.contiguous()
 
 
 def q8_0_levels(data: object, shape: Sequence[int]) -> tuple[Tensor, Tensor]:

@@ -41,6 +41,7 @@ from torch import Tensor, nn
 
 from qkv.errors import QkvError
 from qkv.layers.fused import ConcatenatedProjections, fuse_linears
+from qkv.quantization.gguf_blocks import q4_groups
 
 LEVELS = 15  # the top level: 4 bits, 0..15
 GROUP_SIZE = 32  # weights per scale and minimum: GGUF's Q4_0 / Q4_1 block
@@ -216,11 +217,10 @@ class Int4Linear(nn.Module):
         """The layer of a GGUF matrix stored as ``kind`` "Q4_0" or "Q4_1" blocks (``tensor.data``, the raw
         bytes), of ``shape`` (out_features, in_features): groups of 32, the same numbers (see
         :mod:`qkv.quantization.gguf_blocks`)."""
-        from qkv.quantization.gguf_blocks import q4_groups
-
         out_features, in_features = (int(n) for n in shape)
         layer = cls(in_features, out_features, bias=bias is not None, group_size=GROUP_SIZE)
-        layer.set_groups(*q4_groups(data, kind, (out_features, in_features)))
+        levels, scale, minimum = q4_groups(data, kind, (out_features, in_features))
+        layer.set_groups(pack_nibbles(levels), scale, minimum)
         if bias is not None:
             layer.bias.data = bias.detach().float().clone()  # type: ignore[union-attr]
         return layer
@@ -257,10 +257,13 @@ class Int4Linear(nn.Module):
     def packed(self) -> tuple[Tensor, Tensor]:
         """The kernel's reordered copy of Q and its bfloat16 scales and zeros, made on first use and again
         when Q, s or m change."""
-        tensors = (self.qweight, self.weight_scale, self.weight_min)
-        key = tuple((t.data_ptr(), -1 if t.is_inference() else t._version, t.dtype) for t in tensors)
+        q, s, m = self.qweight, self.weight_scale, self.weight_min
+        try:
+            key: tuple = (q.data_ptr(), s.data_ptr(), m.data_ptr(), q._version, s._version, m._version, s.dtype)
+        except RuntimeError:  # inference tensors keep no version counter (and are never changed in place)
+            key = (q.data_ptr(), s.data_ptr(), m.data_ptr(), s.dtype)
         if self._packed is None or self._packed[0] != key:
-            self._packed = (key, pack_for_kernel(*tensors))
+            self._packed = (key, pack_for_kernel(q, s, m))
         return self._packed[1]
 
     def forward(self, x: Tensor) -> Tensor:
