@@ -16,7 +16,7 @@ from qkv.loading import load
 from qkv.model_dir import save_model_dir
 from qkv.models import GPT, GPTConfig
 from qkv.models.family import family_of
-from qkv.quantization import is_quantized, quantize_model
+from qkv.quantization import is_quantized, quantization_scheme, quantize_model
 from qkv.tokenizers import train_tokenizer
 from qkv.training.checkpoint import save_training_checkpoint
 from tests.pretrained.conftest import gpt2_dir, marian_dir  # noqa: F401  (session fixtures, built once)
@@ -72,8 +72,9 @@ def test_a_quantized_folder_and_quantizing_as_it_loads(tmp_path, tokenizer, gpt)
     bundle = load(tmp_path / "int8")
     assert is_quantized(bundle.model) and same_weights(bundle.model, quantized)
     assert is_quantized(load(tmp_path / "float", quantize="int8").model)
-    with pytest.raises(QkvError, match="'int4' is not a quantization scheme"):
-        load(tmp_path / "float", quantize="int4")
+    assert quantization_scheme(load(tmp_path / "float", quantize="int4").model) == "int4"
+    with pytest.raises(QkvError, match="'int3' is not a quantization scheme"):
+        load(tmp_path / "float", quantize="int3")
 
 
 def test_a_hugging_face_folder(gpt2_dir) -> None:  # noqa: F811

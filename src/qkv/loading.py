@@ -32,7 +32,7 @@ def load(path: str | Path, *, device: str | torch.device = "cpu", quantize: str 
 
     ``path`` is a qkv run or model folder (one without a best model yet opens its latest checkpoint), a
     folder written by ``qkv quantize``, a Hugging Face folder (a config.json with a ``model_type``), or,
-    when online, a Hub name such as ``gpt2`` or ``Helsinki-NLP/opus-mt-en-fr``. ``quantize="int8"``
+    when online, a Hub name such as ``gpt2`` or ``Helsinki-NLP/opus-mt-en-fr``. ``quantize="int8"`` (or "int4")
     quantizes the loaded weights (:func:`qkv.quantization.quantize_model`). Every problem with the path
     or its files is a one-line :class:`~qkv.errors.QkvError`.
     """

@@ -8,7 +8,7 @@ This is the Hugging Face layout, and every part of qkv that reads or writes a mo
       tokenizer.json          Tokenizer.save(): the vocabulary (the rows of W_E, in order)
       tokenizer_target.json   encoder-decoder models with a separate target vocabulary only
       model.safetensors       every weight, by its state_dict name ("decoder.blocks.0.self_attn.query.weight")
-      quantization.json       int8 models only (:mod:`qkv.quantization`): which layers hold int8 weights
+      quantization.json       quantized models only (:mod:`qkv.quantization`): which layers hold int8 / int4 weights
       chat_template.jinja     a chat model's Jinja chat template (:mod:`qkv.chat_templates`), when it has one
 
 The tensors go in and out of model.safetensors through :mod:`qkv.storage` (shared tensors stored once, no
@@ -17,8 +17,9 @@ pickle); which tokenizers a model has and which config fields they size come fro
 is :func:`qkv.load`.
 
 A quantized model (``qkv quantize``) is the same folder: its int8 layers store ``qweight`` (int8) and
-``weight_scale`` instead of ``weight``, the header says ``"quantization": "int8"``, and ``quantization.json``
-names the int8 layers, so that loading builds them before copying the weights in (no original needed).
+``weight_scale`` instead of ``weight`` (int4 layers: ``qweight``, ``weight_scale`` and ``weight_min``), the header
+says ``"quantization": "int8"`` (or ``"int4"``), and ``quantization.json`` names the quantized layers, so that
+loading builds them before copying the weights in (no original needed).
 
 Every write is atomic (a temporary file, then a rename), so an interrupted save never leaves a half-written
 file behind, and every problem with the files is a :class:`~qkv.errors.QkvError` naming the file and the fix.
@@ -82,15 +83,15 @@ CHAT_TEMPLATE_FILE = "chat_template.jinja"  # the name Hugging Face folders use 
 
 
 def save_weights(model: nn.Module, path: str | Path, *, state: dict[str, Tensor] | None = None) -> None:
-    """:func:`qkv.storage.save_weights`, with the header naming the scheme of the model's int8 layers, if any."""
+    """:func:`qkv.storage.save_weights`, with the header naming the scheme of the model's quantized layers, if any."""
     storage.save_weights(model, path, state=state, quantization=quantization_scheme(unwrap_model(model)))
 
 
 def load_weights(
     model: nn.Module, path: str | Path, *, device: str | torch.device | None = None, fix: str | None = None
 ) -> nn.Module:
-    """:func:`qkv.storage.load_weights`, checking that the file holds int8 weights exactly when the model has
-    int8 layers."""
+    """:func:`qkv.storage.load_weights`, checking that the file holds quantized weights (of the same scheme)
+    exactly when the model has quantized layers."""
     scheme = quantization_scheme(unwrap_model(model))
     return storage.load_weights(model, path, device=device, fix=fix, quantization=scheme)
 
@@ -206,7 +207,7 @@ def load_model_dir(
     """Load a folder written by :func:`save_model_dir`: the model in eval mode on ``device``, and its tokenizers.
 
     The weights come from ``directory / weights_name``, or from ``weights_path`` if given (for example the
-    model.safetensors of a training checkpoint). With a quantization.json the model gets its int8 layers first.
+    model.safetensors of a training checkpoint). With a quantization.json the model gets its quantized layers first.
     """
     directory = Path(directory)
     config = load_config(directory)

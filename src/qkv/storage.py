@@ -5,11 +5,11 @@ which is never used here). A tensor shared by two modules is stored once: with t
 (W_U = W_E^T) the file holds ``embedding.token_embedding.weight`` and not ``unembedding.weight``; the
 header's ``"tied"`` entry records which names were left out and which stored name they share. Loading
 copies each stored tensor into the model's own parameters, so the model keeps its ties. The header also
-says which kind of model wrote the file (``"model": "gpt"``) and, for int8 weights, their scheme
-(``"quantization": "int8"``), so that weights are never copied into a model of another kind.
+says which kind of model wrote the file (``"model": "gpt"``) and, for quantized weights, their scheme
+(``"quantization": "int8"`` or ``"int4"``), so that weights are never copied into a model of another kind.
 
 This module knows files and tensors, not models: the folder around the file (config.json, the tokenizers)
-is :mod:`qkv.model_dir`, and which layers are int8 is :mod:`qkv.quantization`. Every write is atomic (a
+is :mod:`qkv.model_dir`, and which layers are quantized is :mod:`qkv.quantization`. Every write is atomic (a
 temporary file, then a rename), and every problem with a file is a :class:`~qkv.errors.QkvError` naming
 the file and the fix.
 """
@@ -92,7 +92,7 @@ def save_weights(
     """Write the model's state_dict to ``path`` (safetensors), each shared tensor once, atomically.
 
     ``state`` replaces ``model.state_dict()``, e.g. the whole tensors gathered from a sharded (FSDP) model.
-    ``quantization`` is the scheme of the model's int8 layers ("int8"), recorded in the header; None for a
+    ``quantization`` is the scheme of the model's quantized layers ("int8", "int4"), recorded in the header; None for a
     float model. (:func:`qkv.model_dir.save_weights` fills it in from the model.)
     """
     model = unwrap_model(model)
@@ -153,7 +153,7 @@ def load_weights(
 
     Every tensor the model has must be in the file with the same shape, and the file must hold nothing
     else; otherwise a QkvError names the tensors. ``fix`` overrides the advice given for a damaged file.
-    ``quantization`` is the scheme of the model's int8 layers (None for a float model): the file's header
+    ``quantization`` is the scheme of the model's quantized layers (None for a float model): the file's header
     must say the same. (:func:`qkv.model_dir.load_weights` fills it in from the model.)
     """
     path = Path(path)
@@ -175,8 +175,13 @@ def load_weights(
         )
     if quantization is not None and metadata.get("format") == "qkv" and not scheme:
         raise QkvError(
-            f"{_where(path)} holds float weights, but {QUANTIZATION_FILE} describes an int8 model: remove "
+            f"{_where(path)} holds float weights, but {QUANTIZATION_FILE} describes an {quantization} model: remove "
             f"{QUANTIZATION_FILE}, or quantize the run again with `qkv quantize`"
+        )
+    if scheme and quantization is not None and scheme != quantization:
+        raise QkvError(
+            f"{_where(path)} holds {scheme} weights, but {QUANTIZATION_FILE} describes an {quantization} model: the "
+            "files come from different `qkv quantize` runs; quantize the original run again"
         )
     try:
         aliases = json.loads(metadata.get("tied", "{}"))

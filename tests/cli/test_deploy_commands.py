@@ -14,7 +14,7 @@ from qkv.loading import load
 from qkv.model_dir import QUANTIZATION_FILE, save_model_dir
 from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig, LlamaConfig, Transformer, TransformerConfig
 from qkv.models.llama import Llama
-from qkv.quantization import Int8Linear, is_quantized, quantize_model, set_activations
+from qkv.quantization import Int4Linear, Int8Linear, is_quantized, quantize_model, set_activations
 from qkv.tokenizers import CharTokenizer
 
 TEXT = "the quick brown fox jumps over the lazy dog. a man is eating food. the girl carries a baby.\n"
@@ -133,6 +133,32 @@ def test_a_llama_quantizes_and_generates_from_its_int8_folder(runs, capsys) -> N
     assert output(capsys, "generate", out, *common) == with_flag
 
 
+def test_a_llama_quantizes_to_4_bits_and_generates_from_its_int4_folder(runs, capsys) -> None:
+    out = str(runs["root"] / "llama-int4")
+    assert main(["quantize", runs["llama"], "--out", out, "--bits", "4", "--calibrate", runs["text"]]) == 0
+    assert "int4 weights" in capsys.readouterr().err
+    info = json.loads((runs["root"] / "llama-int4" / "quantization.json").read_text())
+    assert info["scheme"] == "int4" and info["group_size"] == 32 and info["int8_modules"] == ["unembedding"]
+    model = load(out).model
+    assert isinstance(model.decoder.blocks[0].feed_forward.gate, Int4Linear)
+    common = ["--prompt", "the ", "--temperature", "0", "--max-new-tokens", "20"]
+    assert output(capsys, "generate", out, *common).startswith("the ")
+    nearest = str(runs["root"] / "llama-int4-nearest")
+    assert main(["quantize", runs["llama"], "--out", nearest, "--bits", "4"]) == 0
+    with_flag = output(capsys, "generate", runs["llama"], *common, "--quantize", "int4")
+    assert output(capsys, "generate", nearest, *common) == with_flag
+
+
+def test_bits_and_group_size_bad_values_are_one_line(runs, capsys) -> None:
+    out = str(runs["root"] / "never")
+    assert "--bits 3: qkv quantizes to 8 bits" in fails(capsys, "quantize", runs["gpt"], "--out", out, "--bits", "3")
+    err = fails(capsys, "quantize", runs["gpt"], "--out", out, "--bits", "4", "--group-size", "48")
+    assert "group size 48: int4 groups hold 32, 64, 128, 256 weights" in err
+    err = fails(capsys, "quantize", runs["gpt"], "--out", out, "--bits", "4", "--group-size", "64")
+    assert "has 32 inputs, not a multiple of the group size 64: use --group-size 32" in err
+    assert not (runs["root"] / "never").exists()
+
+
 def test_eval_with_int8_weights_is_close_to_float(runs, capsys) -> None:
     exact = json.loads(output(capsys, "eval", runs["gpt"], runs["text"], "--json"))
     int8 = json.loads(output(capsys, "eval", runs["gpt"], runs["text"], "--json", "--quantize", "int8"))
@@ -171,8 +197,8 @@ def test_the_server_serves_int8_weights(runs) -> None:
 def test_unknown_schemes_are_one_line(runs, capsys, verb) -> None:
     run = {"translate": runs["translator"], "embed": runs["encoder"]}.get(verb, runs["gpt"])
     extra = {"translate": ["a b"], "embed": ["a b"], "eval": [runs["text"]]}.get(verb, [])
-    err = fails(capsys, verb, run, *extra, "--quantize", "int4")
-    assert "'int4' is not a quantization scheme qkv has: use int8" in err
+    err = fails(capsys, verb, run, *extra, "--quantize", "int3")
+    assert "'int3' is not a quantization scheme qkv has: use int8" in err
 
 
 def test_quantized_folders_cannot_be_trained_exported_or_quantized_again(runs, capsys) -> None:

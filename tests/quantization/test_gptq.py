@@ -1,4 +1,4 @@
-"""Calibrated int8 rounding (GPTQ): it lowers the output error it is built to lower, reduces to nearest
+"""Calibrated int8 and int4 rounding (GPTQ): it lowers the output error it is built to lower, reduces to nearest
 rounding when the inputs are uncorrelated, and quantize_model(calibration=...) uses it for every layer the
 calibration reaches (a tied unembedding keeps nearest rounding)."""
 
@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 
 from qkv.models import GPT, GPTConfig
 from qkv.quantization import quantize_model
-from qkv.quantization.gptq import gptq_round, input_hessians
+from qkv.quantization.gptq import gptq_round, gptq_round_groups, input_hessians
+from qkv.quantization.int4_linear import dequantize as dequantize_groups
+from qkv.quantization.int4_linear import quantize_groups
 from qkv.quantization.int8_linear import Int8Linear, quantize_per_channel
 
 
@@ -91,3 +94,45 @@ def test_quantize_model_with_calibration_lowers_the_logit_error() -> None:
     assert changed and all(changed)
     assert torch.equal(calibrated.unembedding.qweight, nearest.unembedding.qweight)
     assert calibrated.embedding.token_embedding.qweight is calibrated.unembedding.qweight
+
+
+def int4_output_error(x: torch.Tensor, weight: torch.Tensor, groups: tuple) -> float:
+    exact = x.double() @ weight.double().T
+    return float((exact - x.double() @ dequantize_groups(*groups, torch.float64).T).norm() / exact.norm())
+
+
+def test_calibrated_int4_groups_lower_the_output_error_on_unseen_inputs() -> None:
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randn(48, 128, generator=generator) * 0.05
+    seen, unseen = outlier_inputs(2500, 128, generator).split([2000, 500])
+    nearest = quantize_groups(weight, 32)
+    calibrated = gptq_round_groups(weight, seen.T @ seen / len(seen), 32, damping=0.01)
+    assert [t.shape for t in calibrated] == [t.shape for t in nearest]
+    assert [t.dtype for t in calibrated] == [torch.uint8, torch.float16, torch.float16]
+    assert int4_output_error(unseen, weight, calibrated) < 0.75 * int4_output_error(unseen, weight, nearest)
+
+
+@pytest.mark.parametrize("group_size", [32, 256])
+def test_uncorrelated_inputs_give_nearest_int4_rounding(group_size) -> None:
+    weight = torch.randn(20, 256)
+    hessian = torch.diag(torch.rand(256) + 0.5)
+    hessian[5, 5] = 0
+    ours, nearest = gptq_round_groups(weight, hessian, group_size), quantize_groups(weight, group_size)
+    assert all(torch.equal(a, b) for a, b in zip(ours, nearest, strict=True))
+
+
+def test_quantize_model_int4_with_calibration_lowers_the_logit_error() -> None:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=90, n_layers=2, d_model=64, n_heads=4, context_length=32)).eval()
+    with torch.no_grad():
+        for block in model.decoder.blocks:
+            block.feed_forward.linear2.weight.mul_(3)
+    calibration, held_out = torch.randint(0, 90, (16, 32)), torch.randint(0, 90, (8, 32))
+    nearest = quantize_model(copy.deepcopy(model), "int4")
+    calibrated = quantize_model(copy.deepcopy(model), "int4", calibration=lambda m: m(calibration))
+    with torch.no_grad():
+        exact = model(held_out)
+        errors = [float((q(held_out) - exact).norm() / exact.norm()) for q in (nearest, calibrated)]
+    assert errors[1] < errors[0]
+    assert not torch.equal(calibrated.decoder.blocks[0].feed_forward.linear2.qweight,
+                           nearest.decoder.blocks[0].feed_forward.linear2.qweight)  # fmt: skip

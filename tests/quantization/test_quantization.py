@@ -1,5 +1,6 @@
-"""Quantizing whole models: every linear layer becomes int8, ties survive, outputs stay close to float32, and
-a quantized model folder loads without the original (and refuses to be mixed up with a float one)."""
+"""Quantizing whole models: every linear layer becomes int8 (or int4, the unembedding int8), ties survive,
+outputs stay close to float32, and a quantized model folder loads without the original (and refuses to be
+mixed up with a float one)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,12 @@ from qkv.quantization import (
     check_scheme,
     is_quantized,
     quantization_info,
+    quantization_scheme,
     quantize_model,
+    scheme_for_bits,
     weight_bytes,
 )
+from qkv.quantization.int4_linear import Int4Linear
 from qkv.quantization.int8_embedding import Int8TokenEmbedding
 from qkv.quantization.int8_linear import Int8Linear
 from qkv.quantization.save import save_quantized
@@ -111,9 +115,9 @@ def test_quantizing_twice_changes_nothing() -> None:
 
 
 def test_unknown_schemes_are_refused() -> None:
-    assert check_scheme("int8") == "int8"
-    with pytest.raises(QkvError, match="'int4' is not a quantization scheme qkv has: use int8"):
-        quantize_model(GPT(GPTConfig(vocab_size=40, n_layers=1, **SMALL)), "int4")
+    assert check_scheme("int8") == "int8" and check_scheme("int4") == "int4"
+    with pytest.raises(QkvError, match="'int3' is not a quantization scheme qkv has: use int8 .* or int4"):
+        quantize_model(GPT(GPTConfig(vocab_size=40, n_layers=1, **SMALL)), "int3")
 
 
 def test_a_quantized_folder_loads_without_the_original(tmp_path, tokenizer) -> None:
@@ -160,7 +164,7 @@ def test_bad_descriptions_are_named(tokenizer) -> None:
     with pytest.raises(QkvError, match="is not a qkv quantization description"):
         apply_quantization(copy.deepcopy(model), {"modules": "all"})
     with pytest.raises(QkvError, match="which this qkv cannot read: upgrade qkv"):
-        apply_quantization(copy.deepcopy(model), {**good, "scheme": "int4"})
+        apply_quantization(copy.deepcopy(model), {**good, "scheme": "int2"})
     with pytest.raises(QkvError, match="names a layer decoder.blocks.7.self_attn.query that the model"):
         apply_quantization(copy.deepcopy(model), {**good, "modules": ["decoder.blocks.7.self_attn.query"]})
     with pytest.raises(QkvError, match="is a LayerNorm, not a linear layer"):
@@ -184,3 +188,96 @@ def test_the_output_folder_is_checked_before_anything_is_written(tmp_path, token
     save_quantized(bundle, tmp_path / "int8")
     with pytest.raises(QkvError, match="is quantized already"):
         save_quantized(load_model_dir(tmp_path / "int8"), tmp_path / "again")
+
+
+def trained_llama(tokenizer, text: str, steps: int = 40) -> torch.nn.Module:
+    """A tiny Llama trained on ``text`` for a few steps, so that its next-token choices are confident."""
+    from qkv.models.config import LlamaConfig
+    from qkv.models.llama import Llama
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=tokenizer.vocab_size, n_layers=2, d_model=64, n_heads=4, n_kv_heads=2,
+                         context_length=32)  # fmt: skip
+    model = Llama(config)
+    ids = torch.tensor(tokenizer.encode(text))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny products: one thread is several times faster on a busy machine
+    try:
+        for _ in range(steps):
+            starts = torch.randint(0, len(ids) - 33, (16,))
+            batch = torch.stack([ids[s : s + 33] for s in starts.tolist()])  # (16, 33)
+            logits = model(batch[:, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    finally:
+        torch.set_num_threads(threads)
+    return model.eval()
+
+
+def test_int4_llama_keeps_the_greedy_tokens_of_float(tokenizer) -> None:
+    """Teacher-forced: at every position of a held text, the int4 model's top token is the float model's."""
+    text = " ".join([TEXT, TEXT.upper(), TEXT[::-1]] * 20)
+    model = trained_llama(tokenizer, text)
+    quantized = quantize_model(copy.deepcopy(model), "int4")
+    assert all(isinstance(quantized.get_submodule(n), Int4Linear) for n in linears(model))
+    assert isinstance(quantized.unembedding, Int8Linear)  # W_U stays 8-bit
+    ids = torch.tensor(tokenizer.encode(text[5:])[:128]).view(4, 32)  # (4, 32): windows of the context
+    with torch.no_grad():
+        before, after = model(ids), quantized(ids)
+    agreement = float((before.argmax(-1) == after.argmax(-1)).float().mean())
+    assert agreement > 0.9 and relative_error(after, before) < 0.1
+
+
+def test_int4_keeps_ties_and_takes_a_sixth_of_the_bytes() -> None:
+    model = GPT(GPTConfig(vocab_size=512, n_layers=2, d_model=128, n_heads=4, context_length=16, tie_embeddings=True))
+    before = weight_bytes(model)
+    quantized = quantize_model(copy.deepcopy(model), "int4", group_size=64)
+    embedding = quantized.embedding.token_embedding
+    assert isinstance(embedding, Int8TokenEmbedding) and embedding.qweight is quantized.unembedding.qweight
+    assert quantized.decoder.blocks[0].feed_forward.linear1.group_size == 64
+    linear_bytes = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)) * 4
+    int4_bytes = sum(t.numel() * t.element_size() for n, t in quantized.state_dict().items() if "decoder" in n
+                     and ("qweight" in n or "weight_scale" in n or "weight_min" in n))  # fmt: skip
+    assert 5.5 < linear_bytes / int4_bytes < 7.2  # 4 + 32 / 64 bits per weight
+    assert before / weight_bytes(quantized) > 3.5  # with the int8 W_U and float32 norms and positions
+
+
+def test_an_int4_folder_loads_without_the_original(tmp_path, tokenizer) -> None:
+    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, n_layers=2, **SMALL)).eval()
+    save_model_dir(tmp_path / "float", model, tokenizer)
+    bundle = load_model_dir(tmp_path / "float")
+    save_quantized(bundle, tmp_path / "int4", "int4")
+    info = json.loads((tmp_path / "int4" / QUANTIZATION_FILE).read_text())
+    assert info == quantization_info(bundle.model)
+    assert info["scheme"] == "int4" and info["group_size"] == 32 and info["int8_modules"] == ["unembedding"]
+    assert len(info["modules"]) == 12
+    with safe_open(str(tmp_path / "int4" / MODEL_FILE), framework="pt") as f:
+        assert f.metadata()["quantization"] == "int4"
+        assert f.get_tensor("decoder.blocks.0.feed_forward.linear1.qweight").dtype == torch.uint8
+        assert f.get_tensor("decoder.blocks.0.feed_forward.linear1.weight_min").dtype == torch.float16
+    (tmp_path / "float" / MODEL_FILE).unlink()
+    again = load_model_dir(tmp_path / "int4")
+    assert quantization_scheme(again.model) == "int4"
+    ids = torch.randint(0, tokenizer.vocab_size, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(again.model(ids), bundle.model(ids), rtol=0, atol=0)
+    # An int8 description beside int4 weights (or the reverse) is named, not loaded wrongly.
+    int8_info = {**info, "scheme": "int8"}
+    (tmp_path / "int4" / QUANTIZATION_FILE).write_text(json.dumps(int8_info))
+    with pytest.raises(QkvError, match="holds int4 weights, but quantization.json describes an int8 model"):
+        load_model_dir(tmp_path / "int4")
+
+
+def test_a_group_size_the_widths_do_not_divide_is_refused_before_anything_changes() -> None:
+    model = GPT(GPTConfig(vocab_size=40, n_layers=1, d_model=96, n_heads=4, context_length=16))
+    with pytest.raises(QkvError, match=r"layer decoder.blocks.0.self_attn.query has 96 inputs, not a multiple of "
+                       r"the group size 64: use --group-size 32$"):  # fmt: skip
+        quantize_model(model, "int4", group_size=64)
+    with pytest.raises(QkvError, match="group size 48: int4 groups hold 32, 64, 128, 256 weights"):
+        quantize_model(model, "int4", group_size=48)
+    assert not is_quantized(model)
+    with pytest.raises(QkvError, match=r"--bits 3: qkv quantizes to 8 bits .* use --bits 8 or --bits 4"):
+        scheme_for_bits(3)

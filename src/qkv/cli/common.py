@@ -37,12 +37,13 @@ def add_model_argument(parser, *, what: str = "a run directory written by `qkv t
 
 
 def add_quantize_argument(parser) -> None:
-    """--quantize SCHEME: run the model with int8 weights (quantized as it loads)."""
+    """--quantize SCHEME: run the model with int8 or int4 weights (quantized as it loads)."""
     parser.add_argument(
         "--quantize",
         metavar="SCHEME",
         help="int8: quantize the weights as the model loads (weight-only int8, a scale per output channel; "
-        "about 4x less weight memory; see docs/deploy.md)",
+        "about 4x less weight memory); int4: the linear layers in groups of 32 weights (the unembedding int8; "
+        "see docs/deploy.md)",
     )
 
 

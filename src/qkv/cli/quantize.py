@@ -1,7 +1,9 @@
-"""Save a copy of a model with int8 weights: every linear layer and the unembedding quantized to int8 with
-one scale per output channel (weight-only; activations stay float). The copy is an ordinary model folder
-plus quantization.json: generate, translate, embed, eval and serve load it without the original, with
-about a quarter of the weight memory. The original is left as it is."""
+"""Save a copy of a model with int8 or int4 weights. --bits 8 (the default): every linear layer and the
+unembedding quantized to int8 with one scale per output channel. --bits 4: the linear layers to int4 in groups
+of --group-size weights with a scale and a minimum each (the unembedding int8). Weight-only: activations stay
+float. The copy is an ordinary model folder plus quantization.json: generate, translate, embed, eval and serve
+load it without the original, with about a quarter (int8) or a sixth (int4) of the weight memory. The original
+is left as it is."""
 
 from __future__ import annotations
 
@@ -10,47 +12,74 @@ import sys
 
 from qkv.cli.common import add_device_arguments, add_model_argument, model_path, note_unknown, use_device
 from qkv.loading import load
+from qkv.quantization.int4_linear import GROUP_SIZE
 from qkv.quantization.int8_linear import ACTIVATIONS
 
-HELP = "save an int8 copy of a model (weight-only, a scale per output channel)"
+HELP = "save an int8 or int4 copy of a model (weight-only)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser, what="the model to quantize: a run directory (or --model for a pretrained one)")
     add_device_arguments(parser, default="cpu", why="; a GPU makes --calibrate faster")
     parser.add_argument("--out", required=True, metavar="DIR", help="folder for the quantized copy (new or empty)")
-    parser.add_argument("--scheme", default="int8", help="quantization scheme: int8 (the default and only one)")
+    parser.add_argument(
+        "--bits",
+        type=int,
+        default=8,
+        help="8 (default): int8, a scale per output channel; 4: int4, groups of --group-size weights with a scale "
+        "and a minimum each (the unembedding stays int8)",
+    )
+    parser.add_argument(
+        "--group-size",
+        type=int,
+        default=GROUP_SIZE,
+        metavar="G",
+        help="--bits 4: weights per group, 32 (default, GGUF's Q4 block), 64, 128 or 256; it must divide every "
+        "layer's input width",
+    )
+    parser.add_argument("--scheme", help=argparse.SUPPRESS)  # the older spelling: int8 or int4
     parser.add_argument(
         "--calibrate",
         metavar="FILE",
         help="sample text (running text for a GPT, one sentence per line for an encoder; a few hundred lines "
-        "suffice) on which to choose the int8 roundings that minimise each layer's output error (GPTQ); "
-        "default: round each weight to nearest",
+        "suffice) on which to choose the roundings that minimise each layer's output error (GPTQ, for 8 and "
+        "4 bits); default: round each weight to nearest",
     )
     parser.add_argument(
         "--activations",
         choices=ACTIVATIONS,
         default="float",
-        help="float (default): weight-only int8, the inputs stay float; int8: each input vector is quantized too "
-        "and the sums run in int8 (W8A8, CTranslate2's arithmetic; faster decoding on x86 CPUs, a little more "
-        "rounding). Saved in the folder",
+        help="float (default): weight-only, the inputs stay float; int8: each input vector of an int8 layer is "
+        "quantized too and the sums run in int8 (W8A8, CTranslate2's arithmetic; faster decoding on x86 CPUs, a "
+        "little more rounding). Saved in the folder",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     from qkv.io import read_text
     from qkv.quantization import check_scheme, weight_bytes
+    from qkv.quantization.int4_linear import check_group_size
+    from qkv.quantization.model import scheme_for_bits
     from qkv.quantization.save import save_quantized
 
-    check_scheme(args.scheme)
+    scheme = check_scheme(args.scheme) if args.scheme is not None else scheme_for_bits(args.bits)
+    if scheme == "int4":
+        check_group_size(args.group_size)  # the value itself, before loading the model
     calibration_text = None if args.calibrate is None else read_text(args.calibrate, what="calibration text")
     bundle = load(model_path(args), device=use_device(args))
     note_unknown(bundle.tokenizer, calibration_text or "", what="the calibration text")
     before = weight_bytes(bundle.model)
-    out = save_quantized(bundle, args.out, args.scheme, calibration_text=calibration_text, activations=args.activations)
+    out = save_quantized(
+        bundle,
+        args.out,
+        scheme,
+        calibration_text=calibration_text,
+        activations=args.activations,
+        group_size=args.group_size,
+    )
     after = weight_bytes(bundle.model)
     print(
-        f"qkv quantize: wrote {out} ({args.scheme} weights: {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB, "
+        f"qkv quantize: wrote {out} ({scheme} weights: {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB, "
         f"{before / after:.1f}x smaller{', int8 activations' if args.activations == 'int8' else ''})",
         file=sys.stderr,
     )

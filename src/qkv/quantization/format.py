@@ -1,4 +1,4 @@
-"""The quantized folder's description: ``quantization.json`` says which layers of the model hold int8 weights.
+"""The quantized folder's description: ``quantization.json`` says which layers of the model hold int8 or int4 weights.
 
 A model folder (:mod:`qkv.model_dir`) of a quantized model holds, beside config.json and the tokenizers,
 ``model.safetensors`` with ``qweight`` (int8) and ``weight_scale`` in place of each int8 layer's ``weight``,
@@ -10,8 +10,14 @@ and this description::
 ``activations`` is how the int8 layers treat their inputs: "float" (weight-only) or "int8" (quantized per
 vector too, :mod:`qkv.quantization.dynamic`); a description without it (older folders) means "float".
 
+An int4 model (scheme "int4") stores ``qweight`` (two levels a byte), ``weight_scale`` and ``weight_min``
+(float16, one per group) for each int4 layer; its description adds the group size and lists the layers kept
+at int8 (the unembedding) apart::
+
+    {..., "scheme": "int4", "group_size": 32, "modules": [...int4 layers...], "int8_modules": ["unembedding"]}
+
 :func:`quantization_info` writes it for a quantized model; :func:`apply_quantization` gives a freshly built
-float model the int8 layers it names, so that the int8 weights load into it without the original model.
+float model the int8 and int4 layers it names, so that their weights load into it without the original model.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import torch
 from torch import nn
 
 from qkv.errors import QkvError
+from qkv.quantization.int4_linear import GROUP_SIZE, Int4Linear
 from qkv.quantization.int8_linear import ACTIVATIONS, Int8Linear
 from qkv.quantization.model import DESCRIPTIONS, SCHEMES, _quantize_module, set_activations
 
@@ -30,23 +37,30 @@ FORMAT_VERSION = 1
 
 
 def quantization_info(model: nn.Module) -> dict[str, Any] | None:
-    """What ``quantization.json`` holds for ``model`` (None when it has no int8 layer)."""
-    layers = {name: module for name, module in model.named_modules() if isinstance(module, Int8Linear)}
-    if not layers:
+    """What ``quantization.json`` holds for ``model`` (None when it has no quantized layer)."""
+    int8 = {name: module for name, module in model.named_modules() if isinstance(module, Int8Linear)}
+    int4 = {name: module for name, module in model.named_modules() if isinstance(module, Int4Linear)}
+    if not int8 and not int4:
         return None
-    modes = {module.activations for module in layers.values()}
-    return {
+    modes = {module.activations for module in int8.values()}
+    info = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
-        "scheme": "int8",
-        "description": DESCRIPTIONS["int8"],
+        "scheme": "int4" if int4 else "int8",
+        "description": DESCRIPTIONS["int4" if int4 else "int8"],
         "activations": "int8" if modes == {"int8"} else "float",
-        "modules": list(layers),
+        "modules": list(int4 or int8),
     }
+    if int4:
+        sizes = {module.group_size for module in int4.values()}
+        if len(sizes) > 1:
+            raise QkvError(f"the model's int4 layers have groups of {sorted(sizes)} weights; quantize it again")
+        info.update(group_size=sizes.pop(), int8_modules=list(int8))
+    return info
 
 
 def apply_quantization(model: nn.Module, info: Any, where: str = "quantization.json") -> nn.Module:
-    """Give a freshly built float ``model`` the int8 layers ``info`` describes, ready to load int8 weights into."""
+    """Give a freshly built float ``model`` the int8 and int4 layers ``info`` describes, ready to load their weights."""
     if not isinstance(info, dict) or info.get("format") != FORMAT or not isinstance(info.get("modules"), list):
         raise QkvError(f"{where} is not a qkv quantization description: restore it, or quantize the run again")
     if info.get("version", FORMAT_VERSION) > FORMAT_VERSION or info.get("scheme") not in SCHEMES:
@@ -54,10 +68,15 @@ def apply_quantization(model: nn.Module, info: Any, where: str = "quantization.j
             f"{where} describes {info.get('scheme')!r} weights (format version {info.get('version')}), which this "
             "qkv cannot read: upgrade qkv, or quantize the original run with this version"
         )
+    scheme, group_size = info["scheme"], info.get("group_size", GROUP_SIZE)
+    int8_modules = info.get("int8_modules", []) if scheme == "int4" else []
+    if not isinstance(group_size, int) or not isinstance(int8_modules, list):
+        raise QkvError(f"{where} is not a qkv quantization description: restore it, or quantize the run again")
+    layers = [(name, scheme) for name in info["modules"]] + [(name, "int8") for name in int8_modules]
     with torch.no_grad():
-        for name in info["modules"]:
+        for name, kind in layers:
             try:
-                _quantize_module(model, name, empty=True)
+                _quantize_module(model, name, empty=True, scheme=kind, group_size=group_size)
             except AttributeError:
                 raise QkvError(
                     f"{where} names a layer {name} that the model in config.json does not have: "

@@ -21,11 +21,21 @@ vectorised (AVX2 / AVX-512) for bfloat16 A only; float32 A runs a scalar loop se
 float32 product it would replace. Its vector loads also need K to be a multiple of 16 and 16-byte-aligned
 rows (it crashes otherwise). So :func:`int8_linear` rounds the few input vectors of a decoding step to
 bfloat16 in a fresh (aligned) tensor, passes scales of 1, and applies the float32 scales and the bias to
-the output; K % 16 != 0 takes the dequantizing path instead. The kernel tiles A in blocks of 4 rows and
-streams Q once per block, so for many rows (a prompt, a batch of sentences) it loses to BLAS (from how many
-rows on, bench/int8_linear.py measures): beyond :data:`KERNEL_ROWS` rows, and on every other device (CUDA
-included), Q is widened to the activations' dtype in slices of output rows and multiplied with ``F.linear``:
-the same arithmetic, with bounded temporary memory.
+the output in the one op that also widens the bfloat16 sums (``torch.mul`` / ``torch.addcmul`` promote);
+K % 16 != 0 takes the dequantizing path instead.
+
+Why weight-only int8 reads its bytes much slower than a float32 product reads its own: the kernel is bound by
+arithmetic, not memory. For every 16 weights it loads, widens int8 to int32 to float, multiplies by the scale
+and adds a product (where float32 needs a load and an FMA), and ends every output with a horizontal sum: one
+core runs it at about 18 G weights/s on a matrix in cache and ~6 G weights/s streaming SmolLM2's matrices
+(bench/int4_linear.py); and around it the bfloat16 copy of x, the module call and the scales cost 10-15
+microseconds, a third of a small matrix's product. The int8-activations path below (fbgemm's VNNI kernel)
+and the int4 kernel (:mod:`qkv.quantization.int4_linear`) are faster per product.
+
+The kernel tiles A in blocks of 4 rows and streams Q once per block, so for many rows (a prompt, a batch
+of sentences) it loses to BLAS (from how many rows on, bench/int8_linear.py measures): beyond
+:data:`KERNEL_ROWS` rows, and on every other device (CUDA included), Q is widened to the activations' dtype
+in slices of output rows and multiplied with ``F.linear``: the same arithmetic, with bounded temporary memory.
 
 **Int8 activations.** A layer whose ``activations`` is ``"int8"`` quantizes x too, one vector at a time, and
 multiplies with the CPU's int8 dot products (:mod:`qkv.quantization.dynamic`): faster at every row count, at
@@ -41,8 +51,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from qkv.errors import QkvError
 from qkv.layers.fused import ConcatenatedProjections, fuse_linears
 from qkv.quantization import dynamic
+from qkv.quantization.gguf_blocks import dequantize_q8_0
 
 Q_MAX = 127  # symmetric int8: -127..127 (-128 is left out so that -Q is representable)
 ACTIVATIONS = ("float", "int8")  # weight-only, or x quantized per vector too (W8A8)
@@ -111,13 +123,18 @@ def int8_linear(x: Tensor, q: Tensor, scale: Tensor, bias: Tensor | None = None,
     if not kernel_applies(x, q):
         return _dequantized_product(x, q, scale, bias)
     n_out, n_in = q.shape
-    # A fresh contiguous bfloat16 copy: the kernel's aligned vector loads need 16-byte-aligned rows.
-    a = x.reshape(-1, n_in).to(torch.bfloat16, memory_format=torch.contiguous_format, copy=True)  # (M, K)
+    # A fresh contiguous bfloat16 copy: the kernel's aligned vector loads need 16-byte-aligned rows. Converting
+    # a contiguous float32 x makes one already (the explicit copy costs a microsecond more per call).
+    rows = x.reshape(-1, n_in)
+    if rows.dtype == torch.float32 and rows.is_contiguous():
+        a = rows.to(torch.bfloat16)  # (M, K)
+    else:
+        a = rows.to(torch.bfloat16, memory_format=torch.contiguous_format, copy=True)
     ones = torch.ones(n_out, dtype=torch.bfloat16) if ones is None else ones  # scales are applied below
-    y = torch.ops.aten._weight_int8pack_mm(a, q, ones).to(x.dtype)  # (M, N)
-    scale = scale.to(x.dtype)
-    y = y * scale if bias is None else torch.addcmul(bias.to(x.dtype), y, scale)
-    return y.reshape(*x.shape[:-1], n_out)
+    y = torch.ops.aten._weight_int8pack_mm(a, q, ones)  # (M, N) bfloat16
+    # One op for the scales (and bias), promoting the bfloat16 sums to the scales' dtype on the way.
+    y = torch.mul(y, scale) if bias is None else torch.addcmul(bias, y, scale)
+    return y.to(x.dtype).reshape(*x.shape[:-1], n_out)
 
 
 class Int8Linear(nn.Module):
@@ -151,6 +168,15 @@ class Int8Linear(nn.Module):
         if bias is not None:
             layer.bias.data = bias.detach().clone()  # type: ignore[union-attr]
         return layer
+
+    @classmethod
+    def from_gguf(cls, data: object, kind: str, shape: Sequence[int], bias: Tensor | None = None) -> Int8Linear:
+        """The layer of a GGUF matrix stored as ``kind`` "Q8_0" blocks (``tensor.data``, the raw bytes) of
+        ``shape`` (out_features, in_features): the blocks' d q re-rounded per output channel, which adds at most
+        half a row scale per weight (:mod:`qkv.quantization.gguf_blocks`)."""
+        if kind != "Q8_0":
+            raise QkvError(f"{kind} blocks into an int8 layer: it takes Q8_0 (Q4_0 and Q4_1 go to an int4 layer)")
+        return cls.from_float(dequantize_q8_0(data, shape), bias)
 
     @classmethod
     def cat(cls, layers: Sequence[Int8Linear]) -> Int8Linear:

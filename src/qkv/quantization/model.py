@@ -1,7 +1,8 @@
-"""Quantizing a whole model: every linear layer and the unembedding to weight-only int8, in place.
+"""Quantizing a whole model: every linear layer and the unembedding to weight-only int8 or int4, in place.
 
     from qkv.quantization import quantize_model
     quantize_model(bundle.model, "int8")        # W_q, W_k, W_v, W_o, W_1, W_2 and W_U become Int8Linear
+    quantize_model(bundle.model, "int4")        # the same as Int4Linear (groups of 32), W_U as Int8Linear
 
 Each ``nn.Linear`` (qkv's :class:`~qkv.layers.linear.Linear` included) and each
 :class:`~qkv.layers.embedding.Unembedding` is replaced by an :class:`~qkv.quantization.int8_linear.Int8Linear`
@@ -10,15 +11,20 @@ holding its weights as int8 with one scale per output channel. A token embedding
 that reads its rows from the same int8 matrix, so the tie and its memory saving survive. Everything else
 (untied embeddings, positions, LayerNorms, biases) stays in floating point.
 
+With the scheme "int4" the linear layers become :class:`~qkv.quantization.int4_linear.Int4Linear` (groups of
+``group_size`` weights with a scale and a minimum each) and the unembedding, and any layer tied to an
+embedding, stays int8 per channel: the logits are the output most sensitive to rounding, and a tied matrix is
+also read row by row as the input vectors (llama.cpp's Q4 files keep it at 8 bits too, Q8_0).
+
 With ``calibration=feed`` (a function that runs the float model on sample inputs), each weight's rounding is
 chosen to minimise its layer's output error on those inputs (GPTQ, :mod:`qkv.quantization.gptq`) instead of
 rounding to nearest: the same format, scales and speed, with less error (an unembedding tied to the
 embedding keeps nearest rounding, as its rows are also the input vectors).
 
-``activations="int8"`` (or :func:`set_activations` on a loaded int8 model) makes the layers quantize their
+``activations="int8"`` (or :func:`set_activations` on a loaded int8 model) makes the int8 layers quantize their
 inputs too, per vector, and use the CPU's int8 products (:mod:`qkv.quantization.dynamic`): the same saved
 weights, faster, with a little more error. The scheme names are :data:`SCHEMES`; the quality and speed this
-buys are measured by ``bench/quantize.py`` (docs/deploy.md).
+buys are measured by ``bench/quantize.py`` and ``bench/int4_linear.py`` (docs/deploy.md).
 """
 
 from __future__ import annotations
@@ -30,14 +36,19 @@ from torch import nn
 
 from qkv.errors import QkvError
 from qkv.layers.embedding import Unembedding
-from qkv.quantization.gptq import gptq_round, input_hessians
+from qkv.quantization.gptq import gptq_round, gptq_round_groups, input_hessians
+from qkv.quantization.int4_linear import GROUP_SIZE, Int4Linear, check_group_size
 from qkv.quantization.int8_embedding import Int8TokenEmbedding
 from qkv.quantization.int8_linear import ACTIVATIONS, Int8Linear
 
-SCHEMES = ("int8",)
+SCHEMES = ("int8", "int4")
+BITS = {"int8": 8, "int4": 4}
 DESCRIPTIONS = {
     "int8": "weight-only int8: symmetric, one scale per output channel (absmax / 127); activations stay float",
+    "int4": "weight-only int4: groups of group_size weights along each row with a float16 scale and minimum "
+    "(w = s q + m, q in 0..15); the unembedding int8 per channel; activations stay float",
 }
+QUANTIZED = (Int8Linear, Int4Linear)  # the layer classes a quantized model holds
 
 
 def check_scheme(scheme: str) -> str:
@@ -45,9 +56,20 @@ def check_scheme(scheme: str) -> str:
     if scheme not in SCHEMES:
         raise QkvError(
             f"{scheme!r} is not a quantization scheme qkv has: use int8 (weight-only int8 with a scale per "
-            "output channel)"
+            "output channel) or int4 (groups of 32 weights with a scale and a minimum)"
         )
     return scheme
+
+
+def scheme_for_bits(bits: int) -> str:
+    """The scheme of ``bits`` (8: int8, 4: int4), else a QkvError."""
+    schemes = {b: name for name, b in BITS.items()}
+    if bits not in schemes:
+        raise QkvError(
+            f"--bits {bits}: qkv quantizes to 8 bits (int8, a scale per output channel) or 4 bits (int4, groups "
+            "of --group-size weights); use --bits 8 or --bits 4"
+        )
+    return schemes[bits]
 
 
 def _float_linears(model: nn.Module) -> list[str]:
@@ -55,7 +77,7 @@ def _float_linears(model: nn.Module) -> list[str]:
     return [
         name
         for name, module in model.named_modules()
-        if isinstance(module, (nn.Linear, Unembedding)) and not isinstance(module, Int8Linear)
+        if isinstance(module, (nn.Linear, Unembedding)) and not isinstance(module, QUANTIZED)
     ]
 
 
@@ -76,7 +98,21 @@ def _tied_embeddings(model: nn.Module, weight: torch.Tensor) -> list[nn.Embeddin
     return found
 
 
-def _quantize_module(model: nn.Module, name: str, *, empty: bool, hessian: torch.Tensor | None = None) -> Int8Linear:
+def _takes_int4(model: nn.Module, module: nn.Module) -> bool:
+    """Whether the int4 scheme makes ``module`` int4: every linear layer but the unembedding and tied ones."""
+    return not isinstance(module, Unembedding) and not _tied_embeddings(model, module.weight)
+
+
+def _quantize_module(
+    model: nn.Module,
+    name: str,
+    *,
+    empty: bool,
+    hessian: torch.Tensor | None = None,
+    scheme: str = "int8",
+    group_size: int = GROUP_SIZE,
+) -> nn.Module:
+    """Replace the float layer ``name`` by its int8 or int4 layer (``empty``: the structure only, for loading)."""
     module = model.get_submodule(name)
     if not isinstance(module, (nn.Linear, Unembedding)):
         raise QkvError(
@@ -84,17 +120,37 @@ def _quantize_module(model: nn.Module, name: str, *, empty: bool, hessian: torch
             "config.json; quantize the original run again"
         )
     weight, bias = module.weight, module.bias
+    tied = _tied_embeddings(model, weight)
+    if scheme == "int4" and _takes_int4(model, module):
+        if empty:
+            new: nn.Module = Int4Linear(weight.shape[1], weight.shape[0], bias=bias is not None, group_size=group_size)
+        else:
+            new = Int4Linear.from_float(weight, bias, group_size)
+            if hessian is not None:
+                new.set_groups(*gptq_round_groups(weight, hessian, group_size))
+        _replace(model, module, new.to(weight.device))
+        return new
     if empty:  # the structure only: the int8 weights are about to be loaded
         new = Int8Linear(weight.shape[1], weight.shape[0], bias=bias is not None).to(weight.device)
     else:
         new = Int8Linear.from_float(weight, bias)
-    tied = _tied_embeddings(model, weight)
     if hessian is not None and not empty and not tied:
         new.qweight.data = gptq_round(weight, hessian, new.weight_scale).to(weight.device)
     for embedding in tied:
         _replace(model, embedding, Int8TokenEmbedding(new, scale=getattr(embedding, "scale", 1.0)))
     _replace(model, module, new)
     return new
+
+
+def check_group_size_fits(model: nn.Module, scheme: str, group_size: int) -> None:
+    """Refuse, before anything changes, an int4 group size that some layer's input width does not divide."""
+    if scheme != "int4":
+        return
+    check_group_size(group_size)  # the value itself, whatever the layers
+    for name in _float_linears(model):
+        module = model.get_submodule(name)
+        if _takes_int4(model, module):
+            check_group_size(group_size, module.weight.shape[1], where=f"layer {name}")
 
 
 def set_activations(model: nn.Module, activations: str) -> nn.Module:
@@ -115,6 +171,7 @@ def quantize_model(
     *,
     calibration: Callable[[nn.Module], object] | None = None,
     activations: str = "float",
+    group_size: int = GROUP_SIZE,
 ) -> nn.Module:
     """Quantize every linear layer and the unembedding of ``model`` in place (see the module docstring).
 
@@ -122,25 +179,30 @@ def quantize_model(
     must run its own forward on sample inputs; the rounding then minimises each layer's output error on them
     (:mod:`qkv.gptq`). Layers it never reaches are rounded to nearest. Returns the model, in eval mode: a
     quantized model is for inference, never trained. A model that is already quantized is returned as it is.
-    ``activations`` is passed to :func:`set_activations`.
+    ``activations`` is passed to :func:`set_activations`; ``group_size`` is the int4 scheme's (32, 64, 128 or
+    256, dividing every int4 layer's input width).
     """
     check_scheme(scheme)
     if activations not in ACTIVATIONS:
         raise QkvError(f"activations={activations!r}: choose float (weight-only int8) or int8 (inputs quantized too)")
+    check_group_size_fits(model, scheme, group_size)
     names = _float_linears(model)
     hessians = input_hessians(model.eval(), names, calibration) if calibration is not None and names else {}
     with torch.no_grad():
         for name in names:
-            _quantize_module(model, name, empty=False, hessian=hessians.pop(name, None))
+            hessian = hessians.pop(name, None)
+            _quantize_module(model, name, empty=False, hessian=hessian, scheme=scheme, group_size=group_size)
     return set_activations(model, activations).eval()
 
 
 def is_quantized(model: nn.Module) -> bool:
-    return any(isinstance(module, Int8Linear) for module in model.modules())
+    return any(isinstance(module, QUANTIZED) for module in model.modules())
 
 
 def quantization_scheme(model: nn.Module) -> str | None:
-    """The scheme of the model's int8 layers ("int8"), or None for a float model."""
+    """The scheme of the model's quantized layers ("int4" if any is int4, else "int8"), or None for a float model."""
+    if any(isinstance(module, Int4Linear) for module in model.modules()):
+        return "int4"
     return "int8" if is_quantized(model) else None
 
 

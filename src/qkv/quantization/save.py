@@ -24,7 +24,8 @@ from qkv.io import check_writable
 from qkv.model_dir import save_model_dir
 from qkv.models.family import ENCODER, LANGUAGE_MODEL, WORD_VECTORS, family_of
 from qkv.pretrained.sentences import copy_sentence_head, embed_sentences
-from qkv.quantization.model import check_scheme, is_quantized, quantize_model
+from qkv.quantization.int4_linear import GROUP_SIZE
+from qkv.quantization.model import check_group_size_fits, check_scheme, is_quantized, quantize_model
 from qkv.training.perplexity import token_log_probs
 
 
@@ -88,20 +89,22 @@ def save_quantized(
     *,
     calibration_text: str | None = None,
     activations: str = "float",
+    group_size: int = GROUP_SIZE,
 ) -> Path:
     """Quantize ``bundle.model`` (a :class:`~qkv.model_dir.ModelBundle`) in place and save it as a model folder.
 
     The folder loads with :func:`qkv.load` like any other, int8 layers and all; a sentence-transformers head
     (pooling, normalisation) beside the source model is copied along. With ``calibration_text`` the
     roundings are calibrated on it (:func:`text_calibration`, :mod:`qkv.quantization.gptq`). ``activations``
-    "int8" makes the layers quantize their inputs too (W8A8, :mod:`qkv.quantization.dynamic`), recorded in
-    quantization.json so that the folder loads that way.
+    "int8" makes the int8 layers quantize their inputs too (W8A8, :mod:`qkv.quantization.dynamic`), recorded in
+    quantization.json so that the folder loads that way. ``scheme`` "int4" makes the linear layers int4 in
+    groups of ``group_size`` weights (the unembedding int8).
     """
     check_scheme(scheme)
     family = family_of(bundle.model)
     if family.role == WORD_VECTORS:  # "1.0x smaller" with nothing quantized, before this line
         raise QkvError(
-            f"int8 quantization rounds the weights of linear layers, and {family.title} has none (its vectors are "
+            f"quantization rounds the weights of linear layers, and {family.title} has none (its vectors are "
             "looked up, not multiplied): use the run as it is with `qkv embeddings`"
         )
     out = Path(out_dir)
@@ -109,7 +112,8 @@ def save_quantized(
     if is_quantized(bundle.model):
         raise QkvError(f"{bundle.path} is quantized already: quantize the float model it was made from")
     calibration = None if calibration_text is None else text_calibration(bundle, calibration_text)
-    quantize_model(bundle.model, scheme, calibration=calibration, activations=activations)
+    check_group_size_fits(bundle.model, scheme, group_size)  # before calibrating, which takes minutes
+    quantize_model(bundle.model, scheme, calibration=calibration, activations=activations, group_size=group_size)
     save_model_dir(out, bundle.model, bundle.tokenizer, bundle.target_tokenizer, chat_template=bundle.chat_template)
     copy_sentence_head(bundle.path, out)
     return out
