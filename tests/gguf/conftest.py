@@ -138,3 +138,28 @@ def logits(model, ids: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         out = model(ids)
     return getattr(out, "logits", out)
+
+
+TEXT = "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer.\n" * 30
+
+
+@pytest.fixture(scope="session")
+def bpe():
+    """qkv's byte-level BPE, trained on a few lines."""
+    from qkv.tokenizers import BPETokenizer
+
+    return BPETokenizer.train(TEXT, vocab_size=300)
+
+
+def perturbed(model: torch.nn.Module) -> torch.nn.Module:
+    """Random weights everywhere (norm gains and biases too), so a tensor written to the wrong place shows."""
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.2)
+    return model.eval()
+
+
+def ids_of(tokenizer) -> torch.Tensor:
+    """A few dozen tokens of TEXT."""
+    return torch.tensor([tokenizer.encode(TEXT[:300])])
