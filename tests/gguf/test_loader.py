@@ -14,7 +14,7 @@ import torch
 import qkv
 from qkv.errors import QkvError
 from qkv.gguf import load_gguf, loader, reader, tokenizer
-from tests.gguf.conftest import byte_level_tokenizer_metadata, logits, random_tensors, write_file
+from tests.gguf.conftest import byte_level_tokenizer_metadata, logits, need, random_tensors, write_file
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # a 135M model on a busy machine: a second thread only waits
 
@@ -115,3 +115,32 @@ def test_unsupported_architecture_and_tensor_type(tmp_path):
     path = tiny_llama(tmp_path, name="i32.gguf", types={"blk.0.ffn_up.weight": np.int32})
     with pytest.raises(QkvError, match=r"blk\.0\.ffn_up\.weight is stored as I32"):
         load_gguf(path)
+
+
+def rewritten(path, out, *, drop: str | None = None, add: str | None = None):
+    """A copy of GGUF file ``path`` (metadata and tensors, through gguf-py) without tensor ``drop`` and with a
+    small tensor ``add``."""
+    gguf = need("gguf")
+    reader, writer = gguf.GGUFReader(path), gguf.GGUFWriter(str(out), "llama")
+    for field in reader.fields.values():
+        if not field.name.startswith(("GGUF.", "general.architecture")):
+            element = field.types[-1] if len(field.types) > 1 else None
+            writer.add_key_value(field.name, field.contents(), field.types[0], element)
+    for tensor in reader.tensors:
+        if tensor.name != drop:
+            writer.add_tensor(tensor.name, np.array(tensor.data))
+    if add:
+        writer.add_tensor(add, np.zeros(4, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
+
+
+def test_unknown_and_missing_tensors(tmp_path):
+    path = tiny_llama(tmp_path)
+    with pytest.raises(QkvError, match="holds tensor blk.0.mystery.weight, which qkv's llama table does not know"):
+        load_gguf(rewritten(path, tmp_path / "extra.gguf", add="blk.0.mystery.weight"))
+    with pytest.raises(QkvError, match=r"lacks tensor blk\.0\.ffn_gate\.weight \(qkv decoder.blocks.0"):
+        load_gguf(rewritten(path, tmp_path / "less.gguf", drop="blk.0.ffn_gate.weight"))

@@ -151,14 +151,17 @@ def fill_model(model: nn.Module, file: GGUFFile, rows: list[Row], ignored: tuple
 
 
 def _check_complete(model: nn.Module, rows: list[Row], done: set[str]) -> None:
+    """QkvError naming the GGUF tensor behind the first parameter no tensor filled."""
     for name, _ in model.named_parameters():
-        if name not in done:
-            wanted = next((r.gguf for r in rows for t in r.qkv if re.fullmatch(_qkv_pattern(t), name)), None)
-            raise QkvError(f"the file lacks tensor {wanted or name} (qkv {name}): the file is incomplete")
-
-
-def _qkv_pattern(template: str) -> str:
-    return re.escape(template).replace(r"\{i\}", r"\d+")
+        if name in done:
+            continue
+        for row in rows:
+            for target in row.qkv:
+                found = re.fullmatch(re.escape(target).replace(r"\{i\}", r"(?P<i>\d+)"), name)
+                if found:
+                    wanted = fill(row.gguf, found.groupdict().get("i"))
+                    raise QkvError(f"the file lacks tensor {wanted} (qkv {name}): the file is incomplete")
+        raise QkvError(f"no tensor of the file fills qkv {name}: the file is incomplete")
 
 
 def load_gguf(path: str | Path, *, device: str | torch.device = "cpu") -> ModelBundle:
