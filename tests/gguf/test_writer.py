@@ -84,11 +84,6 @@ def test_refusals_write_nothing(tmp_path, bpe):
         export_gguf(gelu, bpe, tmp_path / "g.gguf")
     with pytest.raises(QkvError, match="tokenizer has 300 tokens but the model 301"):
         export_gguf(MODELS["llama"](301), bpe, tmp_path / "v.gguf")
-    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-              "original_max_position_embeddings": 64}  # fmt: skip
-    scaled = Llama(LlamaConfig(vocab_size=bpe.vocab_size, d_model=16, n_heads=2, n_layers=1, rope_scaling=llama3))
-    with pytest.raises(QkvError, match="rope_scaling"):
-        export_gguf(scaled, bpe, tmp_path / "s.gguf")
     assert list(tmp_path.iterdir()) == []  # neither the files nor temporary ones
 
 
@@ -104,3 +99,19 @@ def test_command_line(tmp_path, bpe, capsys):
     assert main(["next", "--model", str(out), "To be", "--no-plot"]) == 0  # and every verb reads it
     capsys.readouterr()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf", "run"]
+
+
+def test_llama3_scaled_rope_round_trip(tmp_path, bpe):
+    """Llama 3.1's RoPE scaling goes out as llama.cpp's rope_freqs tensor and comes back as the same rule."""
+    need("gguf")
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 64}  # fmt: skip
+    config = LlamaConfig(vocab_size=bpe.vocab_size, d_model=64, n_heads=2, n_layers=1, rope_scaling=llama3,
+                         rope_base=500000.0, context_length=256)  # fmt: skip
+    model = perturbed(Llama(config))
+    path = export_gguf(model, bpe, tmp_path / "l3.gguf", gguf_type="f32")
+    factors = read_gguf(path).raw("rope_freqs.weight")
+    assert factors.type == "F32" and factors.shape == (16,)
+    back = load_gguf(path)
+    assert back.config.rope_scaling == llama3
+    assert torch.equal(logits(back.model, ids_of(bpe)), logits(model, ids_of(bpe)))

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from qkv.errors import QkvError
 from qkv.gguf.metadata import ArchMetadata
 from qkv.gguf.names import BLOCK, W_E, W_POS, W_U, Row, cat_rows, row, split_rows
+from qkv.gguf.reader import GGUFFile
 from qkv.models.config import GPTConfig
 
 ARCHITECTURES = ("gpt2",)
@@ -65,7 +66,7 @@ def rows(config: GPTConfig, arch: str = "gpt2") -> list[Row]:
     return [row("position_embd.weight", W_POS), *fused, *block_rows(config)]
 
 
-def config_from_gguf(meta: ArchMetadata, tensors: set[str]) -> GPTConfig:
+def config_from_gguf(meta: ArchMetadata, file: GGUFFile) -> GPTConfig:
     """qkv's GPTConfig from a ``gpt2`` file's metadata."""
     d_model, n_heads = meta.count("embedding_length"), meta.count("attention.head_count")
     if d_model % n_heads:
@@ -85,7 +86,7 @@ def config_from_gguf(meta: ArchMetadata, tensors: set[str]) -> GPTConfig:
         final_norm=True,
         positional="learned",
         bias=True,
-        tie_embeddings="output.weight" not in tensors,
+        tie_embeddings="output.weight" not in file.tensors,
     )
 
 

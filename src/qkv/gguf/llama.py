@@ -11,25 +11,31 @@ llama.cpp stores the decoder of :mod:`qkv.pretrained.llama` under its own names:
 - the hyperparameters are metadata (``llama.block_count``, ``llama.attention.head_count_kv``, ...).
 
 Qwen2's biases on W_q, W_k and W_v are ``attn_q.bias``, ...; a ``llama`` file holding such biases (or one on
-W_o, or a ``rope_freqs`` tensor: Llama 3.1's scaled RoPE) is refused in one line.
+W_o) is refused in one line. Llama 3.1's scaled RoPE is the tensor ``rope_freqs`` (:mod:`qkv.gguf.rope`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from torch import Tensor
+
 from qkv.errors import QkvError
+from qkv.gguf.dequantize import dequantize
 from qkv.gguf.metadata import ArchMetadata
 from qkv.gguf.names import BLOCK, W_E, W_U, Row, rope_permute, rope_unpermute, row
+from qkv.gguf.reader import GGUFFile
+from qkv.gguf.rope import ROPE_FREQS, rope_factors, scaling_from_factors
 from qkv.models.config import LlamaConfig
 
 ARCHITECTURES = ("llama", "qwen2")
-IGNORED: tuple[str, ...] = ()
-"""GGUF tensors deliberately left out (regular expressions): none."""
+IGNORED: tuple[str, ...] = (r"rope_freqs\.weight",)
+"""GGUF tensors that are no parameter (regular expressions): Llama 3's RoPE factors, read into the config."""
 
 
-def config_from_gguf(meta: ArchMetadata, tensors: set[str]) -> LlamaConfig:
-    """qkv's LlamaConfig from a ``llama`` / ``qwen2`` file's metadata and tensor names."""
+def config_from_gguf(meta: ArchMetadata, file: GGUFFile) -> LlamaConfig:
+    """qkv's LlamaConfig from a ``llama`` / ``qwen2`` file's metadata and tensors."""
+    tensors = set(file.tensors)
     d_model, n_heads = meta.count("embedding_length"), meta.count("attention.head_count")
     n_kv_heads = meta.count("attention.head_count_kv", n_heads)
     if d_model % n_heads or n_heads % n_kv_heads:
@@ -39,17 +45,16 @@ def config_from_gguf(meta: ArchMetadata, tensors: set[str]) -> LlamaConfig:
             "head_count / head_count_kv query heads): the file is damaged; convert the model again"
         )
     meta.check_head_dim(d_model // n_heads)
-    if "rope_freqs.weight" in tensors:
-        raise QkvError(
-            "the file scales RoPE's frequencies per dimension (tensor rope_freqs.weight, Llama 3.1's long-context "
-            "RoPE), which qkv reads from Hugging Face folders but not yet from GGUF: load the model's Hugging Face "
-            "folder instead"
-        )
     if "blk.0.attn_output.bias" in tensors or "blk.0.ffn_up.bias" in tensors:
         raise QkvError(f"this {meta.arch} file has biases on W_o or the feed-forward, which qkv's Llama lacks")
     qkv_bias = "blk.0.attn_q.bias" in tensors
     if qkv_bias and meta.arch == "llama":
         raise QkvError("this llama file has biases on W_q, W_k and W_v, which qkv reads from qwen2 files only")
+    head_dim, rope_base = d_model // n_heads, meta.rope_base(d_model // n_heads)
+    scaling = None
+    if ROPE_FREQS in tensors:  # Llama 3.1's scaled RoPE
+        original = meta.count("rope.scaling.original_context_length", 8192)
+        scaling = scaling_from_factors(dequantize(file.raw(ROPE_FREQS)), head_dim, rope_base, original)
     return LlamaConfig(
         vocab_size=meta.vocab_size(),
         context_length=meta.count("context_length"),
@@ -59,7 +64,8 @@ def config_from_gguf(meta: ArchMetadata, tensors: set[str]) -> LlamaConfig:
         n_kv_heads=n_kv_heads,
         d_ff=meta.count("feed_forward_length"),
         layer_norm_eps=meta.positive("attention.layer_norm_rms_epsilon"),
-        rope_base=meta.rope_base(d_model // n_heads),
+        rope_base=rope_base,
+        rope_scaling=scaling,
         qkv_bias=qkv_bias,
         tie_embeddings="output.weight" not in tensors,
         dropout=0.0,
@@ -106,7 +112,6 @@ def export_architecture(config: LlamaConfig) -> str:
         ("norm_first", config.norm_first, True),
         ("final_norm", config.final_norm, True),
         ("scale_embeddings", config.scale_embeddings, False),
-        ("rope_scaling", config.rope_scaling, None),
     ]
     for field, value, wanted in checks:
         if value != wanted:
@@ -115,6 +120,13 @@ def export_architecture(config: LlamaConfig) -> str:
                 f"{field}={wanted!r}: GGUF cannot express this model"
             )
     return "qwen2" if config.qkv_bias else "llama"
+
+
+def extra_tensors(config: LlamaConfig) -> dict[str, Tensor]:
+    """Tensors that are no parameter: Llama 3's RoPE factors (rope_freqs.weight) when the RoPE is scaled."""
+    if config.rope_scaling is None:
+        return {}
+    return {ROPE_FREQS: rope_factors(config.head_dim, config.rope_base, config.rope_scaling)}
 
 
 def metadata(config: LlamaConfig, arch: str) -> dict[str, object]:
@@ -130,4 +142,9 @@ def metadata(config: LlamaConfig, arch: str) -> dict[str, object]:
         f"{arch}.rope.freq_base": float(config.rope_base),
         f"{arch}.attention.layer_norm_rms_epsilon": float(config.layer_norm_eps),
         f"{arch}.vocab_size": config.vocab_size,
+        **(
+            {f"{arch}.rope.scaling.original_context_length": config.rope_scaling["original_max_position_embeddings"]}
+            if config.rope_scaling
+            else {}
+        ),
     }

@@ -169,7 +169,7 @@ def load_gguf(path: str | Path, *, device: str | torch.device = "cpu") -> ModelB
     file = read_gguf(path)
     module = architecture(file)
     try:
-        config = module.config_from_gguf(ArchMetadata(file.metadata, file.architecture), set(file.tensors))
+        config = module.config_from_gguf(ArchMetadata(file.metadata, file.architecture), file)
         tokenizer = tokenizer_from_gguf(file.metadata)
         if tokenizer.vocab_size != config.vocab_size:
             raise QkvError(

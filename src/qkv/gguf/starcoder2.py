@@ -14,6 +14,7 @@ from qkv.gguf.gpt2 import ATTN, IGNORED, block_rows, check_gpt, export_state, we
 from qkv.gguf.gpt2 import metadata as gpt2_metadata
 from qkv.gguf.metadata import ArchMetadata
 from qkv.gguf.names import Row
+from qkv.gguf.reader import GGUFFile
 from qkv.models.config import GPTConfig
 
 ARCHITECTURES = ("starcoder2",)
@@ -30,7 +31,7 @@ def rows(config: GPTConfig, arch: str = "starcoder2") -> list[Row]:
     return [*separate, *block_rows(config)]
 
 
-def config_from_gguf(meta: ArchMetadata, tensors: set[str]) -> GPTConfig:
+def config_from_gguf(meta: ArchMetadata, file: GGUFFile) -> GPTConfig:
     """qkv's GPTConfig (rotary positions) from a ``starcoder2`` file's metadata."""
     d_model, n_heads = meta.count("embedding_length"), meta.count("attention.head_count")
     n_kv_heads = meta.count("attention.head_count_kv", n_heads)
@@ -56,7 +57,7 @@ def config_from_gguf(meta: ArchMetadata, tensors: set[str]) -> GPTConfig:
         positional="rope",
         rope_base=meta.rope_base(d_model // n_heads),
         bias=True,
-        tie_embeddings="output.weight" not in tensors,
+        tie_embeddings="output.weight" not in file.tensors,
     )
 
 

@@ -150,7 +150,9 @@ def export_gguf(
     if len(vocabulary["tokenizer.ggml.tokens"]) != config.vocab_size:
         raise QkvError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model {config.vocab_size}")
     check_writable(path)
-    arrays = _arrays(gguf_tensors(module.rows(config, arch), config, state), gguf_type)
+    tensors = gguf_tensors(module.rows(config, arch), config, state)
+    extra = getattr(module, "extra_tensors", lambda config: {})(config)
+    arrays = {**_arrays(tensors, gguf_type), **{name: t.numpy() for name, t in extra.items()}}
     metadata: dict[str, Any] = {
         "general.name": name or Path(path).stem,
         "general.file_type": GGUF_TYPES[gguf_type][1],
