@@ -115,3 +115,25 @@ def test_llama3_scaled_rope_round_trip(tmp_path, bpe):
     back = load_gguf(path)
     assert back.config.rope_scaling == llama3
     assert torch.equal(logits(back.model, ids_of(bpe)), logits(model, ids_of(bpe)))
+
+
+def test_without_the_gguf_package(tmp_path, bpe, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "gguf", None)  # as if it were not installed
+    with pytest.raises(QkvError, match=r"pip install 'qkv\[gguf\]'"):
+        export_gguf(MODELS["llama"](bpe.vocab_size), bpe, tmp_path / "m.gguf")
+
+
+def test_command_line_refusals(tmp_path, capsys):
+    from qkv.tokenizers import WordTokenizer
+
+    need("gguf")
+    words = WordTokenizer.train(TEXT)
+    run = save_model_dir(tmp_path / "run", MODELS["llama"](words.vocab_size), words)
+    for argv, fragment in (
+        (["--gguf", str(tmp_path / "w.gguf")], "'word' tokenizer has no GGUF counterpart"),
+        (["--gguf", str(tmp_path / "w.gguf"), "--out", str(tmp_path / "w.onnx")], "one export at a time"),
+    ):
+        assert main(["export", str(run), *argv]) == 2
+        lines = [line for line in capsys.readouterr().err.splitlines() if line and not line.startswith("note:")]
+        assert len(lines) == 1 and fragment in lines[0], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
