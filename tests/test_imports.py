@@ -29,6 +29,7 @@ FLOORS = [  # low to high; a module's floor is that of the longest prefix naming
     ("decoding: sampling, generation, beam search, the engine", ["qkv.decoding"]),
     ("data", ["qkv.data"]),
     ("Hugging Face conversion", ["qkv.pretrained"]),
+    ("GGUF files (llama.cpp's format) in and out", ["qkv.gguf"]),
     ("opening any model: qkv.load", ["qkv.loading"]),
     ("the Translator, which opens models with qkv.load", ["qkv.decoding.translator"]),
     ("training", ["qkv.training"]),

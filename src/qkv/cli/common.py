@@ -32,7 +32,9 @@ def add_model_argument(parser, *, what: str = "a run directory written by `qkv t
     """RUN_DIR as a positional argument, or --model: a run directory or a pretrained model folder/name."""
     parser.add_argument("run_dir", metavar="RUN_DIR", nargs="?", help=what)
     parser.add_argument(
-        "--model", help="a pretrained model instead: a Hugging Face folder (GPT-2, BERT, Marian) or a Hub name"
+        "--model",
+        help="a pretrained model instead: a Hugging Face folder (GPT-2, BERT, Marian, Llama, ...), a .gguf file "
+        "(llama.cpp's format) or a Hub name",
     )
 
 
