@@ -34,7 +34,7 @@ def load(path: str | Path, *, device: str | torch.device = "cpu", quantize: str 
 
     ``path`` is a qkv run or model folder (one without a best model yet opens its latest checkpoint), a
     folder written by ``qkv quantize``, a Hugging Face folder (a config.json with a ``model_type``), a GGUF
-    file (recognised by its first bytes, :func:`qkv.gguf.load_gguf`), or, when online, a Hub name such as
+    file (recognised by its first bytes, :func:`qkv.pretrained.gguf.load_gguf`), or, when online, a Hub name such as
     ``gpt2`` or ``Helsinki-NLP/opus-mt-en-fr``. ``quantize="int8"`` (or "int4")
     quantizes the loaded weights (:func:`qkv.quantization.quantize_model`). Every problem with the path
     or its files is a one-line :class:`~qkv.errors.QkvError`.
@@ -68,7 +68,8 @@ def is_hugging_face_folder(folder: str | Path) -> bool:
 
 def _load_file(path: Path, device: str | torch.device) -> ModelBundle:
     """A model file: GGUF (by its magic bytes, whatever its name); any other file is one line saying what to give."""
-    from qkv.gguf import is_gguf_file, load_gguf
+    from qkv.gguf import is_gguf_file
+    from qkv.pretrained.gguf import load_gguf
 
     if is_gguf_file(path):
         return load_gguf(path, device=device)

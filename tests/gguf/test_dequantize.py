@@ -10,7 +10,7 @@ import torch
 from qkv.errors import QkvError
 from qkv.gguf import DEQUANTIZERS, dequantize, read_gguf
 from qkv.gguf.reader import GGML_TYPES, RawTensor
-from tests.gguf.conftest import need
+from tests.gguf_files import need
 
 
 def reference(raw: RawTensor) -> torch.Tensor:

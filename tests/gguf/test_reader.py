@@ -11,7 +11,7 @@ import qkv
 from qkv.cli import main
 from qkv.errors import QkvError
 from qkv.gguf import is_gguf_file, read_gguf
-from tests.gguf.conftest import need, write_file
+from tests.gguf_files import need, write_file
 
 
 @pytest.fixture

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from qkv.gguf import load_gguf, read_gguf
+from qkv.gguf import read_gguf
 from qkv.gguf.tokenizer import sentencepiece_merges, tokenizer_from_gguf
+from qkv.pretrained.gguf import load_gguf
 from tests.conftest import shared_corpus
-from tests.gguf.conftest import need, random_tensors, transformers, write_file
+from tests.gguf_files import need, random_tensors, transformers, write_file
 
 UNICODE = (
     "Café, naïve façade — Ünïcödé! 東京は日本の首都です。北京欢迎你 😀🙂👍🏽 \n\nnew\tline\t\ttabs   three spaces "

@@ -7,14 +7,16 @@ import pytest
 from tokenizers import Regex, pre_tokenizers
 
 from qkv.errors import QkvError
-from qkv.gguf import export_gguf, load_gguf, read_gguf
+from qkv.export.gguf import export_gguf
+from qkv.gguf import read_gguf
 from qkv.gguf.tokenizer import PRE_TOKENIZERS, byte_level_pre_tokenizer, tokenizer_from_gguf
 from qkv.gguf.vocab import pre_tokenizer_name, tokenizer_metadata
-from qkv.models.config import LlamaConfig
+from qkv.models import LlamaConfig
 from qkv.models.llama import Llama
+from qkv.pretrained.gguf import load_gguf
 from qkv.tokenizers import CharTokenizer, WordTokenizer
-from tests.gguf.conftest import TEXT, need
 from tests.gguf.test_tokenizer import UNICODE, sentencepiece_metadata
+from tests.gguf_files import TEXT, need
 
 SAMPLE = "To be,  or not\tto be:\nthat is the question. Ünïcödé 🙂"
 

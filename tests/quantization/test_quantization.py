@@ -192,7 +192,7 @@ def test_the_output_folder_is_checked_before_anything_is_written(tmp_path, token
 
 def trained_llama(tokenizer, text: str, steps: int = 40) -> torch.nn.Module:
     """A tiny Llama trained on ``text`` for a few steps, so that its next-token choices are confident."""
-    from qkv.models.config import LlamaConfig
+    from qkv.models import LlamaConfig
     from qkv.models.llama import Llama
 
     torch.manual_seed(0)

@@ -68,7 +68,7 @@ def run_gguf(args: argparse.Namespace) -> int:
     """qkv export RUN --gguf FILE: the model and its tokenizer (and chat template) as one GGUF file."""
     from pathlib import Path
 
-    from qkv.gguf import export_gguf
+    from qkv.export.gguf import export_gguf
 
     if args.out:
         raise QkvError("give one export at a time: --out (ONNX) or --gguf (GGUF)")

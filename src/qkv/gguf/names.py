@@ -1,6 +1,6 @@
 """One row of a GGUF architecture's name table, and the few ways a tensor changes between GGUF and qkv.
 
-Each architecture module (:mod:`~qkv.gguf.llama`, :mod:`~qkv.gguf.gpt2`, :mod:`~qkv.gguf.starcoder2`) lists
+Each family's GGUF module (:mod:`qkv.models.llama.gguf`, :mod:`qkv.models.gpt.gguf`) lists
 :class:`Row` s ``(GGUF name, qkv name(s), to qkv, to GGUF)``, read in both directions: loading applies
 ``to_qkv`` to each GGUF tensor, writing applies ``to_gguf`` to the qkv tensors. ``{i}`` in a name stands for
 the block number. GGUF's names are llama.cpp's (gguf-py's constants.py, ``MODEL_TENSOR``).

@@ -160,13 +160,18 @@ def _post_processor(meta: dict[str, Any], roles: dict[str, str | None], hf: toke
     hf.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=specials)
 
 
+BYTE_LEVEL_BPE, SENTENCEPIECE_BPE = "gpt2", "llama"
+"""llama.cpp's names (tokenizer.ggml.model) for the two tokenizer models qkv reads: byte-level BPE (named after
+GPT-2, which introduced it) and SentencePiece-style BPE (named after Llama 1 and 2)."""
+
+
 def tokenizer_from_gguf(meta: dict[str, Any]) -> HFTokenizer:
     """The tokenizer of a GGUF file's metadata, with bos/eos/unk/pad from its special ids."""
     tokens, types, vocab = _vocabulary(meta)
     kind = meta.get("tokenizer.ggml.model")
-    if kind == "gpt2":
+    if kind == BYTE_LEVEL_BPE:
         hf = _byte_level(meta, vocab)
-    elif kind == "llama":
+    elif kind == SENTENCEPIECE_BPE:
         hf = _sentencepiece(meta, vocab, tokens, types)
     else:
         raise QkvError(

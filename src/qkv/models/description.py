@@ -64,6 +64,24 @@ class HFConversion(Protocol):
     def load_tokenizers(self, folder: Path, hf_config: dict[str, Any]) -> tuple[Tokenizer, Tokenizer | None]: ...
 
 
+class GGUFConversion(Protocol):
+    """What a family's GGUF module offers (:func:`qkv.pretrained.gguf.load_gguf`, :func:`qkv.export.gguf.export_gguf`):
+    the llama.cpp ``ARCHITECTURES`` it reads and writes, the tensor names it leaves out (``IGNORED``), the config
+    from a file's metadata, the name table of an architecture, the metadata of a config, and what a model becomes
+    (its architecture, config, tensors by qkv name and extra tensors)."""
+
+    ARCHITECTURES: tuple[str, ...]
+    IGNORED: tuple[str, ...]
+
+    def config_from_gguf(self, meta: Any, file: Any) -> ModelConfig: ...
+
+    def rows(self, config: Any, arch: str) -> list[Any]: ...
+
+    def metadata(self, config: Any, arch: str) -> dict[str, object]: ...
+
+    def export(self, model: nn.Module, *, approximate_gelu: bool = False) -> tuple[str, Any, dict, dict]: ...
+
+
 @dataclass(frozen=True)
 class Family:
     """A kind of model and what it offers. ``streams`` maps each stack with a residual stream to the module
@@ -93,6 +111,7 @@ class Family:
     hf_architectures: tuple[str, ...] = ()  # Hugging Face ``architectures`` it imports (qkv.pretrained)
     hf_model_types: tuple[str, ...] = ()  # config.json's ``model_type`` values it converts
     hf_conversion: HFConversion | None = None  # the folder's Hugging Face module (None: no import)
+    gguf: GGUFConversion | None = None  # the folder's GGUF module: llama.cpp's files in and out (None: neither)
 
     def __post_init__(self) -> None:
         if self.decode_step not in (None, *DECODE_STEPS):

@@ -16,6 +16,7 @@ from qkv.models.encoder.huggingface import convert_bert
 from qkv.models.gpt.huggingface import convert_gpt2
 from qkv.models.llama.huggingface import convert_llama
 from qkv.models.transformer.huggingface import convert_marian
+from qkv.pretrained.gguf import load_gguf
 from qkv.pretrained.hub import resolve_model_dir
 from qkv.pretrained.loader import load_pretrained, read_hf_config, read_hf_weights, save_as_qkv
 from qkv.pretrained.sentences import SentenceHead, embed_sentences, encode_for_bert, read_sentence_head
@@ -28,6 +29,7 @@ __all__ = [
     "convert_marian",
     "embed_sentences",
     "encode_for_bert",
+    "load_gguf",
     "load_pretrained",
     "read_hf_config",
     "read_hf_weights",

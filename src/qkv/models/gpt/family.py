@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from qkv.models.description import LANGUAGE_MODEL, Family
-from qkv.models.gpt import huggingface
+from qkv.models.gpt import gguf, huggingface
 from qkv.models.gpt.config import GPTConfig
 from qkv.models.gpt.model import GPT
 from qkv.models.gpt.presets import PRESETS
@@ -25,4 +25,5 @@ FAMILY = Family(
     hf_architectures=("GPT2LMHeadModel",),
     hf_model_types=("gpt2",),
     hf_conversion=huggingface,
+    gguf=gguf,
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from qkv.models.gpt.family import FAMILY as GPT_FAMILY
-from qkv.models.llama import huggingface
+from qkv.models.llama import gguf, huggingface
 from qkv.models.llama.config import LlamaConfig
 from qkv.models.llama.model import Llama
 from qkv.models.llama.presets import PRESETS
@@ -25,4 +25,5 @@ FAMILY = replace(
     hf_architectures=("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"),
     hf_model_types=("llama", "qwen2", "mistral"),
     hf_conversion=huggingface,
+    gguf=gguf,
 )

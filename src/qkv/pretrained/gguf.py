@@ -3,7 +3,8 @@
     bundle = load_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")    # or qkv.load(...), or --model FILE.gguf
     bundle.model, bundle.tokenizer, bundle.chat_template
 
-general.architecture picks the name table (:data:`ARCHITECTURES`); its module reads the config from the
+general.architecture picks the name table (:func:`architectures`: each family's ``gguf`` module, in its own
+folder, e.g. :mod:`qkv.models.llama.gguf`); that module reads the config from the
 metadata. The model is built without initialising its weights (:func:`unfilled_model`: memory reserved, not
 yet touched), and each GGUF tensor is dequantized straight into its float32 parameter, after which its pages
 of the file are released: the process holds one float copy of the weights, and a few megabytes more.
@@ -11,13 +12,11 @@ of the file are released: the process holds one float copy of the weights, and a
 
 from __future__ import annotations
 
-import importlib
 import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import torch
@@ -30,27 +29,25 @@ from qkv.gguf.names import Row, fill
 from qkv.gguf.reader import GGUFFile, read_gguf
 from qkv.gguf.tokenizer import tokenizer_from_gguf
 from qkv.model_dir import ModelBundle
-from qkv.models.config import GPTConfig
-from qkv.models.family import build_model
-
-ARCHITECTURES = {
-    "llama": "qkv.gguf.llama",
-    "qwen2": "qkv.gguf.llama",
-    "gpt2": "qkv.gguf.gpt2",
-    "starcoder2": "qkv.gguf.starcoder2",
-}
-"""general.architecture -> the module holding its name table."""
+from qkv.models import GPTConfig
+from qkv.models.description import GGUFConversion
+from qkv.models.family import build_model, families
 
 
-def architecture(file: GGUFFile) -> ModuleType:
+def architectures() -> dict[str, GGUFConversion]:
+    """general.architecture -> the GGUF module of the family that reads it (each family declares its own)."""
+    return {arch: family.gguf for family in families().values() if family.gguf for arch in family.gguf.ARCHITECTURES}
+
+
+def architecture(file: GGUFFile) -> GGUFConversion:
     """The table module of the file's architecture; any other is one line naming it and what qkv reads."""
-    arch = file.architecture
-    if arch not in ARCHITECTURES:
+    table = architectures()
+    if file.architecture not in table:
         raise QkvError(
-            f"{file.path} holds a {arch!r} model (general.architecture), which qkv cannot load: qkv reads GGUF "
-            f"architectures {', '.join(ARCHITECTURES)}"
+            f"{file.path} holds a {file.architecture!r} model (general.architecture), which qkv cannot load: qkv "
+            f"reads GGUF architectures {', '.join(table)}"
         )
-    return importlib.import_module(ARCHITECTURES[arch])
+    return table[file.architecture]
 
 
 _INIT_FUNCTIONS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "xavier_uniform_",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from qkv.gguf import load_gguf
-from tests.gguf.conftest import byte_level_tokenizer_metadata, hf_from_gguf, logits, need, random_tensors, write_file
+from qkv.pretrained.gguf import load_gguf
+from tests.gguf_files import byte_level_tokenizer_metadata, hf_from_gguf, logits, need, random_tensors, write_file
 
 
 def write_model(tmp_path, arch: str, *, n_heads=4, n_kv_heads=2, d=32, layers=2, tied=True):

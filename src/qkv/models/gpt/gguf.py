@@ -1,11 +1,13 @@
-"""GGUF's ``gpt2`` architecture as qkv's :class:`~qkv.models.GPT` with learned positions, and what any qkv GPT
-needs to become one.
+"""GGUF's ``gpt2`` and ``starcoder2`` architectures as qkv's :class:`~qkv.models.GPT`, and what any qkv GPT needs to
+become one of them: ``gpt2`` for learned (or sinusoidal, or no) positions, ``starcoder2`` for rotary positions.
 
-llama.cpp stores GPT-2 (:mod:`qkv.pretrained.gpt2`) as ``token_embd`` (W_E), ``position_embd`` (the learned
+llama.cpp stores GPT-2 (:mod:`qkv.models.gpt.huggingface`) as ``token_embd`` (W_E), ``position_embd`` (the learned
 positions), ``blk.{i}.attn_norm`` (LayerNorm, weight and bias), ``attn_qkv`` (W_q, W_k, W_v stacked by rows:
 (3 d_model, d_model), as nn.Linear stores them, unlike Hugging Face's transposed Conv1D), ``attn_output``
 (W_o), ``ffn_norm``, ``ffn_up`` (W_1), ``ffn_down`` (W_2), ``output_norm`` and ``output`` (W_U; absent when
-tied). llama.cpp runs every layer with biases and GELU's tanh approximation.
+tied). llama.cpp runs every layer with biases and GELU's tanh approximation. ``starcoder2`` is the same blocks
+with W_q, W_k and W_v as separate tensors (``attn_q``, ``attn_k``: head_count_kv heads, ``attn_v``) and rotary
+positions instead of ``position_embd``.
 
 Writing a qkv GPT (:func:`export_state`) fills in what that fixed shape needs and the GPT lacks, each step
 leaving the model's outputs as they were: zero biases where it has none, W_k and W_v repeated per query head
@@ -25,9 +27,9 @@ from qkv.errors import QkvError
 from qkv.gguf.metadata import ArchMetadata
 from qkv.gguf.names import BLOCK, W_E, W_POS, W_U, Row, cat_rows, row, split_rows
 from qkv.gguf.reader import GGUFFile
-from qkv.models.config import GPTConfig
+from qkv.models.gpt.config import GPTConfig
 
-ARCHITECTURES = ("gpt2",)
+ARCHITECTURES = ("gpt2", "starcoder2")  # starcoder2: a GPT with rotary positions (and grouped heads)
 IGNORED: tuple[str, ...] = ()
 ATTN = BLOCK + ".self_attn."
 
@@ -51,7 +53,7 @@ def block_rows(config: GPTConfig) -> list[Row]:
     ]
 
 
-def rows(config: GPTConfig, arch: str = "gpt2") -> list[Row]:
+def _gpt2_rows(config: GPTConfig, arch: str = "gpt2") -> list[Row]:
     """The name table of ``gpt2`` for a model of ``config``."""
     sizes = (config.d_model, config.kv_dim, config.kv_dim)
     fused = [
@@ -66,7 +68,7 @@ def rows(config: GPTConfig, arch: str = "gpt2") -> list[Row]:
     return [row("position_embd.weight", W_POS), *fused, *block_rows(config)]
 
 
-def config_from_gguf(meta: ArchMetadata, file: GGUFFile) -> GPTConfig:
+def _gpt2_config(meta: ArchMetadata, file: GGUFFile) -> GPTConfig:
     """qkv's GPTConfig from a ``gpt2`` file's metadata."""
     d_model, n_heads = meta.count("embedding_length"), meta.count("attention.head_count")
     if d_model % n_heads:
@@ -140,7 +142,7 @@ def export_state(model: nn.Module, *, multi_head: bool) -> tuple[GPTConfig, dict
     return config.replace(**changes, attention_dropout=0.0, activation_dropout=0.0), state
 
 
-def metadata(config: GPTConfig, arch: str = "gpt2") -> dict[str, object]:
+def _gpt2_metadata(config: GPTConfig, arch: str = "gpt2") -> dict[str, object]:
     """The hyperparameters of ``config`` as ``gpt2`` GGUF metadata."""
     return {
         f"{arch}.context_length": config.context_length,
@@ -150,3 +152,78 @@ def metadata(config: GPTConfig, arch: str = "gpt2") -> dict[str, object]:
         f"{arch}.attention.head_count": config.n_heads,
         f"{arch}.attention.layer_norm_epsilon": float(config.layer_norm_eps),
     }
+
+
+def _starcoder2_rows(config: GPTConfig, arch: str = "starcoder2") -> list[Row]:
+    """The name table of ``starcoder2`` for a model of ``config``."""
+    separate = [
+        *weight_and_bias("blk.{i}.attn_q", ATTN + "query"),  # W_q
+        *weight_and_bias("blk.{i}.attn_k", ATTN + "key"),  # W_k: head_count_kv * d_k rows
+        *weight_and_bias("blk.{i}.attn_v", ATTN + "value"),  # W_v
+    ]
+    return [*separate, *block_rows(config)]
+
+
+def _starcoder2_config(meta: ArchMetadata, file: GGUFFile) -> GPTConfig:
+    """qkv's GPTConfig (rotary positions) from a ``starcoder2`` file's metadata."""
+    d_model, n_heads = meta.count("embedding_length"), meta.count("attention.head_count")
+    n_kv_heads = meta.count("attention.head_count_kv", n_heads)
+    if d_model % n_heads or n_heads % n_kv_heads:
+        raise QkvError(
+            f"the GGUF metadata's embedding_length={d_model}, head_count={n_heads} and head_count_kv={n_kv_heads} "
+            "do not divide: the file is damaged; convert the model again"
+        )
+    meta.check_head_dim(d_model // n_heads)
+    return GPTConfig(
+        vocab_size=meta.vocab_size(),
+        context_length=meta.count("context_length"),
+        n_layers=meta.count("block_count"),
+        d_model=d_model,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        d_ff=meta.count("feed_forward_length", 4 * d_model),
+        activation="gelu_tanh",
+        layer_norm_eps=meta.positive("attention.layer_norm_epsilon"),
+        dropout=0.0,
+        norm_first=True,
+        final_norm=True,
+        positional="rope",
+        rope_base=meta.rope_base(d_model // n_heads),
+        bias=True,
+        tie_embeddings="output.weight" not in file.tensors,
+    )
+
+
+def _starcoder2_metadata(config: GPTConfig, arch: str = "starcoder2") -> dict[str, object]:
+    """The hyperparameters of ``config`` as ``starcoder2`` GGUF metadata."""
+    return {
+        **_gpt2_metadata(config, arch),
+        f"{arch}.attention.head_count_kv": config.n_kv_heads,
+        f"{arch}.rope.dimension_count": config.head_dim,
+        f"{arch}.rope.freq_base": float(config.rope_base),
+    }
+
+
+def config_from_gguf(meta: ArchMetadata, file: GGUFFile) -> GPTConfig:
+    """qkv's GPTConfig from a ``gpt2`` or ``starcoder2`` file's metadata."""
+    return (_starcoder2_config if file.architecture == "starcoder2" else _gpt2_config)(meta, file)
+
+
+def rows(config: GPTConfig, arch: str) -> list[Row]:
+    """The name table of ``arch`` for a model of ``config``."""
+    return (_starcoder2_rows if arch == "starcoder2" else _gpt2_rows)(config, arch)
+
+
+def metadata(config: GPTConfig, arch: str) -> dict[str, object]:
+    """The hyperparameters of ``config`` as ``arch``'s GGUF metadata."""
+    return (_starcoder2_metadata if arch == "starcoder2" else _gpt2_metadata)(config, arch)
+
+
+def export(model: nn.Module, *, approximate_gelu: bool = False) -> tuple[str, GPTConfig, dict[str, Tensor], dict]:
+    """(architecture, config, tensors by qkv name, extra tensors) of the file ``model`` becomes: ``starcoder2``
+    with rotary positions, else ``gpt2``; what neither can hold is one line."""
+    config = model.config
+    arch = "starcoder2" if config.positional == "rope" else "gpt2"
+    check_gpt(config, arch, approximate_gelu=approximate_gelu)
+    config, state = export_state(model, multi_head=arch == "gpt2")
+    return arch, config, state, {}

@@ -1,8 +1,8 @@
 """Writing a qkv language model as a GGUF file that llama.cpp runs (``qkv export RUN --gguf model.gguf``).
 
-The model's family picks llama.cpp's architecture: a Llama becomes ``llama`` (or ``qwen2`` when W_q, W_k,
-W_v have biases), a GPT ``gpt2`` (learned, sinusoidal or no positions) or ``starcoder2`` (rotary
-positions). The architecture module checks that llama.cpp computes what qkv computes, rewrites the tensors
+The model's family writes it (its ``gguf`` module, e.g. :mod:`qkv.models.llama.gguf`): a Llama becomes ``llama``
+(or ``qwen2`` when W_q, W_k, W_v have biases), a GPT ``gpt2`` (learned, sinusoidal or no positions) or
+``starcoder2`` (rotary positions). The family's module checks that llama.cpp computes what qkv computes, rewrites the tensors
 where it must (W_q/W_k rows for llama's RoPE, zero biases, ...) and names the hyperparameters; the tokenizer
 becomes ``tokenizer.ggml.*`` (:mod:`qkv.gguf.vocab`), the chat template ``tokenizer.chat_template``.
 gguf-py's ``GGUFWriter`` (llama.cpp's own writer) lays out the file, written to a temporary file and renamed.
@@ -43,23 +43,6 @@ def gguf_package() -> ModuleType:
         return importlib.import_module("gguf")
     except ImportError:
         raise QkvError("writing GGUF needs the gguf package: pip install 'qkv[gguf]' (or pip install gguf)") from None
-
-
-def architecture_for(model: nn.Module, *, approximate_gelu: bool = False) -> tuple[ModuleType, str]:
-    """(table module, llama.cpp architecture) for ``model``; a model GGUF cannot hold is one line."""
-    family, config = family_of(model), model.config
-    if family.name == "llama":
-        module = importlib.import_module("qkv.gguf.llama")
-        return module, module.export_architecture(config)
-    if family.name != "gpt":
-        raise QkvError(
-            f"this is {family.title}; GGUF (llama.cpp) holds decoder-only language models, and qkv writes its "
-            "GPT and Llama models: use --onnx for this one"
-        )
-    arch = "starcoder2" if config.positional == "rope" else "gpt2"
-    module = importlib.import_module(f"qkv.gguf.{arch}")
-    module.check_gpt(config, arch, approximate_gelu=approximate_gelu)
-    return module, arch
 
 
 def gguf_tensors(rows: list[Row], config: Any, state: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -141,17 +124,19 @@ def export_gguf(
     if gguf_type not in GGUF_TYPES:
         raise QkvError(f"--gguf-type {gguf_type!r} is unknown: choose {' or '.join(GGUF_TYPES)}")
     model = unwrap_model(model)
-    module, arch = architecture_for(model, approximate_gelu=approximate_gelu)
-    if hasattr(module, "export_state"):
-        config, state = module.export_state(model, multi_head=arch == "gpt2")
-    else:
-        config, state = model.config, {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
+    family = family_of(model)
+    if family.gguf is None:
+        raise QkvError(
+            f"this is {family.title}; GGUF (llama.cpp) holds decoder-only language models, and qkv writes its "
+            "GPT and Llama models: use --onnx for this one"
+        )
+    module = family.gguf
+    arch, config, state, extra = module.export(model, approximate_gelu=approximate_gelu)
     vocabulary = tokenizer_metadata(tokenizer)
     if len(vocabulary["tokenizer.ggml.tokens"]) != config.vocab_size:
         raise QkvError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model {config.vocab_size}")
     check_writable(path)
     tensors = gguf_tensors(module.rows(config, arch), config, state)
-    extra = getattr(module, "extra_tensors", lambda config: {})(config)
     arrays = {**_arrays(tensors, gguf_type), **{name: t.numpy() for name, t in extra.items()}}
     metadata: dict[str, Any] = {
         "general.name": name or Path(path).stem,

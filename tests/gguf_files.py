@@ -44,7 +44,7 @@ def smollm2() -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2_qkv(smollm2):
-    from qkv.gguf import load_gguf
+    from qkv.pretrained.gguf import load_gguf
 
     return load_gguf(smollm2)
 

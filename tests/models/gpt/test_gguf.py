@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from qkv.errors import QkvError
-from qkv.gguf import load_gguf
-from qkv.gguf.gpt2 import check_gpt
 from qkv.models import GPTConfig
-from tests.gguf.conftest import byte_level_tokenizer_metadata, hf_from_gguf, logits, need, random_tensors, write_file
+from qkv.models.gpt.gguf import check_gpt
+from qkv.pretrained.gguf import load_gguf
+from tests.gguf_files import byte_level_tokenizer_metadata, hf_from_gguf, logits, need, random_tensors, write_file
 
 
 def write_gpt2(tmp_path, *, d=32, layers=2, tied=True):

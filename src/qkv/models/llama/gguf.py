@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from qkv.errors import QkvError
 from qkv.gguf.dequantize import dequantize
@@ -26,7 +26,7 @@ from qkv.gguf.metadata import ArchMetadata
 from qkv.gguf.names import BLOCK, W_E, W_U, Row, rope_permute, rope_unpermute, row
 from qkv.gguf.reader import GGUFFile
 from qkv.gguf.rope import ROPE_FREQS, rope_factors, scaling_from_factors
-from qkv.models.config import LlamaConfig
+from qkv.models.llama.config import LlamaConfig
 
 ARCHITECTURES = ("llama", "qwen2")
 IGNORED: tuple[str, ...] = (r"rope_freqs\.weight",)
@@ -148,3 +148,12 @@ def metadata(config: LlamaConfig, arch: str) -> dict[str, object]:
             else {}
         ),
     }
+
+
+def export(model: nn.Module, *, approximate_gelu: bool = False) -> tuple[str, LlamaConfig, dict[str, Tensor], dict]:
+    """(architecture, config, tensors by qkv name, extra tensors) of the file ``model`` becomes: ``llama``, or
+    ``qwen2`` with biases on W_q, W_k, W_v; ``approximate_gelu`` does not apply (a Llama has no GELU)."""
+    config = model.config
+    arch = export_architecture(config)
+    state = {name: tensor.detach().float().cpu() for name, tensor in model.state_dict().items()}
+    return arch, config, state, extra_tensors(config)

@@ -8,12 +8,13 @@ import torch
 
 from qkv.cli import main
 from qkv.errors import QkvError
-from qkv.gguf import export_gguf, load_gguf, read_gguf
+from qkv.export.gguf import export_gguf
+from qkv.gguf import read_gguf
 from qkv.model_dir import save_model_dir
-from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig
-from qkv.models.config import LlamaConfig
+from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig, LlamaConfig
 from qkv.models.llama import Llama
-from tests.gguf.conftest import TEXT, hf_from_gguf, ids_of, logits, need, perturbed
+from qkv.pretrained.gguf import load_gguf
+from tests.gguf_files import TEXT, hf_from_gguf, ids_of, logits, need, perturbed
 
 MODELS = {
     "gpt2": lambda v: GPT(

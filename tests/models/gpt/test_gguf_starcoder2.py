@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from qkv.gguf import export_gguf, load_gguf, read_gguf
+from qkv.export.gguf import export_gguf
+from qkv.gguf import read_gguf
 from qkv.models import GPT, GPTConfig
-from tests.gguf.conftest import TEXT, hf_from_gguf, ids_of, logits, need, perturbed
+from qkv.pretrained.gguf import load_gguf
+from tests.gguf_files import TEXT, hf_from_gguf, ids_of, logits, need, perturbed
 
 
 @pytest.mark.parametrize(
