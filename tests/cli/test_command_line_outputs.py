@@ -133,7 +133,11 @@ def test_generate_says_torch_compile_is_at_work(models, monkeypatch, capsys) -> 
     import qkv.decoding
 
     gpt, _ = models
-    monkeypatch.setattr(qkv.decoding, "stream", lambda *a, **kw: iter([]))  # no minute of compiling here
+
+    class Nothing(list):
+        cropped = 0
+
+    monkeypatch.setattr(qkv.decoding, "stream", lambda *a, **kw: Nothing())  # no minute of compiling here
     assert main(["generate", str(gpt), "--engine", "compiled", "--max-new-tokens", "1"]) == 0
     err = capsys.readouterr().err
     assert "note: compiling the decode step with torch.compile: about a minute the first time" in err

@@ -53,7 +53,13 @@ def test_model_info_describes_it_from_its_family(llama) -> None:
     info = llama.client.get("/v1/model").json()
     family = family_of("llama")
     assert (info["kind"], info["role"], info["description"]) == ("llama", "language model", family.title)
-    assert info["endpoints"][:4] == ["/v1/completions", "/v1/next-token", "/v1/attention", "/v1/walkthrough"]
+    assert info["endpoints"][:5] == [
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/v1/next-token",
+        "/v1/attention",
+        "/v1/walkthrough",
+    ]
     assert info["unavailable"] == {
         "/v1/translations": f"/v1/translations needs a translator, and this is {family.title}: use `qkv generate` "
         "with it"

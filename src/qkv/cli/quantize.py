@@ -11,6 +11,8 @@ import argparse
 import sys
 
 from qkv.cli.common import add_device_arguments, add_model_argument, model_path, note_unknown, use_device
+from qkv.cli.options import add_alias
+from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.quantization.int4_linear import GROUP_SIZE
 from qkv.quantization.int8_linear import ACTIVATIONS
@@ -24,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, metavar="DIR", help="folder for the quantized copy (new or empty)")
     parser.add_argument(
         "--bits",
-        type=int,
+        type=_bits,
         default=8,
         help="8 (default): int8, a scale per output channel; 4: int4, groups of --group-size weights with a scale "
         "and a minimum each (the unembedding stays int8)",
@@ -37,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="--bits 4: weights per group, 32 (default, GGUF's Q4 block), 64, 128 or 256; it must divide every "
         "layer's input width",
     )
-    parser.add_argument("--scheme", help=argparse.SUPPRESS)  # the older spelling: int8 or int4
+    add_alias(parser, "--scheme", of="--bits", dest="bits", type=_bits)  # the older spelling: int8 or int4
     parser.add_argument(
         "--calibrate",
         metavar="FILE",
@@ -55,14 +57,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _bits(text: str) -> int | str:
+    """--bits 8 or 4; the older --scheme int8 / int4 means the same (anything else is refused in run, one line)."""
+    number = text.strip().lower().removeprefix("int")
+    return int(number) if number.isdigit() else text
+
+
 def run(args: argparse.Namespace) -> int:
     from qkv.io import read_text
-    from qkv.quantization import check_scheme, weight_bytes
+    from qkv.quantization import weight_bytes
     from qkv.quantization.int4_linear import check_group_size
     from qkv.quantization.model import scheme_for_bits
     from qkv.quantization.save import save_quantized
 
-    scheme = check_scheme(args.scheme) if args.scheme is not None else scheme_for_bits(args.bits)
+    if isinstance(args.bits, str):
+        raise QkvError(f"{args.bits!r} is not a quantization scheme: use --bits 8 (int8) or --bits 4 (int4)")
+    scheme = scheme_for_bits(args.bits)
     if scheme == "int4":
         check_group_size(args.group_size)  # the value itself, before loading the model
     calibration_text = None if args.calibrate is None else read_text(args.calibrate, what="calibration text")

@@ -4,9 +4,9 @@ The model's family writes it (its ``gguf`` module, e.g. :mod:`qkv.models.llama.g
 (or ``qwen2`` when W_q, W_k, W_v have biases), a GPT ``gpt2`` (learned, sinusoidal or no positions) or
 ``starcoder2`` (rotary positions). The family's module checks that llama.cpp computes what qkv computes,
 rewrites the tensors where it must (W_q/W_k rows for llama's RoPE, zero biases, ...) and names the
-hyperparameters; the tokenizer
-becomes ``tokenizer.ggml.*`` (:mod:`qkv.gguf.vocab`), the chat template ``tokenizer.chat_template``.
-gguf-py's ``GGUFWriter`` (llama.cpp's own writer) lays out the file, written to a temporary file and renamed.
+hyperparameters; the tokenizer becomes ``tokenizer.ggml.*`` (:mod:`qkv.gguf.vocab`), the chat template
+``tokenizer.chat_template``. gguf-py's ``GGUFWriter`` (llama.cpp's own writer) lays out the file, written to a
+temporary file and renamed.
 
 Matrices are stored as F16 by default (``gguf_type="f32"`` keeps every bit): llama.cpp's converter writes F16
 too, its quantizer (llama-quantize) starts from either, and the file is half the size; each weight is then
