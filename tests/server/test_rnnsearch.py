@@ -7,7 +7,7 @@ import torch
 
 from qkv.decoding.translator import Translator
 from tests.server.conftest import serve, train_reversal
-from tests.server.test_analysis import post
+from tests.server.test_analyses import post
 
 
 @pytest.fixture(scope="module")
