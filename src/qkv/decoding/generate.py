@@ -136,20 +136,20 @@ class TokenStream(Iterator[Tensor]):
         self._steps.close()
 
 
-def _start(
-    model, prompt_ids: Prompt, params, eos_id: EndIds, bos_id, use_cache, step, generator, settings
-) -> TokenStream:
-    """Check everything at once (not at the first step) and return the batch's token stream."""
+def _start(model, prompt_ids: Prompt, params, ends: tuple[EndIds, int | None], settings: dict[str, Any]) -> TokenStream:
+    """Check everything at once (not at the first step) and return the batch's token stream. ``ends`` is (eos_id,
+    bos_id); ``settings`` holds the SamplingParams fields given as keywords, and use_cache, step and generator."""
+    run = {name: settings.pop(name) for name in ("use_cache", "step", "generator")}
     params = SamplingParams.of(params, **settings)
     if params.stop:
         raise QkvError(
             "stop strings are text, and generate/stream work on token ids: use qkv.complete or qkv.chat, "
             "or pass end ids as eos_id"
         )
-    stops = end_ids(eos_id, model.config.vocab_size)
-    resolve_step(model, step)
-    ids = prompt_tensor(model, prompt_ids, bos_id)
-    return TokenStream(model, ids, params, stops, use_cache, step, generator)
+    stops = end_ids(ends[0], model.config.vocab_size)
+    resolve_step(model, run["step"])
+    ids = prompt_tensor(model, prompt_ids, ends[1])
+    return TokenStream(model, ids, params, stops, run["use_cache"], run["step"], run["generator"])
 
 
 @torch.no_grad()
@@ -176,7 +176,8 @@ def generate(
     forward, the reference); ``use_cache=False`` recomputes every step. Runs in eval mode without gradients and
     restores the model's training flag.
     """
-    tokens = _start(model, prompt_ids, params, eos_id, bos_id, use_cache, step, generator, settings)
+    how = dict(use_cache=use_cache, step=step, generator=generator)
+    tokens = _start(model, prompt_ids, params, (eos_id, bos_id), {**settings, **how})
     new = list(tokens)
     if not new:
         return tokens.ids
@@ -201,7 +202,8 @@ def stream(
     too, and ends the stream. The returned iterator has ``cropped`` (prompt tokens dropped to fit the context)
     and ``close()``. Feed the ids to a :class:`TextStreamer` to print text as it comes.
     """
-    tokens = _start(model, prompt_ids, params, eos_id, bos_id, use_cache, step, generator, settings)
+    how = dict(use_cache=use_cache, step=step, generator=generator)
+    tokens = _start(model, prompt_ids, params, (eos_id, bos_id), {**settings, **how})
     if tokens.ids.shape[0] != 1:
         raise QkvError(f"stream takes one prompt, got a batch of {tokens.ids.shape[0]}: use generate() for a batch")
     return _Ids(tokens)

@@ -70,8 +70,24 @@ class SamplingParams:
             object.__setattr__(self, name, value)
 
     def _check(self) -> None:
+        self._check_counts()
+        self._check_filters()
+        self._check_penalties()
+
+    def _check_counts(self) -> None:
         if not _is_whole(self.max_new_tokens) or self.max_new_tokens < 0:
             raise QkvError(f"max_new_tokens={self.max_new_tokens!r} must be a whole number >= 0: e.g. 100")
+        if self.logprobs is not None and (not _is_whole(self.logprobs) or self.logprobs < 0):
+            raise QkvError(f"logprobs={self.logprobs!r} must be a whole number >= 0 (top alternatives per token)")
+        if self.seed is not None and (not _is_whole(self.seed) or not 0 <= self.seed <= MAX_SEED):
+            raise QkvError(f"seed={self.seed!r} must be a whole number in [0, 2**64 - 1]")
+        if not isinstance(self.ignore_eos, bool):
+            raise QkvError(f"ignore_eos={self.ignore_eos!r} must be True or False")
+        stops = (self.stop,) if isinstance(self.stop, str) else self.stop
+        if not isinstance(stops, tuple | list) or not all(isinstance(s, str) and s for s in stops):
+            raise QkvError(f"stop={self.stop!r} must be a string or a list of non-empty strings")
+
+    def _check_filters(self) -> None:
         if not _is_number(self.temperature) or self.temperature < 0:
             raise QkvError(
                 f"temperature={self.temperature!r} must be a finite number >= 0: use 0 for greedy decoding, "
@@ -85,6 +101,8 @@ class SamplingParams:
             raise QkvError(f"top_p={self.top_p!r} must be in (0, 1]: use e.g. 0.9, or 1/None to keep every token")
         if self.min_p is not None and (not _is_number(self.min_p) or not 0 <= self.min_p <= 1):
             raise QkvError(f"min_p={self.min_p!r} must be in [0, 1]: use e.g. 0.05, or 0/None to keep every token")
+
+    def _check_penalties(self) -> None:
         if not _is_number(self.repetition_penalty) or self.repetition_penalty <= 0:
             raise QkvError(
                 f"repetition_penalty={self.repetition_penalty!r} must be a number > 0: 1 is none, about 1.1-1.3 "
@@ -94,15 +112,6 @@ class SamplingParams:
             value = getattr(self, name)
             if not _is_number(value) or not -2 <= value <= 2:
                 raise QkvError(f"{name}={value!r} must be a number in [-2, 2] (OpenAI's range): 0 is none")
-        stops = (self.stop,) if isinstance(self.stop, str) else self.stop
-        if not isinstance(stops, tuple | list) or not all(isinstance(s, str) and s for s in stops):
-            raise QkvError(f"stop={self.stop!r} must be a string or a list of non-empty strings")
-        if self.logprobs is not None and (not _is_whole(self.logprobs) or self.logprobs < 0):
-            raise QkvError(f"logprobs={self.logprobs!r} must be a whole number >= 0 (top alternatives per token)")
-        if self.seed is not None and (not _is_whole(self.seed) or not 0 <= self.seed <= MAX_SEED):
-            raise QkvError(f"seed={self.seed!r} must be a whole number in [0, 2**64 - 1]")
-        if not isinstance(self.ignore_eos, bool):
-            raise QkvError(f"ignore_eos={self.ignore_eos!r} must be True or False")
 
     @property
     def greedy(self) -> bool:
