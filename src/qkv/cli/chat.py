@@ -23,6 +23,7 @@ from qkv.cli.common import (
     model_path,
     use_device,
 )
+from qkv.cli.held_notes import release_notes
 from qkv.cli.options import compile_note, note
 from qkv.cli.sampling import add_sampling_arguments, sampling_params
 
@@ -52,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
     bundle = load_for_use(model_path(args), expect="language model", device=args.device, quantize=args.quantize)
     opening = [{"role": "system", "content": args.system}] if args.system else []
     chat_prompt(bundle, [*opening, {"role": "user", "content": "Hi"}], template=template)  # a template, or one line
+    release_notes()  # the input is checked: the notes held so far (qkv.cli.held_notes) come now
     compile_note(args.step)
     interactive = sys.stdin.isatty()
     if interactive:

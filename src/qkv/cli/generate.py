@@ -23,6 +23,7 @@ from qkv.cli.common import (
     note_unknown,
     use_device,
 )
+from qkv.cli.held_notes import release_notes
 from qkv.cli.options import compile_note, note
 from qkv.cli.sampling import add_sampling_arguments, sampling_params
 from qkv.errors import QkvError
@@ -50,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     args.device = use_device(args)
     bundle = load_for_use(model_path(args), expect="language model", device=args.device, quantize=args.quantize)
     tokenizer, model = bundle.tokenizer, bundle.model
+    release_notes()  # the input is checked: the notes held so far (qkv.cli.held_notes) come now
     compile_note(args.step)
     note_unknown(tokenizer, args.prompt, what="the prompt")
     prompt = tokenizer.encode(args.prompt) if args.prompt else []

@@ -46,6 +46,7 @@ class HeldNotes:
         """Write the held notes now and stop holding."""
         held, self.held, self.holding = self.held, "", False
         if held:
+            sys.stdout.flush()  # what the verb printed so far comes first, as it was written
             self.stream.write(held)
             self.stream.flush()
 

@@ -137,4 +137,5 @@ def note(text: str) -> None:
 
     release_notes()
     if is_main_process():
+        sys.stdout.flush()  # the verb's output so far first, then the note
         print(f"note: {text}", file=sys.stderr, flush=True)
