@@ -4,13 +4,17 @@ completions share it; only their JSON differs."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
 
 from qkv.decoding.text import ChoiceText, Piece
 from qkv.server.jobs import CompletionJob
 from qkv.server.metrics import Metrics
 from qkv.server.scheduler import Run
 from qkv.tokenizers.base import Tokenizer
+
+T = TypeVar("T")
 
 
 def choice_texts(job: CompletionJob, tokenizer: Tokenizer, logprobs: bool) -> dict[int, ChoiceText]:
@@ -44,3 +48,17 @@ async def pieces(
                 run.stop(output.request)
             for piece in text.closing():
                 yield piece
+
+
+async def to_the_end(collected: Awaitable[T], run: Run, gone: Awaitable[None]) -> T:
+    """What ``collected`` (a job's pieces joined) gives, even if the client goes away first (``gone`` returns):
+    then the job stops at its next step and ``collected`` ends with what was made. The run closes either way."""
+    work, left = asyncio.ensure_future(collected), asyncio.ensure_future(gone)
+    try:
+        await asyncio.wait({work, left}, return_when=asyncio.FIRST_COMPLETED)
+        if not work.done():  # the client left: stop at the next step; the slots free when it stops
+            run.job.cancel()
+        left.cancel()
+        return await work
+    finally:
+        run.close()

@@ -10,7 +10,6 @@ stop string, or ``max_completion_tokens`` ("length"). Answers come as ``message`
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -21,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from qkv.decoding.text import Entry, Piece
 from qkv.server.errors import error_body
 from qkv.server.jobs import CompletionJob, prepare_chat
-from qkv.server.pieces import choice_texts, pieces
+from qkv.server.pieces import choice_texts, pieces, to_the_end
 from qkv.server.routes.common import SSE_HEADERS, GatedStream, ServiceDep, disconnected, sse
 from qkv.server.scheduler import Run
 from qkv.server.schemas import ChatCompletionRequest
@@ -56,16 +55,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, servic
         usage = bool(body.stream_options and body.stream_options.include_usage)
         return GatedStream(events(made, run, head, body.logprobs, top, usage), on_close=run.close,
                            media_type="text/event-stream", headers=SSE_HEADERS)  # fmt: skip
-    collected = asyncio.ensure_future(collect(made, job, body.logprobs, top))
-    gone = asyncio.ensure_future(disconnected(request))
-    try:
-        await asyncio.wait({collected, gone}, return_when=asyncio.FIRST_COMPLETED)
-        if not collected.done():  # the client left: stop at the next step; the slots free when it stops
-            job.cancel()
-        gone.cancel()
-        choices = await collected
-    finally:
-        run.close()
+    choices = await to_the_end(collect(made, job, body.logprobs, top), run, disconnected(request))
     return {**head, "object": "chat.completion", "choices": choices, "usage": job.usage()}
 
 

@@ -11,7 +11,6 @@ generation, streamed or not, and frees its slots.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -23,7 +22,7 @@ from qkv.decoding.text import ChoiceText, Entry, Piece
 from qkv.server.errors import error_body
 from qkv.server.jobs import CompletionJob, prepare_completion
 from qkv.server.output import logprobs_dict, prompt_entries
-from qkv.server.pieces import choice_texts, pieces
+from qkv.server.pieces import choice_texts, pieces, to_the_end
 from qkv.server.routes.common import SSE_HEADERS, GatedStream, ServiceDep, disconnected, sse
 from qkv.server.scheduler import Run
 from qkv.server.schemas import CompletionRequest, CompletionResponse
@@ -68,16 +67,7 @@ async def completions(body: CompletionRequest, request: Request, service: Servic
     if body.stream:
         return GatedStream(events(made, run, head, logprobs), on_close=run.close, media_type="text/event-stream",
                            headers=SSE_HEADERS)  # fmt: skip
-    work = asyncio.ensure_future(collect(made, job, logprobs))
-    gone = asyncio.ensure_future(disconnected(request))
-    try:
-        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-        if not work.done():  # the client left: stop at the next step; the slots free when it stops
-            job.cancel()
-        gone.cancel()
-        choices = await work
-    finally:
-        run.close()
+    choices = await to_the_end(collect(made, job, logprobs), run, disconnected(request))
     return {**head, "choices": choices, "usage": job.usage()}
 
 
