@@ -18,14 +18,18 @@ To add a family:
 4. ``huggingface.py``, where checkpoints exist: ``config_from_hf`` (config.json -> the config, refusing in
    one line what the model cannot run), ``convert`` (one table of rows from Hugging Face names to qkv names,
    applied by :mod:`qkv.models.hf_tables`) and ``load_tokenizers``.
-5. ``presets.py``: its named sizes, ``PRESETS``.
-6. ``family.py``: its description, ``FAMILY``, a :class:`~qkv.models.description.Family`: role,
+5. ``gguf.py``, where llama.cpp runs it: ``ARCHITECTURES`` (the ``general.architecture`` names it reads and
+   writes), ``IGNORED``, ``config_from_gguf``, ``rows`` (its name table: ``blk.{i}.attn_q`` -> W_q, ...),
+   ``metadata`` and ``export`` (what a model becomes in a file), read by :mod:`qkv.pretrained.gguf` and
+   written by :mod:`qkv.export.gguf`. Llama: ``llama`` and ``qwen2``, W_q and W_k rows permuted for llama.cpp.
+6. ``presets.py``: its named sizes, ``PRESETS``.
+7. ``family.py``: its description, ``FAMILY``, a :class:`~qkv.models.description.Family`: role,
    capabilities the views may use, streams, ``decode_step`` (the fast step of :mod:`qkv.decoding` that may
    run it, or None), presets, ``train_defaults``, the Hugging Face architectures and model types and the
-   conversion module. Llama: ``replace(GPT's FAMILY, ...)`` with what differs.
-7. One line in :data:`qkv.models.family.ROOMS` (the one place that lists the families) and the re-exports
+   conversion module, and its ``gguf`` module. Llama: ``replace(GPT's FAMILY, ...)`` with what differs.
+8. One line in :data:`qkv.models.family.ROOMS` (the one place that lists the families) and the re-exports
    in :mod:`qkv.models`.
-8. Tests in ``tests/models/<family>/``: the config, the model against a reference we did not write
+9. Tests in ``tests/models/<family>/``: the config, the model against a reference we did not write
    (transformers), the conversion.
 
 Nothing in the command line, the server, :mod:`qkv.inspect`, decoding or training changes: they ask the
