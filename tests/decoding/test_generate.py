@@ -310,3 +310,12 @@ def test_streaming_generated_ids_through_the_text_streamer() -> None:
         text += streamer.push(token)
     text += streamer.flush()
     assert tok.decode(prompt) + text == tok.decode(prompt + new)
+
+
+def test_a_seed_in_the_settings_is_one_generator_for_the_batch() -> None:
+    model = tiny_gpt("rope")
+    prompt = torch.tensor([[3, 1, 4], [3, 1, 4]])
+    seeded = generate(model, prompt, max_new_tokens=8, temperature=1.5, seed=11)
+    given = generate(model, prompt, max_new_tokens=8, temperature=1.5, generator=torch.Generator().manual_seed(11))
+    assert torch.equal(seeded, given)  # the same as passing that generator
+    assert not torch.equal(seeded[0], seeded[1])  # two rows, two different draws from one stream

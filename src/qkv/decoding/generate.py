@@ -114,6 +114,8 @@ class TokenStream(Iterator[Tensor]):
         if new == 0:
             return
         kept = min(length, self.model.config.context_length)
+        if generator is None and self.params.seed is not None:  # one stream for the batch, as a given generator
+            generator = torch.Generator(device=self.ids.device).manual_seed(self.params.seed)
         engine = Engine(self.model, batch, cache_length(self.model, mode, kept, new), step=step, use_cache=use_cache)
         rows = [Request(self.ids[b].tolist(), self.params, stops, generator, tag=b) for b in range(batch)]
         made = torch.zeros(batch, dtype=torch.long)
