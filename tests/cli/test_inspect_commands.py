@@ -121,7 +121,7 @@ def test_attention_draws_the_grid_and_the_html_view(capsys, runs, tmp_path) -> N
     assert "greedy translation" in printed
     assert main(["attention", str(translator), "the fox", "--target", "dog", "--part", "cross", "--head", "1",
                  "--out", str(tmp_path / "cross.png")]) == 0  # fmt: skip
-    assert "cross.png (1 maps" in capsys.readouterr().out
+    assert "cross.png (1 map," in capsys.readouterr().out
     assert "no cross attention" in fails(capsys, "attention", str(gpt), "the fox", "--part", "cross")
     assert "--layer 3 is out of range" in fails(capsys, "attention", str(gpt), "the fox", "--layer", "3")
 

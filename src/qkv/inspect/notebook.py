@@ -82,10 +82,14 @@ def page_frame(page: str, *, height: int = 480, title: str = "qkv view") -> str:
 
 
 def rich_html(draw: Callable[[Any], None], *, width: int = 150) -> str:
-    """What ``draw(console)`` prints on a rich console, as HTML (the terminal's own tables and colours)."""
+    """What ``draw(console)`` prints on a rich console, as HTML (the terminal's own tables and colours).
+
+    The console writes to a string only: in a notebook rich would otherwise display every ``print`` itself, a
+    second copy of the table above the view's own (``force_jupyter=False``)."""
     from rich.console import Console
 
-    console = Console(record=True, width=width, file=io.StringIO(), force_terminal=True, color_system="truecolor")
+    console = Console(record=True, width=width, file=io.StringIO(), force_terminal=True, force_jupyter=False,
+                      color_system="truecolor")  # fmt: skip
     draw(console)
     code = '<pre class="qkv-rich" style="font-family:ui-monospace,Menlo,monospace;font-size:12px;line-height:1.3">'
     return console.export_html(inline_styles=True, code_format=code + "{code}</pre>")
