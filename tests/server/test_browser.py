@@ -319,3 +319,24 @@ def test_the_translators_standalone_attention_page_opens_on_cross_attention(tran
     page.goto(html.as_uri())
     assert page.input_value("#group") == "cross"
     assert page.locator("#group option").count() == 3  # encoder and decoder self-attention are one pick away
+
+
+def test_a_30_block_walkthrough_shows_each_block_in_a_line_and_opens_it_on_a_click(smollm2, page, tmp_path) -> None:
+    """SmolLM2's page (`qkv lens --html` on the GGUF file): the first two and last two blocks open, the others one
+    line each with what the lens reads at the last position, drawn when opened."""
+    from qkv.cli import main
+
+    out = tmp_path / "walk.html"
+    assert main(["lens", "--model", str(smollm2), "The capital of France is", "--no-plot", "--html", str(out)]) == 0
+    page.goto(out.as_uri())
+    page.wait_for_selector("body[data-ready='1']")
+    blocks = page.locator(".wt-block")
+    assert blocks.count() == 30
+    opened = page.locator(".wt-block details[open]").evaluate_all("ds => ds.map(d => d.parentElement.dataset.layer)")
+    assert opened == ["0", "1", "28", "29"]
+    assert '" Paris" (' in page.inner_text("#wt-block-29 .wt-glance")
+    assert page.locator("#wt-block-17 canvas").count() == 0  # not drawn until opened
+    page.click("#wt-block-17 summary")
+    page.wait_for_selector("#wt-block-17 canvas.wt-attention-map")
+    page.select_option("#wt-block-17 select.wt-head", "3")
+    screenshot(page, "walkthrough-smollm2")
