@@ -121,9 +121,15 @@ def test_attention_draws_the_grid_and_the_html_view(capsys, runs, tmp_path) -> N
     assert "greedy translation" in printed
     assert main(["attention", str(translator), "the fox", "--target", "dog", "--part", "cross", "--head", "1",
                  "--out", str(tmp_path / "cross.png")]) == 0  # fmt: skip
-    assert "cross.png (1 maps" in capsys.readouterr().out
+    assert "cross.png (1 map," in capsys.readouterr().out
     assert "no cross attention" in fails(capsys, "attention", str(gpt), "the fox", "--part", "cross")
     assert "--layer 3 is out of range" in fails(capsys, "attention", str(gpt), "the fox", "--layer", "3")
+    assert main(["attention", str(gpt), "the fox", "--layer", "0-1", "--head", "1,0", "--out", str(out)]) == 0
+    assert "(4 maps," in capsys.readouterr().out  # a range and a list: their grid
+    assert "--layer 3 is out of range" in fails(capsys, "attention", str(gpt), "the fox", "--layer", "1,3")
+    with pytest.raises(SystemExit) as stopped:  # argparse's one line (the parser's type check)
+        main(["attention", str(gpt), "the fox", "--head", "x"])
+    assert stopped.value.code == 2 and "a list (0,5,10) or a range (16-18)" in capsys.readouterr().err
 
 
 def test_next_prints_the_distribution_and_draws_it(capsys, runs, tmp_path) -> None:

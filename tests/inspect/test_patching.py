@@ -11,6 +11,8 @@ import torch
 
 from qkv.errors import QkvError
 from qkv.inspect.patching import patch
+from qkv.inspect.residual import output_stream
+from qkv.layers.capture import capture, intervene
 from qkv.loading import load
 from tests.pretrained.conftest import gpt2_dir, gpt2_hf  # noqa: F401  (session fixtures)
 
@@ -35,6 +37,51 @@ def test_the_residual_map_has_its_known_zeros_and_ones(gpt) -> None:
     assert calls[-1] == (3 * n + 2 * 2, 3 * n + 2 * 2)  # every patched run reported
     data = json.loads(json.dumps(result.to_dict()))
     assert [m["name"] for m in data["maps"]] == ["residual", "heads"] and data["target"]["id"] == result.target_id
+
+
+def naive_residual(bundle, clean: str, corrupt: str, target: int, foil: int) -> np.ndarray:
+    """The residual map the plain way: one full forward pass per (row, position), the clean value put in by
+    :func:`intervene` (no batching, no skipped blocks). (rows, positions) of m = logit(target) - logit(foil)"""
+    model = bundle.model
+    ids = [torch.tensor([bundle.tokenizer.encode(t)]) for t in (clean, corrupt)]
+    with torch.no_grad(), capture(model) as acts:
+        model(ids[0])
+    stream = output_stream(model, what="a test")
+    found = np.zeros((stream.n_layers + 1, ids[0].shape[1]))
+    for row in range(stream.n_layers + 1):
+        for p in range(ids[0].shape[1]):
+
+            def edit(t, row=row, p=p):  # noqa: ANN001, ANN202
+                t = t.clone()
+                t[:, p] = acts[stream.resid(row)][:, p]
+                return t
+
+            with torch.no_grad(), intervene(model, {stream.resid(row): edit}):
+                logits = model(ids[1])[0, -1].double()
+            found[row, p] = float(logits[target] - logits[foil])
+    return found
+
+
+def test_batched_runs_that_skip_early_blocks_equal_plain_patching(gpt, monkeypatch) -> None:
+    """However the runs are batched (1 per pass: every pass starts at its own block), the numbers are those of
+    full forward passes with one activation replaced."""
+    naive = None
+    for most in (1, 3, 64):
+        monkeypatch.setattr("qkv.inspect.patch_runs.MAX_RUNS", most)
+        result = patch(gpt, CLEAN, CORRUPT, foil="z")
+        if naive is None:
+            naive = naive_residual(gpt, CLEAN, CORRUPT, result.target_id, result.foil_id)
+        expected = (naive - result.corrupt_difference) / (result.clean_difference - result.corrupt_difference)
+        np.testing.assert_allclose(result.map("residual").values, expected, atol=1e-5, err_msg=f"{most} per pass")
+
+
+def test_a_llama_with_rope_and_grouped_query_attention_patches_as_plainly(smol_bundle) -> None:
+    """The same on a (tiny, random) Llama: rotary positions and one key/value head read from the prefix's cache."""
+    clean, corrupt = "The capital of France is", "The capital of Italy is"
+    result = patch(smol_bundle, clean, corrupt, target=" Paris", foil=" Rome")
+    naive = naive_residual(smol_bundle, clean, corrupt, result.target_id, result.foil_id)
+    expected = (naive - result.corrupt_difference) / (result.clean_difference - result.corrupt_difference)
+    np.testing.assert_allclose(result.map("residual").values, expected, atol=1e-4)
 
 
 def test_gpt2_heads_match_hooks_on_transformers(gpt2_dir, gpt2_hf) -> None:  # noqa: F811

@@ -1,12 +1,12 @@
-"""Draw a model's attention weights on a text as heatmaps: row i is a query token, column j a key token, and
-the cell is softmax(Q K^T / sqrt(d_k) + mask)_ij, so every row sums to 1.
+"""Draw a model's attention weights on a text as heatmaps: row i is a query token, column j a key token, and the cell is
+softmax(Q K^T / sqrt(d_k) + mask)_ij, so every row sums to 1.
 
-By default one PNG grid of all layers (rows) x heads (columns); --layer and/or --head narrow it to one row,
-one column or one map (a single map also shows the numbers). A translator has three kinds of attention,
-each drawn to its own file: the encoder self-attention (source x source), the decoder masked
-self-attention (target x target) and the cross-attention (target rows x source columns); the target is
---target, or the model's own greedy translation of TEXT. --html also writes a standalone page (no network
-needed) with pickers for the kind, layer and head, where hovering a cell shows its weight.
+By default one PNG grid of all layers (rows) x heads (columns); --layer and/or --head narrow it to some rows and columns
+(``--layer 16-18``, ``--head 0,3``) or to one map (a single map also shows the numbers). A translator has three kinds of
+attention, each drawn to its own file: the encoder self-attention (source x source), the decoder masked self-attention
+(target x target) and the cross-attention (target rows x source columns); the target is --target, or the model's own
+greedy translation of TEXT. --html also writes a standalone page (no network needed) with pickers for the kind, layer
+and head, where hovering a cell shows its weight.
 """
 
 from __future__ import annotations
@@ -30,11 +30,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("text", help="the text to run the model on (a translator's source sentence)")
     add_target_argument(parser)
     parser.add_argument("--part", choices=("encoder", "decoder", "cross"), help="draw only this kind of attention")
-    parser.add_argument("--layer", type=int, help="draw only this layer")
-    parser.add_argument("--head", type=int, help="draw only this head")
+    parser.add_argument("--layer", type=numbers, metavar="L", help="draw only this layer, or these: 0,5,10 or 16-18")
+    parser.add_argument("--head", type=numbers, metavar="H", help="draw only this head, or these: 0,3 or 2-4")
     add_picture_out(parser, "attention.png", "the PNG to write (a translator's kinds add -encoder, -decoder, -cross)")
     add_html_argument(parser, "the interactive HTML view")
     parser.add_argument("--json", action="store_true", help="print the files written and every weight as JSON")
+
+
+def numbers(text: str) -> int | list[int]:
+    """One number ("3"), or several: a comma list ("0,5,10"), ranges ("16-18") or both ("0,16-18")."""
+    found: list[int] = []
+    for piece in text.split(","):
+        first, dash, last = piece.strip().partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number, a list (0,5,10) or a range (16-18)")
+        found += range(int(first), int(last) + 1) if dash else [int(first)]
+    if not found:
+        raise argparse.ArgumentTypeError(f"{text!r} is an empty range: write the smaller number first (16-18)")
+    return found[0] if len(found) == 1 and "," not in text and "-" not in text else found
 
 
 def _path_for(out: Path, part: str, several: bool) -> Path:
@@ -79,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
         made = " (the model's greedy translation)" if maps.generated else ""
         print(f"target{made}: " + " ".join(maps.target_tokens))
     for picture in pictures:
-        print(f"wrote {picture.path} ({picture.panels} maps, {picture.width}x{picture.height} pixels)")
+        maps_drawn = f"{picture.panels} map{'s' if picture.panels != 1 else ''}"
+        print(f"wrote {picture.path} ({maps_drawn}, {picture.width}x{picture.height} pixels)")
     if html is not None:
         print(f"wrote {html} (open it in a browser; hover a cell to read its weight)")
     return 0

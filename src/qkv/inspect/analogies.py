@@ -24,14 +24,15 @@ from pathlib import Path
 import numpy as np
 
 from qkv.errors import QkvError
+from qkv.inspect.summary import ShortRepr
 from qkv.io import read_text
 
 Question = tuple[str, str, str, str]
 BATCH = 512  # questions scored per matrix product
 
 
-@dataclass
-class AnalogySection:
+@dataclass(repr=False)
+class AnalogySection(ShortRepr):
     """One section's questions and, once evaluated, how many were answered correctly."""
 
     name: str
@@ -48,8 +49,8 @@ class AnalogySection:
         return len(self.questions) - self.answered
 
 
-@dataclass
-class AnalogyResult:
+@dataclass(repr=False)
+class AnalogyResult(ShortRepr):
     sections: list[AnalogySection]
     restrict_vocab: int
 

@@ -14,16 +14,19 @@ of the source it translates.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from qkv.errors import QkvError
+from qkv.inspect.summary import ShortRepr
 from qkv.inspect.trace import Trace, check_range, trace
 from qkv.model_dir import ModelBundle
 
 
-@dataclass
-class AttentionGroup:
+@dataclass(repr=False)
+class AttentionGroup(ShortRepr):
     """The weights of one kind of attention: (layers, heads, queries, keys), rows summing to 1."""
 
     name: str  # "encoder", "decoder" or "cross"
@@ -41,11 +44,18 @@ class AttentionGroup:
     def n_heads(self) -> int:
         return self.weights.shape[1]
 
-    def select(self, layer: int | None = None, head: int | None = None) -> tuple[list[int], list[int]]:
-        """The layers and heads to show: one, or all of them when None (a QkvError if out of range)."""
-        check_range(self.title, self.n_layers, self.n_heads, layer, head)
-        layers = list(range(self.n_layers)) if layer is None else [layer]
-        heads = list(range(self.n_heads)) if head is None else [head]
+    def select(self, layer: int | Sequence[int] | None = None,
+               head: int | Sequence[int] | None = None) -> tuple[list[int], list[int]]:  # fmt: skip
+        """The layers and heads to show: the one or several given, or all of them when None (a QkvError if one
+        is out of range)."""
+        layers = list(range(self.n_layers)) if layer is None else [layer] if isinstance(layer, int) else list(layer)
+        heads = list(range(self.n_heads)) if head is None else [head] if isinstance(head, int) else list(head)
+        if not layers or not heads:
+            raise QkvError("no layer or no head to draw: give at least one of each (or none: all of them)")
+        for l in layers:
+            check_range(self.title, self.n_layers, self.n_heads, l, None)
+        for h in heads:
+            check_range(self.title, self.n_layers, self.n_heads, None, h)
         return layers, heads
 
     def _repr_png_(self) -> bytes:
@@ -56,8 +66,8 @@ class AttentionGroup:
         return cached_png(self, lambda: png_bytes(draw_attention, self))
 
 
-@dataclass
-class AttentionMaps:
+@dataclass(repr=False)
+class AttentionMaps(ShortRepr):
     """All attention maps of a model on one text (one :class:`AttentionGroup` per kind of attention)."""
 
     kind: str

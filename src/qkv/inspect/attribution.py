@@ -33,14 +33,15 @@ from qkv.errors import QkvError
 from qkv.inspect.answer import one_token
 from qkv.inspect.names import act_name
 from qkv.inspect.residual import Stream, final_norm, output_stream
+from qkv.inspect.summary import ShortRepr
 from qkv.inspect.tokens import find_position, token_label
 from qkv.inspect.trace import trace
 from qkv.model_dir import ModelBundle
 from qkv.models.family import family_of
 
 
-@dataclass
-class Attribution:
+@dataclass(repr=False)
+class Attribution(ShortRepr):
     """Each part's push on logit(target) [- logit(foil)] at one position; the parts sum to the logit."""
 
     kind: str

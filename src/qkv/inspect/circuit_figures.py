@@ -1,9 +1,10 @@
 """The pictures of the logit lens, direct logit attribution, activation patching and the head detector.
 
-Same style as :mod:`qkv.inspect.figures` (matplotlib, Agg, PNG written atomically, a
+Same style as :mod:`qkv.inspect.figures` (matplotlib figures without pyplot, PNG written atomically, a
 :class:`~qkv.inspect.figures.Picture` returned): probabilities and scores in [0, 1] on viridis, signed
 numbers (contributions, recovered fractions) on a red-white-blue scale centred on 0 (blue pushes up /
-recovers, red pushes down). Each function draws one result dataclass and computes nothing itself.
+recovers, red pushes down), the same colours as the attribution's bars. Each function draws one result
+dataclass and computes nothing itself.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qkv.inspect.figures import SIGNED_CMAP, UNIT_CMAP, Picture, _pyplot, _ticks, save
+from qkv.inspect.figures import UNIT_CMAP, Picture, _ticks, save, subplots
 
 if TYPE_CHECKING:
     from qkv.inspect.attribution import Attribution
@@ -42,14 +43,13 @@ def draw_logit_lens(lens: LogitLens, path: str | Path, *, color: str = "final", 
     """Rows = where the stream was read (embedding at the bottom), columns = positions; each cell is coloured
     by the probability of the model's final prediction there (``color="final"``) or of that row's own top
     token (``"top"``), and shows that row's top token when the grid is small enough to read."""
-    plt = _pyplot()
     if color not in ("final", "top"):
         raise ValueError(f"color must be 'final' or 'top', got {color!r}")
     values = lens.final_probs if color == "final" else lens.top_probs[:, :, 0]  # (rows, T)
     n_rows, n_cols = values.shape
     width = min(24.0, max(6.0, 0.62 * n_cols + 3.0))
     height = min(20.0, max(3.5, 0.42 * n_rows + 2.2))
-    fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
+    fig, ax = subplots(figsize=(width, height))
     image = ax.imshow(values, vmin=0.0, vmax=1.0, cmap=UNIT_CMAP, aspect="auto", origin="lower",
                       interpolation="nearest")  # fmt: skip
     if n_cols <= 40 and n_rows <= 40:
@@ -68,14 +68,16 @@ def draw_logit_lens(lens: LogitLens, path: str | Path, *, color: str = "final", 
     return save(fig, path, 1)
 
 
+CIRCUIT_CMAP = "RdBu"  # signed: blue positive (pushes the answer up, recovers it), red negative, white 0
+
+
 def _diverging(ax, values: np.ndarray, limit: float):
-    return ax.imshow(values, cmap=SIGNED_CMAP, vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest")
+    return ax.imshow(values, cmap=CIRCUIT_CMAP, vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest")
 
 
 def draw_attribution(result: Attribution, path: str | Path, *, title: str = "") -> Picture:
     """Left: each part's contribution as a bar (blue pushes the target up, red down); right: every head's
     contribution, layers x heads (a second heatmap for a translator's cross-attention heads)."""
-    plt = _pyplot()
     terms = result.terms()
     head_maps = [("self-attention heads", result.heads)]
     if result.cross_heads is not None:
@@ -83,8 +85,8 @@ def draw_attribution(result: Attribution, path: str | Path, *, title: str = "") 
     n_layers, n_heads = result.heads.shape
     height = min(20.0, max(4.0, 0.28 * len(terms) + 1.8, 0.45 * n_layers + 2.0))
     widths = [1.3] + [max(0.6, 0.12 * n_heads + 0.4)] * len(head_maps)
-    fig, axes = plt.subplots(1, 1 + len(head_maps), figsize=(5.5 + 3.2 * len(head_maps), height),
-                             layout="constrained", gridspec_kw={"width_ratios": widths})  # fmt: skip
+    fig, axes = subplots(1, 1 + len(head_maps), figsize=(5.5 + 3.2 * len(head_maps), height),
+                         gridspec_kw={"width_ratios": widths})  # fmt: skip
     bars = axes[0]
     values = np.array([v for _, v in terms])
     colors = ["#4c72b0" if v >= 0 else "#c44e52" for v in values]
@@ -119,12 +121,11 @@ def draw_attribution(result: Attribution, path: str | Path, *, title: str = "") 
 def draw_patching(result: Patching, path: str | Path, *, title: str = "") -> Picture:
     """One heatmap per map of ``result`` (residual: rows x positions, heads: layers x heads), the recovered
     fraction on a shared scale from -1 to 1 (0 = as corrupt, 1 = as clean)."""
-    plt = _pyplot()
     maps = result.maps
     widths = [max(1.0, 0.45 * len(m.columns) + 1.0) for m in maps]
     height = min(12.0, max(3.5, 0.45 * max(len(m.rows) for m in maps) + 2.4))
-    fig, axes = plt.subplots(1, len(maps), squeeze=False, figsize=(min(30.0, sum(widths) + 2.5), height),
-                             layout="constrained", gridspec_kw={"width_ratios": widths})  # fmt: skip
+    fig, axes = subplots(1, len(maps), squeeze=False, figsize=(min(30.0, sum(widths) + 2.5), height),
+                         gridspec_kw={"width_ratios": widths})  # fmt: skip
     image = None
     for ax, m in zip(axes[0], maps, strict=True):
         image = _diverging(ax, m.values, 1.0)
@@ -145,15 +146,14 @@ def draw_patching(result: Patching, path: str | Path, *, title: str = "") -> Pic
 
 def draw_head_scores(detection: HeadDetection, path: str | Path, *, title: str = "") -> Picture:
     """A grid of heatmaps: a row per kind of self-attention, a column per score; layers x heads each, 0..1."""
-    plt = _pyplot()
     parts = detection.parts
     names = list(parts[0].scores)
     n_layers = max(p.n_layers for p in parts)
     n_heads = max(p.n_heads for p in parts)
     panel_w = min(4.0, max(2.0, 0.3 * n_heads + 1.0))
     panel_h = min(5.0, max(1.8, 0.3 * n_layers + 1.0))
-    fig, axes = plt.subplots(len(parts), len(names), squeeze=False, layout="constrained",
-                             figsize=(panel_w * len(names) + 1.5, panel_h * len(parts) + 1.0))  # fmt: skip
+    fig, axes = subplots(len(parts), len(names), squeeze=False,
+                         figsize=(panel_w * len(names) + 1.5, panel_h * len(parts) + 1.0))  # fmt: skip
     image = None
     for r, part in enumerate(parts):
         for c, name in enumerate(names):

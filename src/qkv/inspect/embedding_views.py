@@ -20,11 +20,12 @@ from functools import partial
 import numpy as np
 
 from qkv.inspect import embeddings as emb
+from qkv.inspect.summary import ShortRepr
 from qkv.model_dir import ModelBundle
 
 
-@dataclass
-class Neighbours:
+@dataclass(repr=False)
+class Neighbours(ShortRepr):
     """The tokens nearest by cosine to ``query`` (one token, or an analogy "a - b + c"), most similar first."""
 
     query: str
@@ -42,8 +43,8 @@ class Neighbours:
         return table_html(["#", "token", "cosine"], rows, caption=caption)
 
 
-@dataclass
-class EmbeddingMap:
+@dataclass(repr=False)
+class EmbeddingMap(ShortRepr):
     """Rows of W_E projected on their first two principal components (:func:`~qkv.inspect.embeddings.pca_2d`)."""
 
     labels: list[str]
@@ -66,8 +67,8 @@ class EmbeddingMap:
         return figure_html(self._repr_png_(), alt=self.title, numbers=note)
 
 
-@dataclass
-class PositionalTable:
+@dataclass(repr=False)
+class PositionalTable(ShortRepr):
     """The (positions, d_model) positional encodings a model adds (:func:`~qkv.inspect.embeddings.positional_table`)."""
 
     table: np.ndarray

@@ -33,14 +33,15 @@ import torch
 from torch import Tensor
 
 from qkv.errors import QkvError
+from qkv.inspect.summary import ShortRepr
 from qkv.inspect.tokens import find_position
 from qkv.layers.attention import attention_mask, attention_scores, masked_softmax
 
 Matrix = np.ndarray
 
 
-@dataclass
-class MultiHead:
+@dataclass(repr=False)
+class MultiHead(ShortRepr):
     """Step 9: every head's output z^h (h, Tq, d_k), concatenated (Tq, h*d_k), projected by W_o."""
 
     head_outputs: Matrix  # (h, Tq, d_k)
@@ -50,8 +51,8 @@ class MultiHead:
     output: Matrix  # (Tq, d_model)
 
 
-@dataclass
-class Explanation:
+@dataclass(repr=False)
+class Explanation(ShortRepr):
     """Every intermediate of one attention head, as float64 numpy arrays (rows = tokens)."""
 
     title: str

@@ -27,7 +27,8 @@ from torch import Tensor
 
 from qkv.errors import QkvError
 from qkv.inspect.names import act_name
-from qkv.inspect.residual import device_of
+from qkv.inspect.residual import device_of, run_model
+from qkv.inspect.summary import ShortRepr
 from qkv.inspect.trace import check_range, self_attention_title
 from qkv.layers.capture import capture
 from qkv.model_dir import ModelBundle
@@ -37,8 +38,8 @@ from qkv.tokenizers import Tokenizer
 SCORES = ("previous-token", "first-token", "induction", "duplicate-token")
 
 
-@dataclass
-class HeadScores:
+@dataclass(repr=False)
+class HeadScores(ShortRepr):
     """Every score of every head of one kind of self-attention: (layers, heads) arrays in [0, 1]."""
 
     part: str  # "decoder" or "encoder"
@@ -61,8 +62,8 @@ class HeadScores:
         return [(int(i // self.n_heads), int(i % self.n_heads), float(values.flat[i])) for i in order]
 
 
-@dataclass
-class HeadDetection:
+@dataclass(repr=False)
+class HeadDetection(ShortRepr):
     """The head scores of every self-attention kind of a model, and the sequences they were measured on."""
 
     kind: str
@@ -209,19 +210,20 @@ def _sides(bundle: ModelBundle, bos: bool) -> list[_Side]:
 MAX_BATCH = 4096  # the scores are means over the batch: they settle with 8 to 64 sequences
 
 
-def check_sizes(config, batch: int, seed: int, device: torch.device) -> None:
+def check_sizes(config, batch: int, length: int, seed: int, device: torch.device) -> None:
     """QkvError for a --batch below 1, above MAX_BATCH or whose captured activations would not fit in memory
-    (estimated as training's, :func:`qkv.models.memory.activation_numbers`), and for a --seed torch refuses."""
+    (estimated as training's, :func:`qkv.models.memory.activation_numbers`, for the ``length`` tokens of each
+    sequence actually fed, not the model's whole context), and for a --seed torch refuses."""
     from qkv.models.memory import GIB, activation_numbers, available_memory
 
     if not 1 <= batch <= MAX_BATCH:
         raise QkvError(f"--batch {batch} must be between 1 and {MAX_BATCH:,}: the scores settle with 8 to 64")
     free = available_memory(device)
-    need = 4 * activation_numbers(config, batch)
+    need = 4 * activation_numbers(config, batch, length)
     if free is not None and need > free // 2:
         raise QkvError(
-            f"--batch {batch:,} needs about {need / GIB:.1f} GiB of activations, more than half the "
-            f"{free / GIB:.1f} GiB available on {device}: lower --batch (8 to 64 suffice)"
+            f"--batch {batch:,} of {length:,} tokens needs about {need / GIB:.1f} GiB of activations, more than "
+            f"half the {free / GIB:.1f} GiB available on {device}: lower --batch (8 to 64 suffice) or --length"
         )
     if not 0 <= seed < 2**63:
         raise QkvError(f"--seed {seed} must be between 0 and 2**63 - 1")
@@ -236,7 +238,6 @@ def detect_heads(
     (default length: 50, or less to fit the model's context)."""
     model, config = bundle.model, bundle.config
     model.eval()
-    check_sizes(config, batch, seed, device_of(model))
     sides = _sides(bundle, bos)
     extra = max((s.before is not None) + (s.after is not None) for s in sides)
     longest = (config.context_length - extra) // 2
@@ -246,14 +247,15 @@ def detect_heads(
             f"--length {length} does not fit: two copies must fit the model's {config.context_length} positions, "
             f"so use 2..{longest}"
         )
+    check_sizes(config, batch, 2 * length + extra, seed, device_of(model))  # the tokens fed, not the context
     generator = torch.Generator().manual_seed(seed)
     device = device_of(model)
     inputs = [
         _with(repeated_random_tokens(s.tokenizer, s.vocab_size, length, batch, generator), s.before, s.after).to(device)
         for s in sides
     ]
-    with capture(model) as acts:
-        model(*inputs)  # a GPT or an encoder reads one sequence, a translator a source and a target
+    with capture(model) as acts:  # a GPT or an encoder reads one sequence, a translator a source and a target
+        run_model(model, *inputs, last_only=True)  # the weights are all we need: W_U at one position, not 2L
     parts = []
     for side in sides:
         per_layer = []

@@ -27,14 +27,15 @@ from torch import nn
 from qkv.errors import QkvError
 from qkv.inspect.names import act_name
 from qkv.inspect.residual import final_norm, output_stream, read_out
+from qkv.inspect.summary import ShortRepr
 from qkv.inspect.tokens import token_label
 from qkv.inspect.trace import Trace, trace
 from qkv.model_dir import ModelBundle
 from qkv.models.family import family_of
 
 
-@dataclass
-class LogitLens:
+@dataclass(repr=False)
+class LogitLens(ShortRepr):
     """Every layer's top next tokens at every position, and how likely each layer finds the final answer."""
 
     kind: str  # the model's family: "gpt", "llama", "transformer", ...

@@ -30,6 +30,7 @@ import torch
 from qkv.decoding.sampling import sampling_distribution
 from qkv.decoding.sampling_params import SamplingParams
 from qkv.errors import QkvError
+from qkv.inspect.summary import ShortRepr
 from qkv.inspect.tokens import token_label, token_labels
 from qkv.inspect.trace import encode_text
 from qkv.layers.softmax import softmax
@@ -38,8 +39,8 @@ from qkv.models.family import family_of
 from qkv.models.next_token import next_token_logits
 
 
-@dataclass
-class NextToken:
+@dataclass(repr=False)
+class NextToken(ShortRepr):
     """The logits after a context and the top tokens' probabilities at each temperature."""
 
     context_tokens: list[str]

@@ -12,7 +12,9 @@ line and the offline pages already use, and this module only wraps that output f
   (everything is inlined), and it still runs in an HTML export of the notebook (nbconvert keeps the iframe);
 - :func:`rich_html`: a terminal renderer (rich, as ``qkv explain`` and ``qkv next`` print) recorded to HTML;
 - :func:`figure_html` and :func:`table_html`: the PNG as an ``<img>`` with a small table of the numbers that
-  matter (the top token and its probability, ...), so the text of the output carries them too.
+  matter (the top token and its probability, ...), so the text of the output carries them too;
+- :func:`progress_line`: training in a notebook, one output line kept up to date (step, loss, time so far and
+  left) instead of silence or a line per step.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import html
 import io
 import itertools
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -82,10 +85,14 @@ def page_frame(page: str, *, height: int = 480, title: str = "qkv view") -> str:
 
 
 def rich_html(draw: Callable[[Any], None], *, width: int = 150) -> str:
-    """What ``draw(console)`` prints on a rich console, as HTML (the terminal's own tables and colours)."""
+    """What ``draw(console)`` prints on a rich console, as HTML (the terminal's own tables and colours).
+
+    The console writes to a string only: in a notebook rich would otherwise display every ``print`` itself, a
+    second copy of the table above the view's own (``force_jupyter=False``)."""
     from rich.console import Console
 
-    console = Console(record=True, width=width, file=io.StringIO(), force_terminal=True, color_system="truecolor")
+    console = Console(record=True, width=width, file=io.StringIO(), force_terminal=True, force_jupyter=False,
+                      color_system="truecolor")  # fmt: skip
     draw(console)
     code = '<pre class="qkv-rich" style="font-family:ui-monospace,Menlo,monospace;font-size:12px;line-height:1.3">'
     return console.export_html(inline_styles=True, code_format=code + "{code}</pre>")
@@ -106,3 +113,43 @@ def table_html(header: Sequence[str], rows: Sequence[Sequence[Any]], *, caption:
 def figure_html(png: bytes, *, alt: str, numbers: str = "") -> str:
     """The picture with the numbers that matter under it, in one ``<div>``."""
     return f"<div class='qkv-view'>{image_tag(png, alt)}{numbers}</div>"
+
+
+def show_line(text: str, handle: dict[str, Any]) -> None:
+    """``text`` as one line of output: in IPython a display that later calls update in place (``handle`` keeps
+    its id), elsewhere a printed line."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import display, update_display
+    except ImportError:
+        get_ipython = None  # noqa: N806
+    if get_ipython is None or get_ipython() is None:
+        print(text, flush=True)
+        return
+    bundle = {"text/plain": text}
+    if "id" in handle:
+        update_display(bundle, display_id=handle["id"], raw=True)
+    else:
+        handle["id"] = new_id("qkv-progress")
+        display(bundle, display_id=handle["id"], raw=True)
+
+
+def progress_line(what: str, *, every: int = 20) -> Callable[[Any, int, Any], None]:
+    """An ``on_step`` for qkv's trainers (``train_language_model(config, quiet=True, on_step=progress_line("the
+    GPT"))``): every ``every`` steps and at the last, one line says the step, the loss, the seconds so far and
+    about how many are left (from the pace since the first step seen), updated in place in a notebook."""
+    handle: dict[str, Any] = {}
+    started: list[float] = []  # (the time and step of the first call)
+
+    def on_step(trainer: Any, step: int, loss: Any) -> None:
+        total = trainer.config.steps
+        if not started:
+            started.extend((time.perf_counter(), step - 1))
+        if step % every and step != total:
+            return
+        elapsed = time.perf_counter() - started[0]
+        left = elapsed / max(step - started[1], 1) * (total - step)
+        end = ", done" if step >= total else f", about {left:,.0f} s to go"
+        show_line(f"{what}: step {step:,} of {total:,}, loss {float(loss):.3f}, {elapsed:,.0f} s so far{end}", handle)
+
+    return on_step

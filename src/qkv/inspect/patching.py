@@ -28,19 +28,18 @@ from torch import Tensor, nn
 
 from qkv.errors import QkvError
 from qkv.inspect.answer import one_token
-from qkv.inspect.residual import Stream, Sublayer, device_of, run_model, streams
+from qkv.inspect.patch_runs import PatchRuns, Progress, head_patches, position_patches
+from qkv.inspect.residual import Stream, Sublayer, device_of, streams
+from qkv.inspect.summary import ShortRepr
 from qkv.inspect.tokens import token_label, token_labels
 from qkv.inspect.trace import encode_text
-from qkv.layers.capture import capture, intervene
+from qkv.layers.capture import capture
 from qkv.model_dir import ModelBundle
 from qkv.models.family import family_of
 
-CHUNK = 32  # patched runs per forward pass (one batch)
-Progress = Callable[[int, int], None]  # (runs done, runs in all)
 
-
-@dataclass
-class PatchMap:
+@dataclass(repr=False)
+class PatchMap(ShortRepr):
     """The recovered fraction at every site of one kind: rows x columns (layers x positions or heads)."""
 
     name: str  # "residual", "heads"; a translator's "encoder residual", ..., "cross heads"
@@ -61,8 +60,8 @@ class PatchMap:
         }
 
 
-@dataclass
-class Patching:
+@dataclass(repr=False)
+class Patching(ShortRepr):
     """Clean and corrupt logit differences, and how much patching each site recovers."""
 
     kind: str
@@ -106,68 +105,12 @@ class Patching:
         return patching_html(self)
 
 
-class _Runs:
-    """Runs the corrupt input, n copies at once, and scores m = logit(target) - logit(foil) at the end."""
-
-    def __init__(self, model: nn.Module, source: Tensor, prefix: Tensor | None, total: int,
-                 progress: Progress | None) -> None:  # fmt: skip
-        self.model, self.source, self.prefix = model, source, prefix
-        self.target = self.foil = 0
-        self.done, self.total, self.progress = 0, total, progress
-
-    def logits(self, source: Tensor, prefix: Tensor | None) -> Tensor:
-        return run_model(self.model, source, prefix)[:, -1].double()  # (B, vocab): the last position
-
-    def difference(self, logits: Tensor) -> Tensor:
-        return logits[:, self.target] - logits[:, self.foil]  # (B,)
-
-    def patched(self, name: str, edit: Callable[[Tensor], Tensor], n: int) -> Tensor:
-        """m for ``n`` copies of the corrupt input with ``name`` edited by ``edit``. (n,)"""
-        source = self.source.expand(n, -1)
-        prefix = self.prefix.expand(n, -1) if self.prefix is not None else None
-        with intervene(self.model, {name: edit}):
-            result = self.difference(self.logits(source, prefix))
-        self.done += n
-        if self.progress is not None:
-            self.progress(self.done, self.total)
-        return result
-
-
-def _patch_positions(runs: _Runs, name: str, clean: Tensor) -> Tensor:
-    """Patch ``name`` (B, T, d) at one position per run, every position in turn. (T,) differences"""
-    length = clean.shape[1]
-    out = []
-    for start in range(0, length, CHUNK):
-        positions = torch.arange(start, min(start + CHUNK, length), device=clean.device)
-        rows = torch.arange(len(positions), device=clean.device)
-
-        def edit(t: Tensor, positions: Tensor = positions, rows: Tensor = rows) -> Tensor:
-            t = t.clone()
-            t[rows, positions] = clean[0, positions].to(t.dtype)  # run k takes position k from the clean run
-            return t
-
-        out.append(runs.patched(name, edit, len(positions)))
-    return torch.cat(out)
-
-
-def _patch_heads(runs: _Runs, name: str, clean: Tensor) -> Tensor:
-    """Patch one head of ``name`` (B, H, T, d_k) per run, at every position. (H,) differences"""
-    heads = torch.arange(clean.shape[1], device=clean.device)
-
-    def edit(t: Tensor) -> Tensor:
-        t = t.clone()
-        t[heads, heads] = clean[0, heads].to(t.dtype)  # run h takes head h from the clean run
-        return t
-
-    return runs.patched(name, edit, len(heads))
-
-
 def _attention_sublayers(stream: Stream) -> list[Sublayer]:
     return [sub for sub in stream.sublayers if sub.attention is not None]
 
 
 def _stream_maps(
-    runs: _Runs,
+    runs: PatchRuns,
     stream: Stream,
     acts: dict[str, Tensor],
     columns: list[str],
@@ -177,20 +120,23 @@ def _stream_maps(
 ) -> list[PatchMap]:
     """The residual map (rows x positions) and one heads map (layers x heads) per kind of attention."""
     prefix = f"{stream.name} " if named else ""  # a translator has an encoder and a decoder stream
-    resid = [recovered(_patch_positions(runs, stream.resid(r), acts[stream.resid(r)]))
-             for r in range(stream.n_layers + 1)]  # fmt: skip
+    rows, bad = range(stream.n_layers + 1), runs.corrupt
+    patches = [p for r in rows for p in position_patches(stream, r, acts[stream.resid(r)], bad[stream.resid(r)],
+                                                          runs.budget)]  # fmt: skip
+    length = acts[stream.resid(0)].shape[1]
+    resid = recovered(runs.run(stream, patches, len(rows) * length, runs.unchanged)).reshape(len(rows), length)
     title = f"{prefix}residual stream".capitalize()
-    maps = [PatchMap(f"{prefix}residual", title, stream.rows, columns, "position", np.stack(resid))]
+    maps = [PatchMap(f"{prefix}residual", title, stream.rows, columns, "position", resid)]
     for sub in _attention_sublayers(stream):
         name = "cross heads" if sub.kind == "cross" else f"{prefix}heads"
         title = "Cross-attention heads" if sub.kind == "cross" else f"{prefix}self-attention heads".capitalize()
-        values = []
-        for i in range(stream.n_layers):
-            site = stream.attention_act(i, sub, "context")
-            values.append(recovered(_patch_heads(runs, site, acts[site])))
+        sites = [stream.attention_act(i, sub, "context") for i in range(stream.n_layers)]
+        patches = [p for i, site in enumerate(sites) for p in head_patches(i, site, acts[site], bad[site])]
+        size = stream.n_layers * stream.n_heads
+        values = recovered(runs.run(stream, patches, size, runs.unchanged)).reshape(stream.n_layers, -1)
         layers = [f"block {i}" for i in range(stream.n_layers)]
         heads = [str(h) for h in range(stream.n_heads)]
-        maps.append(PatchMap(name, title, layers, heads, "head", np.stack(values)))
+        maps.append(PatchMap(name, title, layers, heads, "head", values))
     return maps
 
 
@@ -253,10 +199,12 @@ def patch(
         (stream.n_layers + 1) * lengths[side] + stream.n_layers * stream.n_heads * len(_attention_sublayers(stream))
         for stream, side in patched
     )
-    runs = _Runs(model, corrupted, prefix_ids, n_runs, progress)
+    first = 0 if translator else next(i for i, (a, b) in enumerate(zip(clean_ids, corrupt_ids, strict=True)) if a != b)
+    runs = PatchRuns(model, corrupted, prefix_ids, n_runs, progress, first=first)
     with capture(model) as acts:
         clean_logits = runs.logits(source, prefix_ids)[0]
-    corrupt_logits = runs.logits(corrupted, prefix_ids)[0]
+    with capture(model) as runs.corrupt:
+        corrupt_logits = runs.logits(corrupted, prefix_ids)[0]
     runs.target = one_token(out_tokenizer, target, what="--target") if target else int(clean_logits.argmax())
     runs.foil = one_token(out_tokenizer, foil, what="--foil") if foil else int(corrupt_logits.argmax())
     if runs.foil == runs.target and foil:
@@ -269,6 +217,7 @@ def patch(
         )
     clean_m = float(runs.difference(clean_logits[None])[0])
     corrupt_m = float(runs.difference(corrupt_logits[None])[0])
+    runs.unchanged = corrupt_m
     gap = clean_m - corrupt_m
     if abs(gap) < 1e-6:
         raise QkvError(

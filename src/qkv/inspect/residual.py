@@ -20,6 +20,8 @@ all read it from there, so none of them runs a second forward implementation.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -137,10 +139,31 @@ def device_of(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def run_model(model: nn.Module, source: Tensor, target: Tensor | None = None) -> Tensor:
-    """The model's logits (B, T, vocab) for token ids (B, T): a GPT on ``source``, a translator on ``source``
-    (encoder) and ``target`` (decoder, teacher-forced)."""
-    if family_of(model).role == TRANSLATOR:
+def run_model(model: nn.Module, source: Tensor, target: Tensor | None = None, *, last_only: bool = False) -> Tensor:
+    """The model's output for token ids (B, T): a GPT's logits (B, T, vocab) on ``source``, a translator's on
+    ``source`` (encoder) and ``target`` (decoder, teacher-forced), an encoder's vectors. ``last_only``: W_U reads
+    the last position only, (B, 1, vocab), when the model has one (the views that score one position or none)."""
+    family = family_of(model)
+    last_only = last_only and family.has("unembedding")
+    if family.role == TRANSLATOR:
         assert target is not None
+        if last_only:
+            return model.decode(target, model.encode(source), last_only=True)
         return model(source, target)
-    return model(source)
+    return model(source, last_only=True) if last_only else model(source)
+
+
+@contextmanager
+def resume_at(model: nn.Module, stream: Stream, row: int) -> Iterator[None]:
+    """Run ``stream``'s blocks from block ``row`` on: the earlier blocks are left out of every forward pass
+    inside, so the stream's embedding output must be replaced (by an :func:`~qkv.layers.capture.intervene`
+    edit entered *before* this block, which names the modules) with the stream as it stands after ``row``
+    blocks. Activation patching uses it: a site in block ``row`` leaves blocks 0..row-1 unchanged, so
+    recomputing them is waste (half of every run on average). Nothing else may run the model meanwhile."""
+    stack = model.get_submodule(stream.stack)
+    blocks = stack.blocks
+    stack.blocks = nn.ModuleList(list(blocks)[row:])  # the modules keep the names capture gave them
+    try:
+        yield
+    finally:
+        stack.blocks = blocks

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from qkv.errors import QkvError
 from qkv.inspect.names import act_name, attention_name
+from qkv.inspect.summary import ShortRepr
 from qkv.inspect.tokens import token_labels
 from qkv.layers.capture import capture
 from qkv.model_dir import ModelBundle
@@ -59,8 +60,8 @@ class Part:
         return act_name(what, layer if self.layered else None, stack=self.stack, attention=self.attention)
 
 
-@dataclass
-class Trace:
+@dataclass(repr=False)
+class Trace(ShortRepr):
     """A model's forward pass on one text: its tokens and every captured activation (batch of 1)."""
 
     model: nn.Module

@@ -34,14 +34,15 @@ from qkv.inspect.attention_maps import maps_from_trace
 from qkv.inspect.lens import LogitLens, lens_from_trace
 from qkv.inspect.names import act_name
 from qkv.inspect.residual import output_stream
+from qkv.inspect.summary import ShortRepr
 from qkv.inspect.tokens import token_labels
 from qkv.inspect.trace import trace
 from qkv.model_dir import ModelBundle
 from qkv.models.family import LANGUAGE_MODEL, family_of
 
 
-@dataclass
-class Walkthrough:
+@dataclass(repr=False)
+class Walkthrough(ShortRepr):
     """One GPT forward pass, as the walk-through shows it (T tokens, d = d_model, L layers, H heads)."""
 
     tokens: list[str]  # (T,) labels

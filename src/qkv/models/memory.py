@@ -72,14 +72,15 @@ def available_memory(device: torch.device | str) -> int | None:
         return None
 
 
-def activation_numbers(config, batch_size: int) -> int:
-    """Numbers kept for the backward pass of one batch (a lower bound; see the module docstring)."""
+def activation_numbers(config, batch_size: int, length: int | None = None) -> int:
+    """Numbers kept for the backward pass of one batch of ``length``-token sequences (default: the whole
+    context, as training feeds it; a lower bound, see the module docstring)."""
     d_model = getattr(config, "d_model", None) or getattr(config, "d_hidden", 0)
     d_ff = getattr(config, "d_ff", None) or 4 * d_model
     kv_dim = getattr(config, "kv_dim", d_model)  # keys and values: h_kv d_k each
     ff_tensors = 4 if getattr(config, "feed_forward", "mlp") == "glu" else 2
     heads = getattr(config, "n_heads", 1)
-    length = getattr(config, "context_length", 1)
+    length = getattr(config, "context_length", 1) if length is None else length
     own = {f.name for f in dataclasses.fields(config)}
     blocks = sum(getattr(config, name) for name in LAYER_FIELDS if name in own) or 1
     vocab = getattr(config, "vocab_size", None) or getattr(config, "tgt_vocab_size", 0)

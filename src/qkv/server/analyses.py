@@ -41,6 +41,29 @@ def encode_checked(tokenizer: Tokenizer, text: str, limits: Limits, what: str) -
     return ids
 
 
+MAX_WEIGHTS = 4_000_000  # attention weights one answer may carry: about 30 MB of JSON
+
+
+def check_view_size(bundle: ModelBundle, n_tokens: int, what: str) -> None:
+    """413 when a language model's attention maps for ``n_tokens`` tokens, layers x heads x T^2 weights, would be
+    more than :data:`MAX_WEIGHTS` (SmolLM2's 30 x 9 heads over 1,000 tokens are 270 million: gigabytes of JSON a
+    browser cannot take). A translator's maps are smaller models' and pass."""
+    config = bundle.config
+    if family_of(bundle.model).two_vocabularies or not hasattr(config, "n_layers"):
+        return
+    heads = config.n_layers * config.n_heads
+    if heads * n_tokens**2 > MAX_WEIGHTS:
+        most = math.isqrt(MAX_WEIGHTS // heads)
+        raise ServiceError(
+            413,
+            f"{what} of {config.n_layers} layers x {config.n_heads} heads over {n_tokens} tokens would be "
+            f"{heads * n_tokens**2:,} attention weights, more than the {MAX_WEIGHTS:,} one answer carries: "
+            f"shorten the text to {most} tokens (or use qkv attention / qkv lens --html on the command line)",
+            param="text",
+            code="context_length_exceeded",
+        )
+
+
 def _finite(value: float) -> float:
     """JSON has no infinities: a masked logit is reported as a very negative number."""
     return value if math.isfinite(value) else -1e30
@@ -88,7 +111,8 @@ def attention_view(bundle: ModelBundle, limits: Limits, request: AttentionReques
     """:func:`qkv.inspect.attention_maps`' numbers (``qkv attention --json``), rounded to ``decimals`` places."""
     family = family_of(bundle.model)
     two = family.two_vocabularies
-    encode_checked(bundle.tokenizer, request.text, limits, "source sentence" if two else "text")
+    ids = encode_checked(bundle.tokenizer, request.text, limits, "source sentence" if two else "text")
+    check_view_size(bundle, len(ids), "the attention view")
     if request.target is not None and not two:
         raise ServiceError(400, f"target is for translators: {family.title} reads one text", param="target")
     traced = trace(bundle, request.text, target=request.target)
@@ -102,6 +126,7 @@ def attention_view(bundle: ModelBundle, limits: Limits, request: AttentionReques
 
 def walkthrough_view(bundle: ModelBundle, limits: Limits, request: WalkthroughRequest, name: str) -> dict:
     """:func:`qkv.inspect.walkthrough`'s numbers for the playground's walk-through (language models)."""
-    encode_checked(bundle.tokenizer, request.text, limits, "text")
+    ids = encode_checked(bundle.tokenizer, request.text, limits, "text")
+    check_view_size(bundle, len(ids), "the walk-through")
     result = walkthrough(bundle, request.text, top=request.top, vocab=request.logits)
     return {"model": name, **result.to_dict(request.decimals, logits=request.logits)}

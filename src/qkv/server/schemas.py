@@ -291,7 +291,8 @@ class AttentionResponse(BaseModel):
 class ModelInfo(BaseModel):
     """GET /v1/model. ``kind`` is the model's family ("gpt", "llama", ...), ``role`` what it is for ("language
     model", "encoder", "translator"); ``unavailable`` gives, for each model endpoint the family lacks, the one
-    line that refuses it."""
+    line that refuses it; ``chat_template`` says whether /v1/chat/completions has a template to render with (the
+    model's own, or ``qkv serve --chat-template``'s)."""
 
     name: str
     kind: str
@@ -312,3 +313,4 @@ class ModelInfo(BaseModel):
     endpoints: list[str]
     unavailable: dict[str, str]
     limits: dict[str, float]
+    chat_template: bool = False

@@ -170,6 +170,7 @@ class Service:
             endpoints=self.endpoints,
             unavailable=self.refused,
             limits={k: float(v) for k, v in asdict(self.limits).items()},
+            chat_template=self.chat_template is not None or bool(self.bundle.chat_template),
         )
 
     # ---------------------------------------------------------------------------------- translations

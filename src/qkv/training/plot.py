@@ -26,14 +26,12 @@ def plot_losses(run_dir: str | Path, out: str | Path | None = None, *, required:
         if not required:
             return None
         raise QkvError(f"{run_dir} has no metrics to plot (no metrics.jsonl rows): train first with `qkv train`")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: the process's backend (a notebook's) stays as it was
 
     from qkv.io import atomic_write
 
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    fig = Figure(figsize=(7, 4), dpi=110)
+    ax = fig.subplots()
     if train:
         ax.plot(*zip(*train, strict=True), label="training loss", color="#4c72b0", alpha=0.8, linewidth=1)
     if val:
@@ -52,5 +50,4 @@ def plot_losses(run_dir: str | Path, out: str | Path | None = None, *, required:
     fig.tight_layout()
     path = Path(out) if out is not None else run_dir / PLOT_FILE
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"))
-    plt.close(fig)
     return path

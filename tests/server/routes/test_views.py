@@ -51,3 +51,16 @@ def test_bad_walkthrough_requests_get_a_4xx_with_a_message(gpt, translator, enco
     ):
         message = error_of(served.client.post("/v1/walkthrough", json={"text": "one two"}), 404)
         assert message == f"the walk-through needs a language model, and this is {title}: use `{command}` with it"
+
+
+def test_attention_too_large_for_one_answer_is_a_413_naming_the_longest_text(gpt, monkeypatch) -> None:
+    """A deep model on a long text would send layers x heads x T^2 weights (SmolLM2: 270 maps, 14 MB of JSON for
+    100 tokens); past MAX_WEIGHTS the attention view and the walk-through say how long a text fits."""
+    config = gpt.bundle.config
+    heads = config.n_layers * config.n_heads
+    monkeypatch.setattr("qkv.server.analyses.MAX_WEIGHTS", heads * 10**2)  # 10 tokens (characters) at most
+    for endpoint in ("/v1/attention", "/v1/walkthrough"):
+        assert gpt.client.post(endpoint, json={"text": "To be, or "}).status_code == 200  # 10 tokens
+        message = error_of(gpt.client.post(endpoint, json={"text": "To be, or n"}), 413)
+        assert f"over 11 tokens would be {heads * 121:,} attention weights" in message
+        assert "shorten the text to 10 tokens" in message

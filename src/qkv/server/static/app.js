@@ -1,7 +1,7 @@
 // qkv playground: plain JavaScript, no build step, no external resources.
 // It talks to the same server's API: /v1/model, /v1/next-token, /v1/completions (streamed), /v1/translations,
-// /v1/attention and /v1/walkthrough (walkthrough-panel.js asks for it; walkthrough.js, which `qkv lens --html`
-// pages share, draws it). The numbers and token labels are the server's (the same `qkv next` and `qkv attention`
+// /v1/attention, /v1/walkthrough (walkthrough-panel.js asks for it; walkthrough.js, which `qkv lens --html`
+// pages share, draws it) and /v1/chat/completions (chat-panel.js, for a model with a chat template). The numbers and token labels are the server's (the same `qkv next` and `qkv attention`
 // print); this file only draws them. Each section below owns one part of the page.
 "use strict";
 
@@ -60,6 +60,7 @@ async function loadInfo() {
     $("prompt-label").textContent = "Text";
     $("sampling-section").hidden = $("generate-section").hidden = true;
   }
+  showChat(info);
   if (!serves("/v1/walkthrough")) {
     $("show-walkthrough").disabled = true;
     $("walkthrough-status").textContent = `${info.unavailable["/v1/walkthrough"]}. `
@@ -388,6 +389,7 @@ function wire() {
   $("layer").addEventListener("change", drawAttention);
   $("head").addEventListener("change", drawAttention);
   $("heatmap").addEventListener("mousemove", hoverAttention);
+  wireChat();
 }
 
 async function main() {

@@ -170,7 +170,29 @@ const QkvWalkthrough = (() => {
       detail);
   }
 
-  function blockStep(data, block, maxNorm, head) {
+  /** Blocks shown open when a model has many: the first two and the last two (the rest open on a click). */
+  const OPEN_ALL = 6;
+  const openAtFirst = (data, layer) => data.n_layers <= OPEN_ALL || layer < 2 || layer >= data.n_layers - 2;
+
+  function blockStep(data, block, maxNorm, head, open) {
+    const last = data.tokens.length - 1;
+    const guess = block.lens[last][0];
+    const glance = `${JSON.stringify(data.tokens[last])} would be followed by ${JSON.stringify(guess.token)} `
+      + `(${pct(guess.probability)}) · |x| ${fmt(block.norms[last])}`;
+    const summary = el("summary", { class: "wt-summary" }, el("h3", { text: `Block ${block.layer}` }),
+      el("span", { class: "wt-glance", text: glance }));
+    const details = el("details", {}, summary);
+    const fill = () => details.append(...blockBody(data, block, maxNorm, head));
+    if (open) {
+      details.open = true;
+      fill();
+    } else {  // drawn on the first opening: 30 blocks of canvases cost nothing until looked at
+      details.addEventListener("toggle", () => { if (details.open && details.children.length === 1) fill(); });
+    }
+    return el("section", { class: "wt-step wt-block", id: `wt-block-${block.layer}`, "data-layer": block.layer }, details);
+  }
+
+  function blockBody(data, block, maxNorm, head) {
     const detail = el("p", { class: "wt-detail", "aria-live": "polite", text: "Click a cell, a bar or a row for its numbers." });
     const heads = block.attention;
     const picker = el("select", { class: "wt-head", "aria-label": `block ${block.layer} head` });
@@ -203,8 +225,7 @@ const QkvWalkthrough = (() => {
       detail.textContent = `position ${i} (${JSON.stringify(data.tokens[i])}): |x| after block ${block.layer} is `
         + `${fmt(block.norms[i])} (it was ${fmt(before)} before the block)`;
     });
-    return el("section", { class: "wt-step wt-block", id: `wt-block-${block.layer}`, "data-layer": block.layer },
-      el("h3", { text: `Block ${block.layer}` }),
+    return [
       el("p", { class: "hint", text: "Masked self-attention: each token looks at itself and the tokens before it; then the MLP. "
         + "Both add their output to the residual stream." }),
       el("div", { class: "wt-columns" },
@@ -213,7 +234,8 @@ const QkvWalkthrough = (() => {
         el("div", {}, el("h4", { text: `|x| after block ${block.layer}` }), norms),
         el("div", {}, el("h4", { text: `logit lens after block ${block.layer}` }),
           lensTable(data.tokens, block.lens, detail, `after block ${block.layer}`))),
-      detail);
+      detail,
+    ];
   }
 
   function finalStep(data, probabilities, previous) {
@@ -282,13 +304,20 @@ const QkvWalkthrough = (() => {
    * settings {temperature, top_k, top_p}.
    */
   function render(root, data, probabilities) {
-    // Redrawn for a new text, the view keeps the heads picked and the slider settings.
-    const heads = [...root.querySelectorAll("select.wt-head")].map((s) => s.value);
+    // Redrawn for a new text, the view keeps the heads picked, the blocks opened and the slider settings.
+    const heads = {}, opened = {};
+    for (const section of root.querySelectorAll("section.wt-block")) {
+      const picker = section.querySelector("select.wt-head");
+      if (picker) heads[section.dataset.layer] = picker.value;
+      opened[section.dataset.layer] = section.querySelector("details").open;
+    }
     const sliders = {};
     for (const input of root.querySelectorAll("#wt-final input[type=range]")) sliders[input.id] = input.value;
     const maxNorm = Math.max(...data.blocks.flatMap((b) => b.norms), ...data.embedding.norms);
+    const open = (layer) => (layer in opened ? opened[layer] : openAtFirst(data, layer));
     root.replaceChildren(tokensStep(data), embeddingStep(data),
-      ...data.blocks.map((b) => blockStep(data, b, maxNorm, heads[b.layer])), finalStep(data, probabilities, sliders));
+      ...data.blocks.map((b) => blockStep(data, b, maxNorm, heads[b.layer], open(b.layer))),
+      finalStep(data, probabilities, sliders));
   }
 
   // ------------------------------------------------- the sampling transform, for a page without a server
