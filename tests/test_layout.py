@@ -33,7 +33,6 @@ LONG_FUNCTIONS: set[str] = {
     "training/checkpoint.py:save_training_checkpoint",
     "cli/explain.py:_explain",
     "training/tasks/language_model.py:prepare_language_model",
-    "inspect/figures.py:draw_attention",
     "cli/serve.py:add_arguments",
     "server/app.py:create_app",
     "cli/lens.py:run",

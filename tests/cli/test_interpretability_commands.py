@@ -111,7 +111,7 @@ def test_heads_on_a_gpt2_folder_and_a_translator(capsys, monkeypatch, runs, gpt2
 def test_heads_runs_on_smollm2s_gguf_file(capsys, smollm2) -> None:
     """The 30-layer model with an 8,192-token context: the memory check sizes the 2 x 2 x 10 tokens fed (it once
     sized the context and refused with "1,763 GiB")."""
-    data = run_json(capsys, "heads", "--model", str(smollm2), "--batch", "2", "--length", "10", "--json")
+    data = run_json(capsys, "heads", "--model", str(smollm2), "--batch", "2", "--length", "10", "--json", "--no-plot")
     assert data["length"] == 10 and np.array(data["parts"]["decoder"]["scores"]["induction"]).shape == (30, 9)
 
 
