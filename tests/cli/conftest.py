@@ -32,3 +32,6 @@ def gpt_and_translator(root, gpt_context: int = 32):
         n_decoder_layers=1, context_length=24,
     ))  # fmt: skip
     return save_model_dir(root / "gpt", gpt, tok), save_model_dir(root / "translator", translator, tok)
+
+
+from tests.server.conftest import gpt_run  # noqa: E402, F401  (the session fixture test_serve.py uses: a tiny trained GPT run)

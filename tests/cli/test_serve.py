@@ -12,7 +12,6 @@ import httpx
 import pytest
 
 from qkv.cli import main
-from tests.server.conftest import gpt_run  # noqa: F401  (the session fixture: a tiny trained GPT run)
 
 
 def test_qkv_serve_starts_a_server_that_answers(gpt_run) -> None:
