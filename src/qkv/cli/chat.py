@@ -26,7 +26,6 @@ from qkv.cli.common import (
 from qkv.cli.options import compile_note, note
 from qkv.cli.sampling import add_sampling_arguments, sampling_params
 
-HELP = "talk to a chat model (a .gguf file, a Hugging Face folder, or a run)"
 COMMANDS = "/reset forgets the conversation, /exit ends it, /help shows this"
 
 

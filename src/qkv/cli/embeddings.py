@@ -26,8 +26,6 @@ from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.models.family import family_of
 
-HELP = "token embeddings W_E: neighbours, analogies, a 2-D map; the positional table (sentences: qkv embed)"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)

@@ -32,8 +32,6 @@ from qkv.cli.options import SEED_DEFAULT, add_seed_argument, add_target_argument
 from qkv.errors import QkvError
 from qkv.loading import load
 
-HELP = "print one attention head's computation step by step, with real numbers"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter

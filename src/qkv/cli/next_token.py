@@ -19,8 +19,6 @@ from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.models.family import family_of
 
-HELP = "show the next-token distribution at several temperatures (table + bar chart)"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)

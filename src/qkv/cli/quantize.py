@@ -17,8 +17,6 @@ from qkv.loading import load
 from qkv.quantization.int4_linear import GROUP_SIZE
 from qkv.quantization.int8_linear import ACTIVATIONS
 
-HELP = "save an int8 or int4 copy of a model (weight-only)"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser, what="the model to quantize: a run directory (or --model for a pretrained one)")

@@ -28,8 +28,6 @@ from qkv.cli.options import seconds
 from qkv.errors import QkvError
 from qkv.loading import load
 
-HELP = "serve a model over HTTP, with a web playground"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser, what="a run directory, or a pretrained model folder or Hub name")

@@ -17,7 +17,6 @@ from qkv.errors import QkvError
 from qkv.models.family import LANGUAGE_MODEL, families
 from qkv.training.config import FLAG_NAMES, TASK_ARCHS, TrainConfig, flag_names, read_toml
 
-HELP = "train a GPT language model (or, with --task translate, a translator; --task word2vec, word vectors)"
 LM_PRESETS = [name for family in families().values() if family.role == LANGUAGE_MODEL for name in family.presets]
 
 TRAIN_HELP = {

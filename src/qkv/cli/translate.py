@@ -23,8 +23,6 @@ from qkv.cli.options import compile_note
 from qkv.errors import QkvError
 from qkv.io import read_text
 
-HELP = "translate sentences with a trained encoder-decoder (arguments, --file or stdin)"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
