@@ -19,7 +19,7 @@ from qkv.cli.common import (
     note_unknown,
     use_device,
 )
-from qkv.cli.options import compile_note
+from qkv.cli.options import compile_note, note
 from qkv.errors import QkvError
 from qkv.io import read_text
 
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     translator = Translator.from_bundle(bundle, step=args.step)
     compile_note(args.step)
     sentences = read_sentences(args)
-    note_unknown(bundle.tokenizer, "\n".join(sentences), what="the sentences")
+    note_unknown(bundle.tokenizer, sentences, what="the sentences")
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         results = translator.translate_n_best(
@@ -80,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
             max_len_b=args.max_len_b,
             batch_size=args.batch_size,
         )
+    if translator.empty:
+        note(f"{translator.empty} of the {len(sentences)} sentences are empty: each is translated as an empty line")
     if translator.cropped:
         print(
             f"warning: {translator.cropped} sentence(s) were longer than the model's maximum of "
