@@ -42,16 +42,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def read_sentences(args: argparse.Namespace) -> list[str]:
     if args.sentences and args.file:
         raise QkvError("give sentences as arguments or with --file, not both")
+    if args.sentences:
+        return [line.strip() for line in args.sentences]
     if args.file:
         lines = read_text(args.file, what="input file").split("\n")
-    elif args.sentences:
-        lines = args.sentences
     else:
         if sys.stdin.isatty():
             print("reading sentences from standard input (one per line; end with Ctrl-D)", file=sys.stderr)
         lines = sys.stdin.read().split("\n")
-    if lines and lines[-1] == "":
+    if lines and lines[-1] == "":  # the line break that ends the last line starts no sentence
         lines = lines[:-1]
+    if not lines:
+        note("standard input held no sentence to translate: give one per line, or as arguments")
     return [line.strip() for line in lines]
 
 
@@ -68,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
     translator = Translator.from_bundle(bundle, step=args.step)
     compile_note(args.step)
     sentences = read_sentences(args)
+    longest = bundle.config.context_length - 1  # the decoder's positions, <bos> first
+    if args.max_len_b >= longest:
+        note(f"--max-len-b {args.max_len_b} is past the model's {bundle.config.context_length} positions: each "
+             f"translation stops at {longest} tokens at most")  # fmt: skip
     note_unknown(bundle.tokenizer, sentences, what="the sentences")
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
