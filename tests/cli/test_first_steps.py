@@ -128,6 +128,9 @@ def test_notes_instead_of_silence(tmp_path, capsys) -> None:
     code, err = run_cli(capsys, "translate", str(translator), "--file", str(lines), "--beam", "1")
     assert code == 0 and "1 of the 3 sentences are empty: each is translated as an empty line" in err
     assert "<unk>" not in err  # the line breaks between sentences are no characters the vocabulary lacks
+    code, err = run_cli(capsys, "translate", str(translator), "", "--beam", "1", "--max-len-b", "1000")
+    assert code == 0 and "1 of the 1 sentences are empty" in err  # an empty argument was dropped without a word
+    assert "--max-len-b 1000 is past the model's 24 positions: each translation stops at 23 tokens" in err
     assert "the text is empty: this is the distribution of the first token" in run_cli(capsys, "next", str(gpt), "")[1]
     refused(capsys, ["explain", ""], "the text is empty: give some text, or leave it out for the worked example")
 
