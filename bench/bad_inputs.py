@@ -20,7 +20,13 @@ recover from, or an input that is valid). Each outcome is one of:
 - leak: a temporary or half-written file left behind, an output left by a refused command, or a request that
   went on (or counted as "ok") after its client left.
 
-The fixtures (bench/bad_inputs_fixtures.py) are tiny models built first, with the qkv under test.
+The fixtures (bench/bad_inputs_fixtures.py) are tiny models built first, with the qkv under test; the cases are in
+bench/bad_inputs_cases*.py and bench/bad_inputs_http.py, the ways they spoil a fixture in bench/bad_inputs_spoil.py.
+Permission cases drop root's CAP_DAC_OVERRIDE in their child, so that chmod 000 means the same for root.
+
+On the 2-core development machine (issue 33), the 398 cases gave, at d26bac7: 290 clean, 48 silent, 28 tracebacks,
+25 unclear, 6 hangs, 1 leak (20.6 min); after the fixes: 398 clean (4.0 min). The cases were written beside the
+fixes, so the second figure says that what was found is fixed, not that nothing else is left.
 """
 
 from __future__ import annotations
@@ -39,12 +45,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bad_inputs_cases  # noqa: E402  (sibling scripts)
+import bad_inputs_cases_formats  # noqa: E402
 import bad_inputs_cases_more  # noqa: E402
+import bad_inputs_cases_python  # noqa: E402
+import bad_inputs_cases_sizes  # noqa: E402
 from bad_inputs_cases import Case  # noqa: E402
 from bad_inputs_fixtures import make_fixtures  # noqa: E402
 from bad_inputs_http import HTTP_CASES, HttpCase, Servers  # noqa: E402
 
-CASES = [*bad_inputs_cases.ALL, *bad_inputs_cases_more.ALL]
+CASES = [
+    *bad_inputs_cases.ALL,
+    *bad_inputs_cases_sizes.ALL,
+    *bad_inputs_cases_more.ALL,
+    *bad_inputs_cases_python.ALL,
+    *bad_inputs_cases_formats.ALL,
+]
 OUTCOMES = ("clean", "traceback", "silent", "unclear", "hang", "leak")
 LEFTOVERS = (".tmp", ".partial")
 
