@@ -13,53 +13,74 @@
 See README.md for a tour and docs/ for one page per task.
 """
 
+from __future__ import annotations
+
+import importlib
+import importlib.util
 from typing import TYPE_CHECKING
 
 from qkv.errors import QkvError
-from qkv.layers import MultiHeadAttention, capture, softmax
-from qkv.models import (
-    GPT,
-    PRESETS,
-    Encoder,
-    EncoderConfig,
-    GPTConfig,
-    RNNSearch,
-    RNNSearchConfig,
-    Transformer,
-    TransformerConfig,
-    make_config,
-    next_token_distribution,
-)
 from qkv.version import __version__
 
 if TYPE_CHECKING:
     from qkv.decoding.replies import chat, chat_stream, complete, complete_stream
     from qkv.decoding.sampling_params import SamplingParams
     from qkv.inspect.views import views
+    from qkv.layers import MultiHeadAttention, capture, softmax
     from qkv.loading import load
+    from qkv.models import (
+        GPT,
+        PRESETS,
+        Encoder,
+        EncoderConfig,
+        GPTConfig,
+        RNNSearch,
+        RNNSearchConfig,
+        Transformer,
+        TransformerConfig,
+        make_config,
+        next_token_distribution,
+    )
+
+LAYERS = ("MultiHeadAttention", "capture", "softmax")
+MODELS = ("GPT", "PRESETS", "Encoder", "EncoderConfig", "GPTConfig", "RNNSearch", "RNNSearchConfig", "Transformer",
+          "TransformerConfig", "make_config", "next_token_distribution")  # fmt: skip
+REPLIES = ("chat", "chat_stream", "complete", "complete_stream")
+
+
+def _home(name: str):
+    """The module holding ``name``, imported now. The package's names are imported on first use (PEP 562), so that
+    ``import qkv`` (and ``qkv --help``, ``qkv --version``) imports no torch; ``from qkv import GPT`` still works."""
+    if name in LAYERS:
+        import qkv.layers as home
+    elif name in MODELS:
+        import qkv.models as home
+    elif name in REPLIES:
+        import qkv.decoding.replies as home
+    elif name == "load":
+        import qkv.loading as home
+    elif name == "views":
+        import qkv.inspect.views as home
+    elif name == "SamplingParams":
+        import qkv.decoding.sampling_params as home
+    else:
+        return None
+    return home
 
 
 def __getattr__(name: str):
-    """``qkv.load`` (:func:`qkv.loading.load`), ``qkv.views`` (:func:`qkv.inspect.views.views`), ``qkv.chat`` and
-    ``qkv.complete`` (:mod:`qkv.decoding.replies`) and ``qkv.SamplingParams``, imported on first use: ``import
-    qkv`` stays light."""
-    if name == "load":
-        from qkv.loading import load
-
-        return load
-    if name == "views":
-        from qkv.inspect.views import views
-
-        return views
-    if name == "SamplingParams":
-        from qkv.decoding.sampling_params import SamplingParams
-
-        return SamplingParams
-    if name in ("chat", "chat_stream", "complete", "complete_stream"):
-        from qkv.decoding import replies
-
-        return getattr(replies, name)
+    """A name of the package from its module, or a subpackage (``qkv.models``), imported on first use."""
+    home = _home(name)
+    if home is not None:
+        value = globals()[name] = getattr(home, name)
+        return value
+    if not name.startswith("_") and importlib.util.find_spec(f"qkv.{name}") is not None:
+        return importlib.import_module(f"qkv.{name}")
     raise AttributeError(f"module 'qkv' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *LAYERS, *MODELS, *REPLIES, "load", "views", "SamplingParams"})
 
 
 __all__ = [

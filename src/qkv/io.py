@@ -106,6 +106,33 @@ def atomic_write_json(path: str | Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
+def cannot_read(path: str | Path, what: str, reason: str = "permission denied") -> QkvError:
+    """The one line for a file or folder this user may not read (chmod 000, another user's private folder)."""
+    return QkvError(
+        f"cannot read {what} {path} ({reason}): give yourself read access (chmod -R u+rX {path}), or run as the "
+        "user who owns it"
+    )
+
+
+def check_readable(path: str | Path, what: str = "") -> None:
+    """:func:`cannot_read` when ``path`` exists but this user may not read it (a folder: list and enter it), or
+    may not reach it (a folder above it); nothing when it is readable or absent (the caller says "missing")."""
+    path = Path(path)
+    try:
+        exists = path.exists()
+    except PermissionError:
+        exists = True  # a folder above it cannot be entered
+    for folder in reversed([path, *path.parents]):
+        try:
+            folder.stat()
+        except PermissionError:
+            raise cannot_read(path, what or "the path") from None
+        except OSError:
+            return
+    if exists and not os.access(path, os.R_OK | (os.X_OK if path.is_dir() else 0)):
+        raise cannot_read(path, what or ("the folder" if path.is_dir() else "the file"))
+
+
 def read_text(path: str | Path, *, what: str = "text file") -> str:
     """Read a UTF-8 text file; a missing, empty, binary or non-UTF-8 file is a QkvError."""
     path = Path(path)
@@ -115,6 +142,8 @@ def read_text(path: str | Path, *, what: str = "text file") -> str:
         data = path.read_bytes()
     except FileNotFoundError:
         raise QkvError(f"{what} {path} does not exist: check the path") from None
+    except PermissionError:
+        raise cannot_read(path, what) from None
     except OSError as error:
         raise QkvError(f"cannot read {what} {path} ({error.strerror}): check its permissions") from None
     if not data.strip():

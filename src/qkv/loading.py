@@ -21,7 +21,9 @@ from pathlib import Path
 
 import torch
 
+from qkv.devices import resolve_device
 from qkv.errors import QkvError
+from qkv.io import check_readable
 from qkv.model_dir import CONFIG_FILE, ModelBundle, load_model_dir
 from qkv.pretrained.loader import load_pretrained
 from qkv.quantization import check_scheme, quantize_model
@@ -39,12 +41,18 @@ def load(path: str | Path, *, device: str | torch.device = "cpu", quantize: str 
     quantizes the loaded weights (:func:`qkv.quantization.quantize_model`). Every problem with the path
     or its files is a one-line :class:`~qkv.errors.QkvError`.
     """
+    device = resolve_device(device, flag="device")  # "banana", or cuda without a GPU: one line, before the load
     if quantize is not None:
         check_scheme(quantize)  # before the (slow) load
         bundle = load(path, device=device)
         quantize_model(bundle.model, quantize)
         return bundle
+    if not isinstance(path, str | Path) or not str(path).strip():
+        raise QkvError(
+            f"{path!r} is not a model path: give a run folder, a Hugging Face folder, a .gguf file or a Hub name"
+        )
     folder = Path(path)
+    check_readable(folder, "the model")
     if folder.is_file():
         return _load_file(folder, device)
     if folder.exists():

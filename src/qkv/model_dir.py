@@ -229,11 +229,7 @@ def load_model_dir(
         apply_quantization(model, info, where=f"{QUANTIZATION_FILE} in {directory}")
     weights = Path(weights_path) if weights_path is not None else directory / weights_name
     load_weights(model, weights, device=device)
-    if any(p.is_floating_point() and not torch.isfinite(p).all() for p in model.parameters()):
-        raise QkvError(
-            f"the weights in {weights} hold NaN or infinite values (the training diverged before they were "
-            "saved): use an earlier checkpoint, or train again with a lower --lr"
-        )
+    _check_numbers(model, weights, quantized=(directory / QUANTIZATION_FILE).is_file())
     model.eval()
     return ModelBundle(
         model=model,
@@ -242,6 +238,20 @@ def load_model_dir(
         target_tokenizer=target,
         path=directory,
         chat_template=read_chat_template(directory),
+    )
+
+
+def _check_numbers(model: nn.Module, weights: Path, *, quantized: bool) -> None:
+    """A QkvError naming the first weight (or int8 scale) that holds NaN or an infinity."""
+    found = storage.non_finite(storage.model_tensors(model))
+    if found is None:
+        return
+    name, what = found
+    if quantized:
+        raise QkvError(f"the weights in {weights} hold {what} (tensor {name}): quantize the original run again")
+    raise QkvError(
+        f"the weights in {weights} hold {what} (tensor {name}; the training diverged before they were saved): use "
+        "an earlier checkpoint, or train again with a lower --lr"
     )
 
 

@@ -21,7 +21,7 @@ import warnings
 from pathlib import Path
 
 from qkv.errors import QkvError
-from qkv.io import read_json
+from qkv.io import check_readable, read_json
 from qkv.storage import MODEL_FILE
 
 CHECKPOINTS_DIR = "checkpoints"
@@ -59,6 +59,7 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     gone or incomplete, the newest complete step folder is used instead, with a warning.
     """
     root = Path(run_dir) / CHECKPOINTS_DIR
+    check_readable(root, "the checkpoints")  # a folder this user may not read: one line, not a PermissionError
     latest = root / LATEST_FILE
     problem = f"{latest} is missing"
     if latest.is_file():

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -26,7 +27,7 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from qkv.errors import QkvError
-from qkv.io import atomic_write
+from qkv.io import atomic_write, check_readable
 from qkv.sharded import local_part, placed_like
 
 MODEL_FILE = "model.safetensors"  # the weights of a model folder and of each training checkpoint
@@ -126,6 +127,7 @@ def read_tensors(
 ) -> tuple[dict[str, Tensor], dict[str, str]]:
     """All tensors and the header metadata of a safetensors file; a missing or damaged file is a QkvError."""
     path = Path(path)
+    check_readable(path, "the weights")
     if not path.is_file():
         raise QkvError(f"{_where(path)} does not exist: give the folder the model was saved to, or save it again")
     try:
@@ -134,6 +136,33 @@ def read_tensors(
             return {name: f.get_tensor(name) for name in f.keys()}, metadata
     except Exception as error:  # SafetensorError, OSError, ... : all mean the bytes are not a whole file
         raise damaged_error(path, error, fix) from None
+
+
+def non_finite(named: Iterable[tuple[str, Tensor]]) -> tuple[str, str] | None:
+    """The first floating tensor of ``named`` (name, tensor) that holds NaN or an infinity: (its name, "NaN" or
+    "infinite values"); None when every value is a number. A weight that is not a number makes every output NaN
+    (greedy decoding then prints nothing), so each model is checked as it loads, whatever its format."""
+    for name, tensor in named:
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            return name, "NaN" if bool(torch.isnan(tensor).any()) else "infinite values"
+    return None
+
+
+def model_tensors(model: nn.Module) -> Iterable[tuple[str, Tensor]]:
+    """Every weight of ``model`` (parameters and saved buffers, such as an int8 layer's scales), each once."""
+    seen: set[int] = set()
+    for name, tensor in unwrap_model(model).state_dict(keep_vars=True).items():
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
+            yield name, tensor.detach()
+
+
+def check_finite(named: Iterable[tuple[str, Tensor]], where: str, fix: str) -> None:
+    """QkvError naming the first tensor of ``named`` that holds NaN or an infinity: "tensor NAME in WHERE holds NaN:
+    FIX"."""
+    found = non_finite(named)
+    if found is not None:
+        raise QkvError(f"tensor {found[0]} in {where} holds {found[1]}: {fix}")
 
 
 def _names(names: list[str], limit: int = 3) -> str:

@@ -197,3 +197,27 @@ def test_resuming_a_checkpoint_with_nan_weights(tmp_path, capsys) -> None:
     code, err = run_cli(capsys, "train", "--resume", str(run), "--steps", "8", "--quiet", "--no-samples")
     assert_one_line_error(code, err, f"the checkpoint {latest_checkpoint(run)} holds NaN or infinite weights")
     assert "last good" not in err
+
+
+def test_max_time_fits_the_learning_rate_schedule_to_the_time(tmp_path, capsys, monkeypatch) -> None:
+    """A run that --max-time stops long before --steps still warms up and decays: the schedule spans the steps that
+    fit (it stayed in a warmup planned for --steps). The clock is a fake that advances 5 ms per reading."""
+    import time
+
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 0.005
+        return now[0]
+
+    monkeypatch.setattr(time, "perf_counter", clock)
+    run = tmp_path / "run"
+    args = ["train", "--data", str(_data(tmp_path)), "--out", str(run), "--preset", "gpt-nano", "--steps", "10000",
+            "--warmup-steps", "100", "--eval-interval", "1000", "--eval-batches", "1", "--log-interval", "5",
+            "--max-time", "3s", "--no-samples"]  # fmt: skip
+    assert main(args) == 0
+    assert "fits about" in capsys.readouterr().err
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    lrs = [row["lr"] for row in rows if "lr" in row]
+    assert len(lrs) >= 4 and max(lrs) > 2 * lrs[-1]  # it rose and fell again, not a warmup cut short
+    assert lrs.index(max(lrs)) < len(lrs) - 2

@@ -7,7 +7,7 @@ import argparse
 import pytest
 import torch
 
-from qkv.cli import VERBS, build_parser, parse
+from qkv.cli import VERBS, build_parser, parse, verb_parsers
 from qkv.cli.common import use_device
 
 
@@ -35,16 +35,14 @@ MODEL_VERBS += ("attribute", "patch", "heads", "serve")
 
 @pytest.mark.parametrize("verb", MODEL_VERBS)
 def test_device_auto_and_threads_on_every_model_verb(verb) -> None:
-    subparsers = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)][0]
-    options = {o: a for a in subparsers.choices[verb]._actions for o in a.option_strings}
+    options = {o: a for a in verb_parsers()[verb]._actions for o in a.option_strings}
     assert options["--device"].default == "auto"
     assert "--threads" in options
 
 
 @pytest.mark.parametrize("verb", ["quantize", "export"])
 def test_threads_on_the_writers(verb) -> None:
-    subparsers = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)][0]
-    assert "--threads" in {o for a in subparsers.choices[verb]._actions for o in a.option_strings}
+    assert "--threads" in {o for a in verb_parsers()[verb]._actions for o in a.option_strings}
 
 
 def test_use_device_resolves_auto_and_sets_threads() -> None:

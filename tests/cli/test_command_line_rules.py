@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from qkv.cli import VERBS, build_parser, main, parse
+from qkv.cli import verb_parsers as cli_verb_parsers
 from qkv.cli.options import SEED_DEFAULT, minutes
 from qkv.training.config import TrainConfig
 from qkv.version import __version__
@@ -19,8 +20,7 @@ from qkv.version import __version__
 
 @functools.cache
 def verb_parsers() -> dict[str, argparse.ArgumentParser]:
-    parser = build_parser()
-    return [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)][0].choices
+    return cli_verb_parsers()
 
 
 def options(verb: str) -> dict[str, argparse.Action]:
@@ -194,3 +194,35 @@ def test_html_is_the_same_flag_in_lens_and_attention() -> None:
     assert (lens.nargs, lens.const, lens.metavar) == (attention.nargs, attention.const, attention.metavar) == (
         "?", "", "FILE")  # fmt: skip
     assert parse(build_parser(), ["lens", "RUN", "text", "--html"]).html == ""
+
+
+LIGHT = """
+import contextlib, io, sys
+import qkv.cli
+qkv.cli.build_parser().format_help()
+for argv in (["--version"], ["--help"]):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        qkv.cli.main(argv)
+print(sorted({name.split(".")[0] for name in sys.modules} & {"torch", "numpy", "safetensors", "tokenizers"}))
+"""
+
+
+def test_the_parser_help_and_version_import_no_torch(tmp_path) -> None:
+    """`qkv --help` and `qkv --version` answer without importing torch (seconds on a busy machine): the package
+    imports its names on first use, and each verb's flags are added when the verb is used (qkv.cli.VerbParser)."""
+    import os
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    found = subprocess.run([sys.executable, "-c", LIGHT], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert (found.returncode, found.stdout.strip()) == (0, "[]"), found.stderr
+
+
+def test_names_of_the_package_still_import() -> None:
+    import qkv
+    from qkv import GPT, GPTConfig, capture
+    from qkv.models import GPT as models_gpt
+
+    assert GPT is models_gpt and qkv.GPTConfig is GPTConfig and callable(capture)
+    assert qkv.models.GPT is GPT and set(qkv.__all__) <= set(dir(qkv))
+    with pytest.raises(AttributeError):
+        qkv.no_such_name  # noqa: B018

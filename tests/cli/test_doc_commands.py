@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from qkv.cli import VERBS, build_parser, parse
+from qkv.cli import VERBS, build_parser, parse, verb_parsers
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -64,7 +64,7 @@ def _placeholder(words: list[str]) -> bool:
 
 @functools.cache
 def _verbs() -> dict[str, argparse.ArgumentParser]:
-    return [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)][0].choices
+    return verb_parsers()
 
 
 def _flag_problems(words: list[str]) -> list[str]:

@@ -60,14 +60,16 @@ def test_qkv_serve_starts_a_server_that_answers(gpt_run) -> None:
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--max-concurrent", "0"], "max_concurrent must be at least 1"),
-        (["--max-tokens", "0"], "max_tokens must be at least 1"),
+        (["--max-concurrent", "0"], "--max-concurrent must be at least 1, got 0"),
+        (["--max-tokens", "0"], "--max-tokens must be at least 1, got 0"),
         (["--port", "70000"], "is not a port number"),
-        (["--max-n", "0"], "max_n must be at least 1"),
-        (["--max-logprobs", "-1"], "max_logprobs must be >= 0"),
-        (["--max-request-bytes", "0"], "max_request_bytes must be at least 1"),
-        (["--max-batch", "0"], "max_batch must be at least 1"),
+        (["--max-n", "0"], "--max-n must be at least 1"),
+        (["--max-logprobs", "-1"], "--max-logprobs must be >= 0"),
+        (["--max-request-bytes", "0"], "--max-request-bytes must be at least 1"),
+        (["--max-batch", "0"], "--max-batch must be at least 1"),
         (["--kv-tokens", "8"], "the KV cache bound holds no sequence"),
+        (["--kv-memory", "-5"], "--kv-memory must be >= 0 (0: no bound), got -5.0"),
+        (["--max-batch", "100000000"], "a KV cache pool of 100,000,000 rows of 32 positions needs"),
         (["--step", "graph"], "replays CUDA graphs"),
     ],
 )

@@ -83,3 +83,13 @@ def test_chat_and_complete_need_a_language_model(tmp_path) -> None:
 def test_a_model_without_a_chat_template_is_one_line(char_bundle) -> None:
     with pytest.raises(QkvError, match="chat template"):
         qkv.chat(char_bundle, QUESTION)
+
+
+def test_a_temperature_that_rounds_to_zero_in_float32_is_greedy(char_bundle) -> None:
+    """T = 1e-300 is 0 in float32 (logits / T overflowed and sampling crashed): greedy, as T < 1e-5 is everywhere."""
+    greedy = qkv.complete(char_bundle, "the qu", max_new_tokens=8, temperature=0)
+    for temperature in (1e-300, 5e-324, 9e-6):
+        assert qkv.complete(char_bundle, "the qu", max_new_tokens=8, temperature=temperature).text == greedy.text
+        ids = generate(char_bundle.model, char_bundle.tokenizer.encode("the qu"), max_new_tokens=8,
+                       temperature=temperature)  # fmt: skip
+        assert ids[0, 6:].tolist() == greedy.token_ids

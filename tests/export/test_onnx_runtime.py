@@ -56,5 +56,5 @@ def test_sentence_embeddings_equal_qkv(encoder_onnx, tokenizer) -> None:
 def test_a_graph_of_another_kind_is_named(gpt_onnx, encoder_onnx, tmp_path) -> None:
     with pytest.raises(QkvError, match="is not a qkv encoder graph"):
         OnnxEncoder(gpt_onnx.files[0])
-    with pytest.raises(QkvError, match="does not exist: write it with `qkv export RUN --onnx gone.onnx`"):
+    with pytest.raises(QkvError, match="does not exist: write it with `qkv export RUN --out gone.onnx`"):
         OnnxGPT(tmp_path / "gone.onnx")

@@ -109,3 +109,11 @@ def test_the_pictures_are_pngs_of_the_expected_size(tmp_path) -> None:
     assert png_size(picture.path) == (picture.width, picture.height) and picture.width > picture.height
     with pytest.raises(QkvError, match="does not end in .png"):
         draw_positional_table(sinusoidal_table(5, 4).numpy(), tmp_path / "p.jpg")
+
+
+def test_neighbours_all_alike_get_a_note() -> None:
+    """Word2Vec after one epoch on the built-in text listed every neighbour at cosine 1.00, with no word."""
+    from qkv.inspect.embeddings import alike_note
+
+    assert "still point almost the same way" in alike_note([[("a", 0.999), ("b", 0.995)], [("c", 0.991)]])
+    assert alike_note([[("a", 0.999), ("b", 0.42)]]) is None and alike_note([[("a", 1.0)]]) is None

@@ -54,3 +54,28 @@ def test_import_qkv_does_not_import_the_views() -> None:
     code = "import sys, qkv; print('qkv.inspect' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False"]
+
+
+def test_the_python_api_refuses_what_the_command_line_refuses(gpt_run, gpt, translator) -> None:
+    """The same one-line QkvError as the verbs: a device that is not one, an option the family has not (a GPT's
+    --target was ignored), a view the family has not (a translator's generate was an AttributeError), empty text."""
+    import pytest
+
+    from qkv.errors import QkvError
+
+    with pytest.raises(QkvError, match="device 'banana' is not a device: use auto, cpu, cuda or mps"):
+        qkv.views(gpt_run, device="banana")
+    if not torch.cuda.is_available():
+        with pytest.raises(QkvError, match="device cuda was asked for but no CUDA GPU is available"):
+            qkv.load(gpt_run, device="cuda")
+    m, t = qkv.views(gpt), qkv.views(translator)
+    for view in (m.attention, m.lens):
+        with pytest.raises(QkvError, match="--target is for translators: .* reads one text"):
+            view("the fox", target="x")
+    with pytest.raises(QkvError, match="needs a language model"):
+        t.generate("3 may")
+    for empty in ("", " ", [], ["", "  "]):
+        with pytest.raises(QkvError, match="there is nothing to translate"):
+            t.translate(empty)
+    with pytest.warns(UserWarning, match="1 of the 2 sentences are empty: their translations are empty"):
+        assert t.translate(["", "3 may"], beam=1) == ["", t.translate("3 may", beam=1)]

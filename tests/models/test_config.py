@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -85,3 +86,26 @@ def test_every_model_has_context_length() -> None:
         assert cls(context_length=33).context_length == 33
         with pytest.raises(QkvError, match="context_length"):
             cls(context_length=0)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"d_model": "64"}, "d_model='64' must be a whole number"),  # 4 * "64" made d_ff "64646464"
+        ({"n_layers": 1e8}, "n_layers=100000000.0 must be a whole number"),
+        ({"n_heads": True}, "n_heads=True must be a whole number"),
+        ({"dropout": "0.1"}, "dropout='0.1' must be a finite number"),
+        ({"rope_base": float("nan")}, "rope_base=nan must be a finite number"),
+        ({"rope_base": float("inf")}, "rope_base=inf must be a finite number"),  # was saved as Infinity in config.json
+        ({"rope_base": 0.0}, "rope_base=0.0 must be above 0"),
+        ({"rope_base": -1.0}, "rope_base=-1.0 must be above 0"),
+        ({"tie_embeddings": "yes"}, "tie_embeddings='yes' must be true or false"),
+        ({"d_ff": "x"}, "d_ff='x' must be a whole number or null"),
+    ],
+)
+def test_every_field_holds_its_declared_type(settings, message) -> None:
+    from qkv.models.llama import LlamaConfig
+
+    with pytest.raises(QkvError, match=re.escape(message)):
+        LlamaConfig(vocab_size=10, **settings)
+    assert LlamaConfig(vocab_size=10, dropout=0, rope_base=500000).rope_base == 500000  # ints are numbers

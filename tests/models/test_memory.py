@@ -62,3 +62,32 @@ def test_the_activation_estimate_counts_grouped_keys_and_the_gates_tensors() -> 
     assert per_token(base) == 16 * 64 + 2 * 100 + 3 * 8 * 4 + 3 * 10
     assert per_token(base.replace(n_kv_heads=2)) == per_token(base) - 2 * (64 - 16)
     assert per_token(base.replace(feed_forward="glu")) == per_token(base) + 2 * 100
+
+
+def test_buffers_count_too_rope_tables_of_a_huge_context() -> None:
+    from qkv.models.memory import model_numbers
+
+    config = make_config("llama-micro", vocab_size=50, n_layers=3, context_length=96)
+    model = build_model(config)
+    assert model_numbers(config) == (
+        sum(p.numel() for p in model.parameters()),
+        sum(b.numel() for b in model.buffers()),
+    )
+    huge = make_config("llama-micro", vocab_size=50, context_length=10**12)  # few parameters, TBs of cos/sin tables
+    with pytest.raises(QkvError, match=r"and its tables of [\d,]+ numbers \(positions x head size\)"):
+        check_fits(huge, torch.device("cpu"))
+
+
+def test_the_kv_pool_and_the_generated_tokens_are_checked_against_memory() -> None:
+    from qkv.models.memory import check_kv_pool, kv_cache_bytes_per_token, new_tokens_error
+
+    config = make_config("gpt-nano", vocab_size=50)
+    per_token = kv_cache_bytes_per_token(config)
+    assert per_token == 2 * config.n_layers * config.d_model * 4
+    check_kv_pool(config, 16, 64, torch.float32, "cpu")
+    free = available_memory("cpu")
+    rows = free // (64 * per_token) + 1
+    with pytest.raises(QkvError, match=rf"the KV cache for {rows:,} sequences of 64 positions needs .* lower it"):
+        check_kv_pool(config, rows, 64, torch.float32, "cpu", fix="lower it")
+    assert new_tokens_error(1000) is None
+    assert "max_new_tokens=1,000,000,000,000 is more tokens than memory holds" in str(new_tokens_error(10**12))

@@ -331,3 +331,12 @@ def test_the_teaching_steps_are_not_among_the_layers_public_names() -> None:
     teaching = {"SelfAttentionV1", "SelfAttentionV2", "CausalAttention", "MultiHeadAttentionWrapper",
                 "attention_without_weights", "causal_weights_masked", "causal_weights_renormalized"}  # fmt: skip
     assert not teaching & set(qkv.layers.__all__) and not any(hasattr(qkv.layers, name) for name in teaching)
+
+
+def test_the_package_exports_the_build_up() -> None:
+    import qkv.teaching
+    from qkv.teaching import attention_steps
+
+    assert qkv.teaching.__all__ and all(
+        getattr(qkv.teaching, n) is getattr(attention_steps, n) for n in qkv.teaching.__all__
+    )

@@ -45,3 +45,15 @@ def test_linear_falls_like_gensims_alpha() -> None:
     assert values == pytest.approx([0.025 - (0.025 - 1e-4) * s / 4 for s in range(4)])
     assert linear(5, lr=1.0, min_lr=0.0, warmup=2, total=6) == pytest.approx(0.25)
     assert linear(0, lr=1.0, min_lr=0.0, warmup=2, total=6) == pytest.approx(0.5)
+
+
+def test_the_schedule_is_fitted_to_the_steps_that_fit_the_time() -> None:
+    from qkv.training.schedule import duration, fit_to_time
+
+    # 10 steps done at 5 steps/s with 100 s left: 450 more fit (a tenth kept for evaluations), so 460 of 1,500.
+    assert fit_to_time(10, 5.0, 100.0, steps=1500, warmup=200) == (460, 61)  # the warmup shrunk in proportion
+    assert fit_to_time(10, 5.0, 1000.0, steps=1500, warmup=200) is None  # everything fits: --steps stays
+    assert fit_to_time(10, 5.0, -3.0, steps=1500, warmup=200) == (11, 1)  # out of time: the schedule ends now
+    assert fit_to_time(10, 0.0, 100.0, steps=1500, warmup=200) is None
+    assert fit_to_time(10, 5.0, 100.0, steps=1500, warmup=0) == (460, 0)
+    assert [duration(m) for m in (1 / 3, 10, 90, 180)] == ["20s", "10 min", "90 min", "3 h"]

@@ -17,6 +17,8 @@ from qkv.chat_templates.template import plain_data
 from qkv.errors import QkvError
 
 EXAMPLE = '[{"role": "user", "content": "Hello"}]'
+ROLES = ("system", "user", "assistant", "tool", "developer", "function", "ipython")
+"""The roles a message may have: OpenAI's (developer is its newer name for system), and Llama 3.1's ipython."""
 REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")  # the names a message's reasoning comes under
 
 
@@ -39,8 +41,8 @@ def _check_message(i: int, message: Any) -> dict[str, Any]:
     role = message.get("role")
     if role is None:
         raise QkvError(f"{where} has no 'role': give each message a role such as 'system', 'user' or 'assistant'")
-    if not isinstance(role, str) or not role:
-        raise QkvError(f"{where}.role is {role!r}: give a role name such as 'system', 'user' or 'assistant'")
+    if not isinstance(role, str) or role not in ROLES:
+        raise QkvError(f"{where}.role is {role!r}: the roles are {', '.join(ROLES)}")
     if message.get("content") is None:
         raise QkvError(f"{where} ({role}) has no 'content': give the message's text as 'content'")
     checked = {key: plain_data(value) for key, value in message.items() if value is not None}

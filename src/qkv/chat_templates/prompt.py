@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from qkv.chat_templates.messages import check_messages
 from qkv.chat_templates.source import template_of
-from qkv.chat_templates.template import ChatTemplate, plain_data, render
+from qkv.chat_templates.template import ChatTemplate, names_read, plain_data, render
 from qkv.errors import QkvError
 from qkv.tokenizers import Tokenizer
 from qkv.tokenizers.special import split_special
@@ -72,13 +72,16 @@ def chat_prompt(
 def render_messages(
     tokenizer: Tokenizer, template: ChatTemplate, messages: Any, *, add_generation_prompt: bool, **variables: Any
 ) -> str:
-    """The checked ``messages`` rendered with ``template``, the tokenizer's special tokens and ``variables``."""
-    return render(
-        template,
-        check_messages(messages),
-        add_generation_prompt=add_generation_prompt,
-        variables=template_variables(tokenizer, variables),
-    )
+    """The checked ``messages`` rendered with ``template``, the tokenizer's special tokens and ``variables``; a
+    ``tools`` or ``documents`` the template never reads is refused (the model would not see it)."""
+    checked = template_variables(tokenizer, variables)
+    unread = [name for name in ("tools", "documents") if variables.get(name) and name not in names_read(template)]
+    if unread:
+        raise QkvError(
+            f"{template.source} never reads {unread[0]}, so the model would not see them: drop {unread[0]}, or give "
+            "a chat template that shows them (--chat-template FILE)"
+        )
+    return render(template, check_messages(messages), add_generation_prompt=add_generation_prompt, variables=checked)
 
 
 def template_variables(tokenizer: Tokenizer, variables: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from typing import Any
 
 import jinja2
 import jinja2.ext
+import jinja2.meta
 import jinja2.nodes
 import jinja2.sandbox
 import jinja2.utils
@@ -149,6 +150,17 @@ _ENVIRONMENT = _environment()
 @lru_cache(maxsize=64)
 def _compiled(text: str) -> jinja2.Template:
     return _ENVIRONMENT.from_string(text)
+
+
+def names_read(template: ChatTemplate) -> frozenset[str]:
+    """The variables ``template`` reads (``messages``, ``tools``, ``bos_token``, ...), from its syntax tree."""
+    compile_template(template)  # a syntax error: its line
+    return _names_read(template.text)
+
+
+@lru_cache(maxsize=64)
+def _names_read(text: str) -> frozenset[str]:
+    return frozenset(jinja2.meta.find_undeclared_variables(_ENVIRONMENT.parse(text)))
 
 
 # --------------------------------------------------------------------------------- rendering

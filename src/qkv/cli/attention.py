@@ -21,8 +21,6 @@ from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.models.family import family_of
 
-HELP = "draw attention heatmaps (all layers x heads, or one) as PNG and a standalone HTML view"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)

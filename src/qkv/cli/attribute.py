@@ -25,8 +25,6 @@ from qkv.cli.common import (
 from qkv.cli.options import add_picture_out, add_target_argument, add_top_argument, picture_path
 from qkv.loading import load
 
-HELP = "direct logit attribution: each layer's and head's push on one token's logit (table + chart)"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)

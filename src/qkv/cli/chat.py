@@ -4,7 +4,8 @@ The conversation is rendered with the model's own chat template (from its GGUF f
 --chat-template FILE gives another) and the answer ends at the template's end of turn. Typed commands: /reset
 forgets the conversation (the --system prompt stays), /exit (or Ctrl-D) ends it, /help lists them. When stdin is
 not a terminal (a pipe or a file), every non-empty line is one user turn and only the answers are printed, one per
-line, so a script can drive it: printf 'Hi!\\nAnd in French?\\n' | qkv chat model.gguf
+line, so a script can drive it: printf 'Hi!\\nAnd in French?\\n' | qkv chat model.gguf. A line that names no command
+(/frobnicate) is not sent, with a note; begin it with // to send a line that starts with /.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from qkv.cli.common import (
 from qkv.cli.held_notes import release_notes
 from qkv.cli.options import compile_note, note
 from qkv.cli.sampling import add_sampling_arguments, sampling_params
+from qkv.errors import QkvError
 
-HELP = "talk to a chat model (a .gguf file, a Hugging Face folder, or a run)"
 COMMANDS = "/reset forgets the conversation, /exit ends it, /help shows this"
 
 
@@ -48,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     from qkv.decoding.replies import chat_stream
 
     params = sampling_params(args)  # checked before the model loads
+    if params.max_new_tokens < 1:
+        raise QkvError(f"--max-new-tokens {params.max_new_tokens} leaves no room for an answer: give at least 1")
     template = read_template_file(args.chat_template) if args.chat_template else None
     args.device = use_device(args)
     bundle = load_for_use(model_path(args), expect="language model", device=args.device, quantize=args.quantize)
@@ -59,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if interactive:
         note(f"chatting with {bundle.path.name}: {COMMANDS}")
     generator = torch.Generator(device=args.device).manual_seed(args.seed)
-    history = list(opening)
+    history, answered = list(opening), 0
     for line in _turns(interactive):
         if line in ("/exit", "/quit"):
             break
@@ -70,6 +73,11 @@ def run(args: argparse.Namespace) -> int:
         if line == "/help":
             note(COMMANDS)
             continue
+        if _unknown_command(line):
+            note(f"{line.split()[0]} is not a command ({COMMANDS}); to send a line that starts with /, begin it //")
+            continue
+        line = line[1:] if line.startswith("//") else line
+        answered += 1
         history.append({"role": "user", "content": line})
         answer = chat_stream(bundle, history, params, template=template, step=args.step, generator=generator)
         if answer.reply.cropped:
@@ -81,14 +89,23 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         sys.stdout.flush()
         history.append({"role": "assistant", "content": answer.reply.text})
+    if not answered and not interactive:
+        note("standard input held no line to answer: pipe in one user turn per line, e.g. printf 'Hi!\\n' | qkv chat M")
     return 0
 
 
+def _unknown_command(line: str) -> bool:
+    """A line that looks like a typed command (/word) but names none: it would have gone to the model as text."""
+    word = line.split()[0]
+    return word.startswith("/") and not word.startswith("//") and word[1:].isalpha()
+
+
 def _turns(interactive: bool):
-    """The user's lines: typed at a prompt, or read from a pipe (blank lines skipped)."""
+    """The user's lines: typed at a prompt, or read from a pipe (blank lines skipped; bytes that are not UTF-8
+    replaced, with a note)."""
     while True:
         try:
-            line = input("> ") if interactive else sys.stdin.readline()
+            line = input("> ") if interactive else _read_line()
         except EOFError:
             return
         if not interactive and line == "":
@@ -96,3 +113,13 @@ def _turns(interactive: bool):
         line = line.strip()
         if line:
             yield line
+
+
+def _read_line() -> str:
+    """One line of a piped stdin, decoded as UTF-8 (undecodable bytes become U+FFFD, with a note)."""
+    raw = sys.stdin.buffer.readline() if hasattr(sys.stdin, "buffer") else sys.stdin.readline().encode()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        note(f"a line of standard input is not UTF-8 (byte 0x{raw[error.start]:02x}): its bad bytes are read as \ufffd")
+        return raw.decode("utf-8", errors="replace")

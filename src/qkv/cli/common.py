@@ -31,11 +31,14 @@ def check_role(bundle: ModelBundle, path: str, *, expect: str) -> ModelBundle:
 def add_model_argument(parser, *, what: str = "a run directory written by `qkv train`") -> None:
     """RUN_DIR as a positional argument, or --model: a run directory or a pretrained model folder/name."""
     parser.add_argument("run_dir", metavar="RUN_DIR", nargs="?", help=what)
-    parser.add_argument(
-        "--model",
-        help="a pretrained model instead: a Hugging Face folder (GPT-2, BERT, Marian, Llama, ...), a .gguf file "
-        "(llama.cpp's format) or a Hub name",
-    )
+    parser.add_argument("--model", help=f"{MODEL_HELP} instead of a run")
+
+
+MODEL_HELP = (
+    "a pretrained model: a Hugging Face folder (GPT-2; Llama, Qwen2, SmolLM, Mistral; BERT, MiniLM; Marian), a .gguf "
+    "file (llama.cpp's format: llama, qwen2, gpt2, starcoder2) or a Hub name"
+)
+"""What --model takes, in every verb's help: each family qkv imports (models/*/huggingface.py, models/*/gguf.py)."""
 
 
 def add_quantize_argument(parser) -> None:
@@ -93,8 +96,9 @@ def use_device(args) -> str:
     return str(resolve_device(getattr(args, "device", "cpu")))
 
 
-def note_unknown(tokenizer, text: str, what: str = "the text") -> None:
-    """Print (to stderr) how many tokens of ``text`` became <unk>, if any: one shared line for every verb."""
+def note_unknown(tokenizer, text: str | list[str], what: str = "the text") -> None:
+    """Print (to stderr) how many tokens of ``text`` (or of each sentence of a list) became <unk>, if any: one
+    shared line for every verb."""
     from qkv.tokenizers.base import unknown_note
 
     if text:

@@ -23,8 +23,6 @@ from qkv.cli.common import (
 )
 from qkv.errors import QkvError
 
-HELP = "embed whole sentences with an encoder, compare them by cosine (for the rows of W_E: qkv embeddings)"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser, what="an encoder: a qkv run directory or (with --model) a pretrained BERT folder")

@@ -21,12 +21,10 @@ import argparse
 import json
 
 from qkv.cli.common import add_device_arguments, add_model_argument, use_device
-from qkv.cli.options import add_alias, add_top_argument, picture_path
+from qkv.cli.options import add_alias, add_top_argument, note, picture_path
 from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.models.family import family_of
-
-HELP = "token embeddings W_E: neighbours, analogies, a 2-D map; the positional table (sentences: qkv embed)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
     out: dict = {}
     if args.neighbours:
         out["neighbours"] = {t: emb.neighbours_of(bundle, t, k=args.top, target=args.target) for t in args.neighbours}
+        alike = emb.alike_note(list(out["neighbours"].values()))
+        if alike:
+            note(alike)
     if args.analogy:
         a, b, c = args.analogy
         answers = emb.analogy_of(bundle, a, b, c, k=args.top, target=args.target)

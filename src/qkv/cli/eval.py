@@ -19,8 +19,6 @@ from qkv.cli.common import (
 from qkv.errors import QkvError
 from qkv.io import read_text
 
-HELP = "evaluate a trained model on a text file (language models) or a test set (translators)"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)

@@ -27,12 +27,10 @@ import argparse
 import json
 import sys
 
-from qkv.cli.common import add_device_arguments
+from qkv.cli.common import MODEL_HELP, add_device_arguments
 from qkv.cli.options import SEED_DEFAULT, add_seed_argument, add_target_argument
 from qkv.errors import QkvError
 from qkv.loading import load
-
-HELP = "print one attention head's computation step by step, with real numbers"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source = parser.add_argument_group("where the numbers come from")
     source.add_argument("--run", dest="run_dir", metavar="RUN_DIR", help="a run directory written by `qkv train`")
     add_device_arguments(source)
-    source.add_argument("--model", help="a pretrained model: a Hugging Face folder (GPT-2, BERT, Marian) or Hub name")
+    source.add_argument("--model", help=MODEL_HELP)
     source.add_argument("--qkv", metavar="FILE", help="Q, K, V per token from a .json or .csv file")
     source.add_argument("--embeddings", metavar="FILE", help="embeddings X (and optionally W_q, W_k, W_v, W_o)")
     source.add_argument(
@@ -90,6 +88,8 @@ def _explain(args: argparse.Namespace):
         raise QkvError(f"give one source of numbers, not {flags}")
     if args.heads < 1 or args.d_k < 1:
         raise QkvError("--heads and --d-k must be at least 1")
+    if args.text is not None and not args.text.strip():
+        raise QkvError("the text is empty: give some text, or leave it out for the worked example")
     query = args.query
     causal = bool(args.causal)
     if args.run_dir or args.model:

@@ -18,8 +18,6 @@ from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.models.family import ENCODER, family_of
 
-HELP = "export a model to ONNX (GPT with its KV cache, encoder, encoder-decoder) or to GGUF (llama.cpp)"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser, what="the model to export: a run directory (or --model for a pretrained one)")

@@ -28,8 +28,6 @@ from qkv.cli.options import compile_note, note
 from qkv.cli.sampling import add_sampling_arguments, sampling_params
 from qkv.errors import QkvError
 
-HELP = "generate text with a trained GPT"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)

@@ -18,8 +18,6 @@ from qkv.cli.common import add_device_arguments, add_model_argument, check_top, 
 from qkv.cli.options import add_picture_out, add_seed_argument, add_top_argument, picture_path
 from qkv.loading import load
 
-HELP = "head detector: previous-token, first-token, induction and duplicate-token scores of every head"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)

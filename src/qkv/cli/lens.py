@@ -33,8 +33,6 @@ from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.models.family import LANGUAGE_MODEL, family_of
 
-HELP = "logit lens: every layer's top next tokens, read through the final norm and W_U (table + heatmap)"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)

@@ -14,12 +14,10 @@ import argparse
 import json
 
 from qkv.cli.common import add_device_arguments, add_model_argument, model_path, note_unknown, use_device
-from qkv.cli.options import add_alias, add_picture_out, add_target_argument, add_top_argument, picture_path
+from qkv.cli.options import add_alias, add_picture_out, add_target_argument, add_top_argument, note, picture_path
 from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.models.family import family_of
-
-HELP = "show the next-token distribution at several temperatures (table + bar chart)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
     if args.target and not family.two_vocabularies:
         raise QkvError(f"--target is for translators: {family.title} continues the prompt itself")
     note_unknown(bundle.tokenizer, args.text, what="the text")
+    if not args.text.strip() and not family.two_vocabularies:
+        note("the text is empty: this is the distribution of the first token, after <bos>")
     result = next_token(
         bundle,
         args.text,

@@ -66,12 +66,15 @@ def add_picture_out(parser, name: str, what: str) -> None:
 
 
 def picture_path(out: str | None, run_dir: str | None, name: str) -> Path:
-    """Where a picture goes: ``--out`` when given; else RUN_DIR/NAME; else (a pretrained --model) ./NAME, but
-    never over a file already there (QkvError naming --out)."""
+    """Where a picture goes: ``--out`` when given; else RUN_DIR/NAME (replacing an earlier one with a note); else (a
+    pretrained --model) ./NAME, but never over a file already there (QkvError naming --out)."""
     if out:
         return Path(out)
     if run_dir and Path(run_dir).is_dir():
-        return Path(run_dir) / name
+        path = Path(run_dir) / name
+        if path.exists():
+            note(f"replacing {path}, which an earlier run of this view drew: give --out FILE to keep both")
+        return path
     here = Path(name)
     if here.exists():
         raise QkvError(f"{name} already exists in this folder: give --out FILE to choose where the picture goes")

@@ -25,8 +25,6 @@ from qkv.cli.common import (
 from qkv.cli.options import add_picture_out, add_target_argument, add_top_argument, picture_path
 from qkv.loading import load
 
-HELP = "activation patching: which layers, positions and heads carry the answer (heatmaps)"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "draw the loss curve of a run as a PNG"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by `qkv train`")

@@ -17,8 +17,6 @@ from qkv.data.prepare import SAMPLE_MB, prepare
 from qkv.data.progress import size_text
 from qkv.data.shards import SHARD_TOKENS, TokenShards
 
-HELP = "tokenize a corpus once into memory-mappable token shards"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("data", metavar="DATA", nargs="+", help="the corpus: files, folders, globs, hf:NAME, pydoc")

@@ -1,9 +1,9 @@
 """Save a copy of a model with int8 or int4 weights. --bits 8 (the default): every linear layer and the
 unembedding quantized to int8 with one scale per output channel. --bits 4: the linear layers to int4 in groups
-of --group-size weights with a scale and a minimum each (the unembedding int8). Weight-only: activations stay
-float. The copy is an ordinary model folder plus quantization.json: generate, translate, embed, eval and serve
-load it without the original, with about a quarter (int8) or a sixth (int4) of the weight memory. The original
-is left as it is."""
+of --group-size weights with a scale and a minimum each (the unembedding int8). Weight-only by default: the
+activations stay float (--activations int8 quantizes each input vector too: W8A8). The copy is an ordinary model
+folder plus quantization.json: generate, translate, embed, eval and serve load it without the original, with
+about a quarter (int8) or a sixth (int4) of the weight memory. The original is left as it is."""
 
 from __future__ import annotations
 
@@ -16,8 +16,6 @@ from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.quantization.int4_linear import GROUP_SIZE
 from qkv.quantization.int8_linear import ACTIVATIONS
-
-HELP = "save an int8 or int4 copy of a model (weight-only)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

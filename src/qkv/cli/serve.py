@@ -28,8 +28,6 @@ from qkv.cli.options import seconds
 from qkv.errors import QkvError
 from qkv.loading import load
 
-HELP = "serve a model over HTTP, with a web playground"
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser, what="a run directory, or a pretrained model folder or Hub name")
@@ -119,8 +117,10 @@ def run(args: argparse.Namespace) -> int:
             kv_tokens=args.kv_tokens,
             kv_memory_mb=args.kv_memory,
         )
-    except ValueError as error:
-        raise QkvError(f"{error}: check the --max-*, --kv-* and --queue-timeout flags") from None
+    except ValueError as error:  # "max_batch must be at least 1, got 0": the setting's flag first
+        name, _, rest = str(error).partition(" ")
+        flag = {"kv_memory_mb": "--kv-memory"}.get(name, "--" + name.replace("_", "-"))
+        raise QkvError(f"{flag} {rest}") from None
     if not 0 <= args.port <= 65535:
         raise QkvError(f"--port {args.port} is not a port number: use 1-65535, or 0 for a free one")
     from qkv.chat_templates import read_template_file

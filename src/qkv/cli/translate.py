@@ -19,11 +19,9 @@ from qkv.cli.common import (
     note_unknown,
     use_device,
 )
-from qkv.cli.options import compile_note
+from qkv.cli.options import compile_note, note
 from qkv.errors import QkvError
 from qkv.io import read_text
-
-HELP = "translate sentences with a trained encoder-decoder (arguments, --file or stdin)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,16 +42,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def read_sentences(args: argparse.Namespace) -> list[str]:
     if args.sentences and args.file:
         raise QkvError("give sentences as arguments or with --file, not both")
+    if args.sentences:
+        return [line.strip() for line in args.sentences]
     if args.file:
         lines = read_text(args.file, what="input file").split("\n")
-    elif args.sentences:
-        lines = args.sentences
     else:
         if sys.stdin.isatty():
             print("reading sentences from standard input (one per line; end with Ctrl-D)", file=sys.stderr)
         lines = sys.stdin.read().split("\n")
-    if lines and lines[-1] == "":
+    if lines and lines[-1] == "":  # the line break that ends the last line starts no sentence
         lines = lines[:-1]
+    if not lines:
+        note("standard input held no sentence to translate: give one per line, or as arguments")
     return [line.strip() for line in lines]
 
 
@@ -70,7 +70,11 @@ def run(args: argparse.Namespace) -> int:
     translator = Translator.from_bundle(bundle, step=args.step)
     compile_note(args.step)
     sentences = read_sentences(args)
-    note_unknown(bundle.tokenizer, "\n".join(sentences), what="the sentences")
+    longest = bundle.config.context_length - 1  # the decoder's positions, <bos> first
+    if args.max_len_b >= longest:
+        note(f"--max-len-b {args.max_len_b} is past the model's {bundle.config.context_length} positions: each "
+             f"translation stops at {longest} tokens at most")  # fmt: skip
+    note_unknown(bundle.tokenizer, sentences, what="the sentences")
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         results = translator.translate_n_best(
@@ -82,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
             max_len_b=args.max_len_b,
             batch_size=args.batch_size,
         )
+    if translator.empty:
+        note(f"{translator.empty} of the {len(sentences)} sentences are empty: each is translated as an empty line")
     if translator.cropped:
         print(
             f"warning: {translator.cropped} sentence(s) were longer than the model's maximum of "

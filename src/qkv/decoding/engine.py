@@ -50,6 +50,7 @@ from qkv.decoding.sampling_params import SamplingParams
 from qkv.errors import QkvError
 from qkv.layers.linear import onednn_rows
 from qkv.layers.softmax import log_softmax
+from qkv.models.memory import check_kv_pool, new_tokens_error
 
 
 @dataclass(eq=False)
@@ -114,6 +115,7 @@ class Engine:
                 self.buffer = self._captured.buffer
                 return
         config = self.model.config
+        check_kv_pool(config, self.slots, self.max_len, weight.dtype, weight.device)
         cache = self.model.new_cache(self.max_len)
         self.buffer = cache.allocate(
             self.slots, config.n_kv_heads, config.head_dim, dtype=weight.dtype, device=weight.device
@@ -157,7 +159,10 @@ class Engine:
             if request.generator is None and request.params.seed is not None:
                 request.generator = torch.Generator(device=self.device).manual_seed(request.params.seed)
             new = request.params.max_new_tokens
-            if new == 0 or kept == 0:
+            too_many = new_tokens_error(new)
+            if too_many is not None:
+                outputs.append(TokenOutput(request, error=too_many))
+            elif new == 0 or kept == 0:
                 outputs.append(TokenOutput(request, finish_reason="length") if new == 0 else self._empty(request))
             elif self.mode != "recompute" and self.max_len < self.context and kept + new - 1 > self.max_len:
                 outputs.append(TokenOutput(request, error=QkvError(

@@ -25,6 +25,7 @@ from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.model_dir import ModelBundle
 from qkv.models.family import TRANSLATOR, family_of
+from qkv.models.memory import check_kv_pool
 from qkv.tokenizers import Tokenizer
 
 
@@ -74,6 +75,7 @@ class Translator:
         if target.bos_id is None or target.eos_id is None:
             raise QkvError("the target tokenizer has no <bos> or <eos> token: a translator needs both to decode")
         self.cropped = 0  # sources cropped to the model's maximum length so far
+        self.empty = 0  # empty sources so far (translated as empty, not decoded)
 
     @classmethod
     def from_bundle(cls, bundle: ModelBundle, *, step: str = "auto") -> Translator:
@@ -124,11 +126,20 @@ class Translator:
         max_len_b: int = 10,
         batch_size: int = 32,
     ) -> list[list[tuple[str, float]]]:
-        """For every sentence, the ``n_best`` translations with their scores, best first."""
-        results: list[list[tuple[str, float]]] = []
+        """For every sentence, the ``n_best`` translations with their scores, best first. An empty sentence (or one
+        of spaces) is not decoded: its translation is empty, and :attr:`empty` counts it."""
+        _check_settings(sentences, beam, n_best, batch_size, max_len_a, max_len_b)
+        weight = next(p for p in self.model.parameters() if p.is_floating_point())
+        rows = min(batch_size, len(sentences)) * beam  # the decoder's rows: sentences x beam
+        check_kv_pool(self.model.config, rows, self.model.config.context_length, weight.dtype, weight.device,
+                      fix="translate fewer sentences at once (batch_size) or with a smaller beam")  # fmt: skip
+        results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in sentences]
+        spoken = [i for i, sentence in enumerate(sentences) if isinstance(sentence, str) and sentence.strip()]
+        self.empty += len(sentences) - len(spoken)
         target = self.target_tokenizer
-        for start in range(0, len(sentences), batch_size):
-            src, mask = self.encode_sources(sentences[start : start + batch_size])
+        for start in range(0, len(spoken), batch_size):
+            chunk = spoken[start : start + batch_size]
+            src, mask = self.encode_sources([sentences[i] for i in chunk])
             common = dict(
                 bos_id=target.bos_id, eos_id=target.eos_id, max_len_a=max_len_a, max_len_b=max_len_b, step=self.step
             )
@@ -138,8 +149,8 @@ class Translator:
                 outputs = beam_search(
                     self.model, src, mask, beam_size=beam, n_best=n_best, length_penalty=length_penalty, **common
                 )
-            for hypotheses in outputs:
-                results.append([(target.decode(h.tokens), h.score) for h in hypotheses])
+            for i, hypotheses in zip(chunk, outputs, strict=True):
+                results[i] = [(target.decode(h.tokens), h.score) for h in hypotheses]
         return results
 
     def translate(self, sentences: Sequence[str], *, beam: int = 4, **kwargs) -> list[str]:
@@ -154,3 +165,18 @@ class Translator:
                 "line-aligned"
             )
         return corpus_scores(self.translate(sources, beam=beam, **kwargs), references)
+
+
+def _check_settings(sentences, beam: int, n_best: int, batch_size: int, max_len_a: float, max_len_b: int) -> None:
+    """What ``qkv translate`` refuses, refused here too (the Python API, the server): one line naming the setting."""
+    if isinstance(sentences, str):
+        raise QkvError("sentences must be a list of strings: wrap one sentence in a list, [sentence]")
+    if not all(isinstance(s, str) for s in sentences):
+        raise QkvError("every sentence must be a string")
+    whole = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+    if not whole(beam) or beam < 1 or not whole(n_best) or not 1 <= n_best <= beam:
+        raise QkvError(f"beam={beam!r} must be a whole number >= 1 and n_best={n_best!r} between 1 and beam")
+    if not whole(batch_size) or batch_size < 1:
+        raise QkvError(f"batch_size={batch_size!r} must be a whole number >= 1")
+    if not whole(max_len_b) or max_len_b < 0 or not max_len_a >= 0:
+        raise QkvError(f"max_len_a={max_len_a!r} and max_len_b={max_len_b!r} must not be negative")

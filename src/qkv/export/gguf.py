@@ -29,6 +29,7 @@ from qkv.gguf.names import W_U, Row, fill
 from qkv.gguf.vocab import tokenizer_metadata
 from qkv.io import atomic_write, check_writable
 from qkv.models.family import family_of
+from qkv.quantization import is_quantized, quantization_scheme
 from qkv.storage import unwrap_model
 from qkv.tokenizers import Tokenizer
 
@@ -126,10 +127,15 @@ def export_gguf(
         raise QkvError(f"--gguf-type {gguf_type!r} is unknown: choose {' or '.join(GGUF_TYPES)}")
     model = unwrap_model(model)
     family = family_of(model)
+    if is_quantized(model):
+        raise QkvError(
+            f"this model holds {quantization_scheme(model)} weights (qkv quantize), which qkv does not write to GGUF: "
+            "export the float run it was quantized from (llama.cpp's llama-quantize makes Q8_0 or Q4_K files of it)"
+        )
     if family.gguf is None:
         raise QkvError(
             f"this is {family.title}; GGUF (llama.cpp) holds decoder-only language models, and qkv writes its "
-            "GPT and Llama models: use --onnx for this one"
+            "GPT and Llama models: export this one to ONNX with --out NAME.onnx"
         )
     module = family.gguf
     arch, config, state, extra = module.export(model, approximate_gelu=approximate_gelu)

@@ -53,7 +53,7 @@ from qkv.export.past import PastKeyValues
 from qkv.io import check_writable, writing
 from qkv.models import GPT, Encoder, Transformer, mean_pool
 from qkv.models.family import ENCODER, LANGUAGE_MODEL, TRANSLATOR, WORD_VECTORS, family_of
-from qkv.quantization import is_quantized, weight_bytes
+from qkv.quantization import is_quantized, quantization_scheme, weight_bytes
 
 EXAMPLE_BATCH, EXAMPLE_LENGTH, EXAMPLE_PAST = 2, 3, 2  # tracing shapes; 0 and 1 would be specialised
 MIN_CONTEXT = EXAMPLE_LENGTH + EXAMPLE_PAST
@@ -228,9 +228,9 @@ def check_free(paths: list[Path], overwrite: bool) -> None:
     """QkvError when one of ``paths`` exists and ``overwrite`` is off, or is a folder."""
     for path in paths:
         if path.is_dir():
-            raise QkvError(f"--onnx {path} is a folder: give a file name ending in .onnx")
+            raise QkvError(f"--out {path} is a folder: give a file name ending in .onnx")
         if path.exists() and not overwrite:
-            raise QkvError(f"{path} already exists: add --force to replace it, or choose another --onnx")
+            raise QkvError(f"{path} already exists: add --force to replace it, or choose another --out")
         check_writable(path)  # before tracing, which takes a minute for GPT-2
 
 
@@ -240,11 +240,11 @@ def check_exportable(model: nn.Module, path: Path, *, overwrite: bool = True) ->
     if missing:
         raise QkvError(f"ONNX export needs {' and '.join(missing)}: pip install -e '.[onnx]'")
     if path.suffix != ".onnx":
-        raise QkvError(f"--onnx {path} should end in .onnx (the encoder-decoder writes NAME.encoder.onnx too)")
+        raise QkvError(f"--out {path} should end in .onnx (the encoder-decoder writes NAME.encoder.onnx too)")
     if is_quantized(model):
         raise QkvError(
-            "this model holds int8 weights (qkv quantize), which qkv does not export to ONNX: export the "
-            "float run it was quantized from (onnxruntime.quantization can quantize the ONNX file)"
+            f"this model holds {quantization_scheme(model)} weights (qkv quantize), which qkv does not export to "
+            "ONNX: export the float run it was quantized from (onnxruntime.quantization can quantize the ONNX file)"
         )
     family = family_of(model)
     if family.role == WORD_VECTORS or not family.has("residual stream"):  # the graphs are built from blocks

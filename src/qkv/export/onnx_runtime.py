@@ -31,7 +31,7 @@ def load_session(path: str | Path) -> Any:
         raise QkvError("running ONNX files needs onnxruntime: pip install onnxruntime") from None
     path = Path(path)
     if not path.is_file():
-        raise QkvError(f"{path} does not exist: write it with `qkv export RUN --onnx {path.name}`")
+        raise QkvError(f"{path} does not exist: write it with `qkv export RUN --out {path.name}`")
     return onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
@@ -125,7 +125,7 @@ class OnnxTranslator:
         if self.encoder.meta.get("qkv.export") != self.decoder.meta.get("qkv.export"):
             raise QkvError(
                 f"{self.encoder.path} and {self.decoder.path} come from two different exports (one was replaced, "
-                "or a re-export was stopped halfway): export again with `qkv export RUN --onnx NAME.onnx --force`"
+                "or a re-export was stopped halfway): export again with `qkv export RUN --out NAME.onnx --force`"
             )
         self.n_layers = self.decoder.config["n_decoder_layers"]
 

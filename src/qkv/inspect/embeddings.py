@@ -122,6 +122,11 @@ def token_id(tokenizer: Tokenizer, token: str) -> int:
             "or choose another word (a word model keeps only the words its training text had often enough)"
         )
     pieces = [token_label(tokenizer, i) for i in ids]
+    if len(ids) == len(token):  # a token per character: a character model has no token for a word at all
+        raise QkvError(
+            f"{token!r} is not one token of this vocabulary, a character model's (it splits into {pieces}): give "
+            "one character, or use a word-level model for words (qkv train --task word2vec, or --tokenizer word)"
+        )
     raise QkvError(
         f"{token!r} is not one token of this vocabulary (it splits into {pieces}): give a single token, "
         "e.g. one character for a character model"
@@ -135,6 +140,23 @@ def neighbours_of(bundle: ModelBundle, token: str, *, k: int = 5, target: bool =
     i = token_id(tokenizer, token)
     found = nearest_neighbours(table, table[i], k=k, exclude={i, *special_ids(tokenizer)})
     return [(token_label(tokenizer, j), s) for j, s in found]
+
+
+ALIKE = 0.99
+"""Neighbours all this close (cosine) say the vectors have not separated yet, not that the words mean the same."""
+
+
+def alike_note(found: list[list[tuple[str, float]]]) -> str | None:
+    """A note when every neighbour listed (of every token asked about) is at cosine :data:`ALIKE` or more: early in
+    training the vectors share one direction (Word2Vec after one epoch on a small text), so the lists say nothing
+    yet. None otherwise."""
+    sims = [s for rows in found for _, s in rows]
+    if len(sims) < 2 or min(sims) < ALIKE:
+        return None
+    return (
+        f"every neighbour listed is at cosine {ALIKE} or more: the vectors still point almost the same way (too "
+        "little training to separate them), so these lists mean little yet: train longer (e.g. more --epochs)"
+    )
 
 
 def analogy_of(

@@ -169,6 +169,8 @@ def trace(bundle: ModelBundle, text: str, *, target: str | None = None) -> Trace
     family = family_of(model)
     if not family.has("alignment"):
         family.require("self-attention heads", "tracing attention")
+    if target and not family.two_vocabularies:  # it was ignored: the views showed the text alone
+        raise QkvError(f"--target is for translators: {family.title} reads one text (drop target)")
     model.eval()
     if family.two_vocabularies:
         result = _trace_translator(bundle, text, target)

@@ -19,6 +19,7 @@ views (tests/test_imports.py), and a lower floor never imports a higher one, not
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 
+from qkv.errors import QkvError
 from qkv.inspect.attention_maps import AttentionMaps, attention_maps
 from qkv.inspect.attribution import Attribution, attribute
 from qkv.inspect.embedding_views import EmbeddingMap, Neighbours, PositionalTable, analogy, embedding_map, neighbours
@@ -79,7 +81,9 @@ class ModelViews(ModelBundle):
         """``prompt`` continued by :func:`qkv.decoding.generate` (a KV cache, one token per step): the new text.
         ``options``: top_k, top_p, generator, use_cache; temperature 0 is greedy."""
         from qkv.decoding import generate
+        from qkv.models.family import LANGUAGE_MODEL, family_of
 
+        family_of(self.model).require_role(LANGUAGE_MODEL, "generating text")
         tokenizer = self.tokenizer
         prompt_ids = tokenizer.encode(prompt)
         ids = generate(self.model, prompt_ids, max_new_tokens=max_new_tokens, temperature=temperature,
@@ -91,7 +95,13 @@ class ModelViews(ModelBundle):
         from qkv.decoding.translator import Translator
 
         sentences = [text] if isinstance(text, str) else list(text)
-        found = Translator.from_bundle(self).translate(sentences, beam=beam)
+        if not any(isinstance(s, str) and s.strip() for s in sentences):
+            raise QkvError("there is nothing to translate: the text is empty; give a sentence (or a list of them)")
+        translator = Translator.from_bundle(self)
+        found = translator.translate(sentences, beam=beam)
+        if translator.empty:
+            warnings.warn(f"{translator.empty} of the {len(sentences)} sentences are empty: their translations are "
+                          "empty", stacklevel=2)  # fmt: skip
         return found[0] if isinstance(text, str) else found
 
     def neighbours(self, token: str, *, k: int = 5, target: bool = False) -> Neighbours:

@@ -22,6 +22,21 @@ NORMS = ("layernorm", "rmsnorm")
 FEED_FORWARDS = ("mlp", "glu")
 
 
+_CHECKS = {
+    "int": (lambda v: isinstance(v, int) and not isinstance(v, bool), "a whole number"),
+    "float": (lambda v: isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v), "a finite number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "dict": (lambda v: isinstance(v, dict), "an object"),
+}
+"""A field's declared type -> (the check of a value, how a message names it)."""
+
+
+def _declared(annotation: Any) -> set[str]:
+    """The types a field's annotation names ("int | None" -> {"int", "None"}; "dict[str, Any]" -> {"dict"})."""
+    return {part.strip().split("[")[0] for part in str(annotation).split("|")}
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -45,10 +60,23 @@ class ModelConfig:
             CONFIG_CLASSES[cls.kind] = cls
 
     def __post_init__(self) -> None:
+        self.check_types()
         self.validate()
 
     def validate(self) -> None:
         """Check that the fields fit together; raise QkvError saying what to change."""
+
+    def check_types(self) -> None:
+        """Each field holds a value of its declared type: a whole number (not a bool, not 64.0, not "64"), a finite
+        number, true or false, a string; a QkvError names the first that does not (from config.json, Hugging Face
+        or GGUF metadata, or Python), before any size is computed from it."""
+        for f in fields(self):
+            value, kinds = getattr(self, f.name), _declared(f.type)
+            if value is None and "None" in kinds or not kinds & set(_CHECKS):
+                continue
+            if not any(_CHECKS[kind][0](value) for kind in kinds if kind in _CHECKS):
+                wanted = " or ".join(_CHECKS[kind][1] for kind in _CHECKS if kind in kinds)
+                raise QkvError(f"{f.name}={value!r} must be {wanted}" + (" or null" if "None" in kinds else ""))
 
     def _require_positive(self, *names: str) -> None:
         for name in names:
@@ -126,6 +154,7 @@ class BaseConfig(ModelConfig):
     context_length: int = 256  # the longest sequence the model attends over (positions it has)
 
     def __post_init__(self) -> None:
+        self.check_types()  # before d_ff = 4 * d_model turns "64" into "64646464"
         if self.d_ff is None:
             self.d_ff = 4 * self.d_model if self.feed_forward == "mlp" else glu_width(self.d_model)
         if self.n_kv_heads is None:
@@ -170,6 +199,11 @@ class BaseConfig(ModelConfig):
             )
         if self.layer_norm_eps <= 0 or self.init_std <= 0:
             raise QkvError("layer_norm_eps and init_std must be positive")
+        if self.rope_base <= 0:
+            raise QkvError(
+                f"rope_base={self.rope_base!r} must be above 0 (the base of the rotary angles, Hugging Face's "
+                "rope_theta): e.g. 10000, as in RoFormer"
+            )
         if self.rope_scaling is not None:
             _check_rope_scaling(self.rope_scaling)
         if self.norm not in NORMS:

@@ -18,6 +18,8 @@ These pieces sit with the models, below the loader, because each family's folder
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -220,3 +222,54 @@ def require(hf_config: dict[str, Any], key: str, *, what: str) -> Any:
     if key not in hf_config:
         raise QkvError(f"the {what} config.json lacks {key!r}: download the model's config.json again")
     return hf_config[key]
+
+
+REQUIRED = object()
+"""The default of :func:`whole` and :func:`number` for a field config.json must have."""
+
+
+def _value(hf_config: dict[str, Any], key: str, what: str, default: Any) -> Any:
+    if key in hf_config and hf_config[key] is not None:
+        return hf_config[key]
+    if default is REQUIRED:
+        raise QkvError(f"the {what} config.json lacks {key!r}: download the model's config.json again")
+    return default
+
+
+def _refuse_value(what: str, key: str, value: Any, must: str) -> QkvError:
+    return QkvError(
+        f"the {what} config.json sets {key}={json.dumps(value)}, which must be {must}: the file is damaged or was "
+        "edited; download the model's config.json again"
+    )
+
+
+def whole(hf_config: dict[str, Any], key: str, *, what: str, default: Any = REQUIRED, low: int = 1) -> int:
+    """``hf_config[key]`` as a whole number of at least ``low`` (a count, a size); a missing one is ``default``
+    (or a QkvError); a string, a fraction or a number below ``low`` is a QkvError naming the field."""
+    value = _value(hf_config, key, what, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise _refuse_value(what, key, value, f"a whole number of at least {low}")
+    return value
+
+
+def number(
+    hf_config: dict[str, Any], key: str, *, what: str, default: Any = REQUIRED, positive: bool = True,
+    below: float | None = None,
+) -> float:  # fmt: skip
+    """``hf_config[key]`` as a finite number, above 0 when ``positive`` (else at least 0), and below ``below``
+    when given (a probability); a missing one is ``default``; anything else is a QkvError naming the field."""
+    value = _value(hf_config, key, what, default)
+    fits = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    fits = fits and (value > 0 if positive else value >= 0) and (below is None or value < below)
+    if not fits:
+        bound = "above 0" if positive else "at least 0"
+        raise _refuse_value(what, key, value, f"a finite number {bound}" + (f" and below {below}" if below else ""))
+    return float(value)
+
+
+def flag(hf_config: dict[str, Any], key: str, *, what: str, default: bool) -> bool:
+    """``hf_config[key]`` as true or false (a missing one is ``default``); a string such as "yes" is a QkvError."""
+    value = _value(hf_config, key, what, default)
+    if not isinstance(value, bool):
+        raise _refuse_value(what, key, value, "true or false")
+    return value

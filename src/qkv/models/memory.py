@@ -31,24 +31,33 @@ GIB = 2**30
 
 def parameter_count(config) -> int:
     """Parameters of the model ``config`` describes, counted without allocating them."""
+    return model_numbers(config)[0]
+
+
+def model_numbers(config) -> tuple[int, int]:
+    """(parameters, numbers held in buffers such as RoPE's cos/sin tables) of the model ``config`` describes,
+    counted without allocating them."""
     from qkv.models.family import build_model
 
     own = {f.name for f in dataclasses.fields(config)}  # (RNNSearch has n_*_layers properties, not fields)
     stacks = [name for name in LAYER_FIELDS if name in own]
 
-    def count(**layers: int) -> int:
+    def count(**layers: int) -> tuple[int, int]:
         try:
             with torch.device("meta"):
                 model = build_model(dataclasses.replace(config, **layers))
         except RuntimeError as error:  # a tensor of more than 2^63 bytes
             raise QkvError(f"this model does not fit any machine ({error}): use smaller sizes") from None
-        return sum(p.numel() for p in model.parameters())
+        return sum(p.numel() for p in model.parameters()), sum(b.numel() for b in model.buffers())
 
     ones = dict.fromkeys(stacks, 1)
-    total = base = count(**ones)
-    for name in stacks:  # each stack's per-block parameters, times its extra blocks
-        total += (count(**{**ones, name: 2}) - base) * (getattr(config, name) - 1)
-    return total
+    base = count(**ones)
+    params, buffers = base
+    for name in stacks:  # each stack's per-block numbers, times its extra blocks
+        two = count(**{**ones, name: 2})
+        params += (two[0] - base[0]) * (getattr(config, name) - 1)
+        buffers += (two[1] - base[1]) * (getattr(config, name) - 1)
+    return params, buffers
 
 
 def available_memory(device: torch.device | str) -> int | None:
@@ -94,13 +103,15 @@ def check_fits(config, device: torch.device | str, *, batch_size: int | None = N
     free = available_memory(device)
     if free is None:
         return
-    params = parameter_count(config)
+    params, buffers = model_numbers(config)
     if batch_size is None:
-        need, what = 4 * params, f"its {params:,} parameters need {4 * params / GIB:.1f} GiB"
+        need, what = 4 * (params + buffers), f"its {params:,} parameters need {4 * params / GIB:.1f} GiB"
+        if buffers * 4 > GIB:  # RoPE's tables for a context of 10^12 positions, say
+            what += f" and its tables of {buffers:,} numbers (positions x head size) {4 * buffers / GIB:.1f} GiB"
         fix = "use a smaller model, or a machine (or --device) with more memory"
     else:
         weights, activations = 16 * params, 4 * activation_numbers(config, batch_size)
-        need = weights + activations
+        need = weights + activations + 4 * buffers
         what = (
             f"training it needs at least {need / GIB:.1f} GiB ({params:,} parameters with gradients and optimizer "
             f"state: {weights / GIB:.1f} GiB; activations of a batch of {batch_size}: {activations / GIB:.1f} GiB)"
@@ -123,3 +134,35 @@ def kv_cache_bytes_per_token(config, dtype: torch.dtype = torch.float32) -> int:
     layers = getattr(config, "n_decoder_layers", None) or config.n_layers  # a translator's decoder, or a GPT's
     element = torch.empty((), dtype=dtype).element_size()
     return 2 * layers * config.kv_dim * element
+
+
+def check_kv_pool(
+    config, slots: int, length: int, dtype: torch.dtype, device: torch.device | str, *,
+    fix: str = "decode fewer sequences at once",
+) -> None:  # fmt: skip
+    """QkvError with the figures when a KV cache pool of ``slots`` rows of ``length`` positions (keys and values of
+    every decoder layer, :func:`kv_cache_bytes_per_token`) needs more memory than ``device`` has available."""
+    need = slots * length * kv_cache_bytes_per_token(config, dtype)
+    free = available_memory(device)
+    if free is not None and need > free:
+        raise QkvError(
+            f"the KV cache for {slots:,} sequences of {length:,} positions needs {need / GIB:,.1f} GiB, but "
+            f"{device} has {free / GIB:.1f} GiB available: {fix}"
+        )
+
+
+TOKEN_BYTES = 64
+"""Bytes each generated token costs the caller, about: its id and its text, kept until the generation ends."""
+
+
+def new_tokens_error(new: int) -> QkvError | None:
+    """A QkvError when ``new`` generated tokens (their ids and text) could not be held in the memory available
+    (``max_new_tokens`` of 10^12: it would run for years and end in the allocator); None when they fit."""
+    free = available_memory("cpu")
+    if free is None or new * TOKEN_BYTES <= free:
+        return None
+    return QkvError(
+        f"max_new_tokens={new:,} is more tokens than memory holds (about {new * TOKEN_BYTES / GIB:,.0f} GiB of ids "
+        f"and text; {free / GIB:.1f} GiB available): ask for at most {free // TOKEN_BYTES:,}; a text that should "
+        "run until it ends needs an end token or a stop string"
+    )

@@ -32,6 +32,8 @@ from qkv.model_dir import ModelBundle
 from qkv.models import GPTConfig
 from qkv.models.description import GGUFConversion
 from qkv.models.family import build_model, families
+from qkv.models.memory import check_fits
+from qkv.storage import check_finite, model_tensors
 
 
 def architectures() -> dict[str, GGUFConversion]:
@@ -172,8 +174,10 @@ def load_gguf(path: str | Path, *, device: str | torch.device = "cpu") -> ModelB
             raise QkvError(
                 f"the tokenizer has {tokenizer.vocab_size} tokens but the model {config.vocab_size} rows of W_E"
             )
+        check_fits(config, device)  # block_count 10^8: the figure, before anything is built
         with single_thread():
             model = fill_model(unfilled_model(config), file, module.rows(config, file.architecture), module.IGNORED)
+        check_finite(model_tensors(model), "the file", "the file is damaged; download or convert it again")
     except QkvError as error:
         raise QkvError(f"{file.path}: {error}") from None
     model.to(device)

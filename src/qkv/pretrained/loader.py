@@ -12,6 +12,7 @@ weights to a qkv model through one table of names (:mod:`qkv.models.hf_tables`),
 from __future__ import annotations
 
 import json
+import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,13 @@ from torch import Tensor
 
 from qkv.chat_templates.source import hf_folder_template
 from qkv.errors import QkvError
+from qkv.io import check_readable
 from qkv.model_dir import ModelBundle, save_model_dir
 from qkv.models.description import HFConversion
-from qkv.models.family import families
+from qkv.models.family import families, family_of
+from qkv.models.memory import check_fits
 from qkv.pretrained.hub import resolve_model_dir
-from qkv.storage import read_tensors
+from qkv.storage import check_finite, read_tensors
 
 ARCHITECTURES: dict[str, HFConversion] = {
     model_type: family.hf_conversion
@@ -43,6 +46,7 @@ mistral share one table)."""
 def read_hf_config(folder: Path) -> dict[str, Any]:
     """config.json of a Hugging Face folder as a dict; a missing or broken file is a QkvError."""
     path = folder / "config.json"
+    check_readable(path, "the model config")
     if not path.is_file():
         raise QkvError(
             f"{folder} has no config.json: pass the folder of a Hugging Face model (config.json with the "
@@ -58,13 +62,16 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
 
 
 def _read_bin(path: Path) -> dict[str, Tensor]:
+    check_readable(path, "the weights")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)  # tensors only: never runs pickled code
-    except Exception as error:
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    except Exception as error:  # noqa: BLE001 - torch's own message advises weights_only=False: never say that
+        why = "it holds Python objects besides tensors, which qkv never unpickles"
+        if not isinstance(error, pickle.UnpicklingError):
+            why = f"the file is damaged or not a PyTorch file ({type(error).__name__})"
         raise QkvError(
-            f"{path.name} in {path.parent} cannot be read as plain tensors ({detail}): use the model's "
-            "safetensors weights, or download the file again"
+            f"{path.name} in {path.parent} cannot be read as plain tensors ({why}): use the model's "
+            "model.safetensors, or convert the weights with the library that wrote them"
         ) from None
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
         raise QkvError(f"{path.name} in {path.parent} is not a state dict of tensors: use the model's safetensors")
@@ -72,15 +79,35 @@ def _read_bin(path: Path) -> dict[str, Tensor]:
 
 
 def _read_shards(index: Path, read: Callable[[Path], dict[str, Tensor]]) -> dict[str, Tensor]:
+    """The tensors of every shard an index's ``weight_map`` (tensor name -> shard file) names, each shard a file
+    of the model's folder: a name that leaves the folder (``../x``, ``/etc/x``) or a map of another shape is refused."""
+    check_readable(index, "the index")
     try:
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        data = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
         raise QkvError(f"{index.name} in {index.parent} is damaged ({error}): download the model again") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if (
+        not isinstance(weight_map, dict)
+        or not weight_map
+        or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in weight_map.items())
+    ):
+        raise QkvError(
+            f"{index.name} in {index.parent} is damaged: its weight_map must map each tensor name to a shard file "
+            "name; download the model again"
+        )
+    folder = index.parent.resolve()
     state: dict[str, Tensor] = {}
     for shard in sorted(set(weight_map.values())):
-        if not (index.parent / shard).is_file():
+        path = (folder / shard).resolve()
+        if path.parent != folder:
+            raise QkvError(
+                f"{index.name} in {index.parent} names the shard {shard!r}, outside the model's folder: a model's "
+                "shards lie beside its index; download the model again"
+            )
+        if not path.is_file():
             raise QkvError(f"{index.parent} lacks the shard {shard} listed in {index.name}: download it too")
-        state.update(read(index.parent / shard))
+        state.update(read(path))
     return state
 
 
@@ -90,14 +117,20 @@ def _read_safetensors(path: Path) -> dict[str, Tensor]:
 
 def read_hf_weights(folder: Path) -> dict[str, Tensor]:
     """All tensors of a Hugging Face folder, by their Hugging Face names (safetensors preferred)."""
+    return hf_weights_reader(folder)()
+
+
+def hf_weights_reader(folder: Path) -> Callable[[], dict[str, Tensor]]:
+    """How the folder's weights are read (safetensors preferred), found without reading them: a folder without
+    weights is refused before anything else is read."""
     if (folder / "model.safetensors").is_file():
-        return _read_safetensors(folder / "model.safetensors")
+        return lambda: _read_safetensors(folder / "model.safetensors")
     if (folder / "model.safetensors.index.json").is_file():
-        return _read_shards(folder / "model.safetensors.index.json", _read_safetensors)
+        return lambda: _read_shards(folder / "model.safetensors.index.json", _read_safetensors)
     if (folder / "pytorch_model.bin").is_file():
-        return _read_bin(folder / "pytorch_model.bin")
+        return lambda: _read_bin(folder / "pytorch_model.bin")
     if (folder / "pytorch_model.bin.index.json").is_file():
-        return _read_shards(folder / "pytorch_model.bin.index.json", _read_bin)
+        return lambda: _read_shards(folder / "pytorch_model.bin.index.json", _read_bin)
     raise QkvError(
         f"{folder} has no weights (model.safetensors, model.safetensors.index.json or pytorch_model.bin): "
         "download them into the folder"
@@ -141,12 +174,14 @@ def load_pretrained(name_or_path: str | Path, *, device: str | torch.device = "c
 
         return load_model_dir(folder, device=device)
     module = architecture(hf_config, folder)
-    try:
-        module.config_from_hf(hf_config)
-    except QkvError as error:
-        raise QkvError(f"{folder}: {error}") from None
-    model = module.convert(read_hf_weights(folder), hf_config)
+    config = _config(module, hf_config, folder)
+    check_fits(config, device)  # num_hidden_layers 10^8: the figure, before anything is read or built
+    read_weights = hf_weights_reader(folder)
     tokenizer, target_tokenizer = module.load_tokenizers(folder, hf_config)
+    _check_vocabularies(config, (tokenizer, target_tokenizer), folder)
+    weights = read_weights()
+    check_finite(weights.items(), f"the weights of {folder}", "the file is damaged; download the model again")
+    model = module.convert(weights, hf_config)
     model.to(device)
     model.eval()
     return ModelBundle(
@@ -157,6 +192,34 @@ def load_pretrained(name_or_path: str | Path, *, device: str | torch.device = "c
         path=folder,
         chat_template=hf_folder_template(folder),
     )
+
+
+def _config(module: HFConversion, hf_config: dict[str, Any], folder: Path) -> Any:
+    """The family's qkv config for config.json, every problem one line naming the folder."""
+    try:
+        return module.config_from_hf(hf_config)
+    except QkvError as error:
+        raise QkvError(f"{folder}: {error}") from None
+    except (TypeError, ValueError, ArithmeticError, AttributeError) as error:  # a value of a shape no row expects
+        raise QkvError(
+            f"config.json in {folder} holds a value qkv cannot use ({type(error).__name__}: {error}): download the "
+            "model's config.json again"
+        ) from None
+
+
+def _check_vocabularies(config: Any, tokenizers: tuple[Any, Any], folder: Path) -> None:
+    """Each tokenizer fits the rows of its embedding: a token id past the last row has no vector (an IndexError
+    deep in the model). A tokenizer with fewer tokens than rows is common (rows padded to a round number)."""
+    fields = family_of(config).vocab_fields
+    for tokenizer, field in zip(tokenizers, fields, strict=False):
+        tokenizer = tokenizer or tokenizers[0]
+        rows = getattr(config, field)
+        if tokenizer.vocab_size > rows:
+            raise QkvError(
+                f"{folder}: the tokenizer has {tokenizer.vocab_size} tokens but config.json gives the embedding "
+                f"{rows} rows (vocab_size), so the ids from {rows} on have no vector: put the model's own tokenizer "
+                "files beside it, or fix vocab_size"
+            )
 
 
 def save_as_qkv(bundle: ModelBundle, out_dir: str | Path) -> Path:

@@ -30,7 +30,7 @@ from torch import nn
 from qkv.errors import QkvError
 from qkv.quantization.int4_linear import GROUP_SIZE, Int4Linear
 from qkv.quantization.int8_linear import ACTIVATIONS, Int8Linear
-from qkv.quantization.model import DESCRIPTIONS, SCHEMES, _quantize_module, set_activations
+from qkv.quantization.model import SCHEMES, _quantize_module, description, set_activations
 
 FORMAT = "qkv-quantized"
 FORMAT_VERSION = 1
@@ -43,12 +43,13 @@ def quantization_info(model: nn.Module) -> dict[str, Any] | None:
     if not int8 and not int4:
         return None
     modes = {module.activations for module in int8.values()}
+    scheme, activations = "int4" if int4 else "int8", "int8" if modes == {"int8"} else "float"
     info = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
-        "scheme": "int4" if int4 else "int8",
-        "description": DESCRIPTIONS["int4" if int4 else "int8"],
-        "activations": "int8" if modes == {"int8"} else "float",
+        "scheme": scheme,
+        "description": description(scheme, activations),
+        "activations": activations,
         "modules": list(int4 or int8),
     }
     if int4:

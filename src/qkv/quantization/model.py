@@ -44,10 +44,21 @@ from qkv.quantization.int8_linear import ACTIVATIONS, Int8Linear
 SCHEMES = ("int8", "int4")
 BITS = {"int8": 8, "int4": 4}
 DESCRIPTIONS = {
-    "int8": "weight-only int8: symmetric, one scale per output channel (absmax / 127); activations stay float",
-    "int4": "weight-only int4: groups of group_size weights along each row with a float16 scale and minimum "
-    "(w = s q + m, q in 0..15); the unembedding int8 per channel; activations stay float",
+    "int8": "int8 weights: symmetric, one scale per output channel (absmax / 127)",
+    "int4": "int4 weights: groups of group_size weights along each row with a float16 scale and minimum "
+    "(w = s q + m, q in 0..15); the unembedding int8 per channel",
 }
+"""What quantization.json's description says of the weights; :func:`description` adds the activations."""
+
+
+def description(scheme: str, activations: str) -> str:
+    """quantization.json's description: the weights (:data:`DESCRIPTIONS`), then what happens to the activations
+    ("activations" says the same as a field: float, or int8 for W8A8)."""
+    if activations == "int8":
+        return f"{DESCRIPTIONS[scheme]}; activations int8 too (each input vector quantized, W8A8)"
+    return f"{DESCRIPTIONS[scheme]}; activations stay float (weight-only)"
+
+
 QUANTIZED = (Int8Linear, Int4Linear)  # the layer classes a quantized model holds
 
 

@@ -21,7 +21,16 @@ from torch import nn
 
 from qkv.errors import QkvError
 from qkv.io import check_writable
-from qkv.model_dir import save_model_dir
+from qkv.model_dir import (
+    CHAT_TEMPLATE_FILE,
+    CONFIG_FILE,
+    MODEL_FILE,
+    QUANTIZATION_FILE,
+    TARGET_TOKENIZER_FILE,
+    TOKENIZER_FILE,
+    read_tensors,
+    save_model_dir,
+)
 from qkv.models.family import ENCODER, LANGUAGE_MODEL, WORD_VECTORS, family_of
 from qkv.pretrained.sentences import copy_sentence_head, embed_sentences
 from qkv.quantization.int4_linear import GROUP_SIZE
@@ -39,6 +48,23 @@ def _remove_interrupted_writes(out: Path) -> None:
         print(f"note: removed {len(leftovers)} unfinished file(s) an interrupted run left in {out}", file=sys.stderr)
 
 
+MODEL_FILES = {MODEL_FILE, TOKENIZER_FILE, TARGET_TOKENIZER_FILE, CHAT_TEMPLATE_FILE, QUANTIZATION_FILE}
+
+
+def _unfinished_copy(out: Path) -> bool:
+    """Whether ``out`` holds what a ``qkv quantize`` killed before its last file leaves: the files a model folder
+    holds, quantized weights among them, and no config.json (:func:`~qkv.model_dir.save_model_dir` writes it last)."""
+    if not out.is_dir() or (out / CONFIG_FILE).exists():
+        return False
+    names = {path.name for path in out.iterdir()}
+    if not names or not names <= MODEL_FILES or MODEL_FILE not in names:
+        return False
+    try:
+        return bool(read_tensors(out / MODEL_FILE)[1].get("quantization"))
+    except QkvError:  # the weights themselves cut short: the same command writes them again
+        return True
+
+
 def _check_out_dir(out: Path, source: Path) -> None:
     """Refuse an output folder whose files a quantized copy would overwrite or mix with."""
     if out.exists() and not out.is_dir():
@@ -49,6 +75,10 @@ def _check_out_dir(out: Path, source: Path) -> None:
         raise QkvError(f"--out {out} holds a training run, whose weights would be replaced: give a new folder")
     if out.is_dir():
         _remove_interrupted_writes(out)
+    if _unfinished_copy(out):
+        print(f"note: {out} holds a quantized copy that was stopped before its config.json was written: replacing "
+              "it", file=sys.stderr)  # fmt: skip
+        return check_writable(out)
     if out.is_dir() and any(out.iterdir()) and not (out / "quantization.json").is_file():
         names = sorted(p.name for p in out.iterdir())
         shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
@@ -101,6 +131,11 @@ def save_quantized(
     groups of ``group_size`` weights (the unembedding int8).
     """
     check_scheme(scheme)
+    if scheme == "int4" and activations == "int8":
+        raise QkvError(
+            "--activations int8 (W8A8) is for int8 layers (--bits 8): int4 layers keep their inputs float, so it "
+            "would apply to the unembedding alone; drop it, or quantize with --bits 8"
+        )
     family = family_of(bundle.model)
     if family.role == WORD_VECTORS:  # "1.0x smaller" with nothing quantized, before this line
         raise QkvError(

@@ -95,6 +95,19 @@ def _unsupported(name: str, why: str) -> ServiceError:
     return ServiceError(400, f"{name} is not supported: {why}", param=name, code="unsupported_parameter")
 
 
+def check_pairs(request) -> None:
+    """400 for settings that only mean something beside another that is missing or says otherwise: stream_options
+    without stream (OpenAI refuses it too), a chat's max_tokens and max_completion_tokens that differ."""
+    if request.stream_options is not None and not request.stream:
+        raise ServiceError(400, "stream_options is only for streamed answers: set stream to true, or leave "
+                           "stream_options out", param="stream_options", code="invalid_value")  # fmt: skip
+    both = [getattr(request, name, None) for name in ("max_tokens", "max_completion_tokens")]
+    if None not in both and both[0] != both[1]:
+        raise ServiceError(400, f"max_tokens={both[0]} and max_completion_tokens={both[1]} differ: give one of them "
+                           "(max_completion_tokens is OpenAI's newer name)", param="max_tokens",
+                           code="invalid_value")  # fmt: skip
+
+
 def check_limits(limits: Limits, **values: int) -> None:
     """400 when a count is over the server's limit (max_tokens, n, logprobs)."""
     flags = {"max_tokens": (limits.max_tokens, "--max-tokens"), "n": (limits.max_n, "--max-n"),
@@ -183,6 +196,7 @@ def check_completion(request: CompletionRequest, limits: Limits) -> None:
         raise _unsupported("best_of", "the server does not rank candidates; ask for n completions instead")
     if request.logit_bias:
         raise _unsupported("logit_bias", "leave it out; the penalties and min_p shape the distribution instead")
+    check_pairs(request)
     check_limits(limits, max_tokens=request.max_tokens, n=request.n, logprobs=request.logprobs or 0)
 
 
@@ -221,6 +235,7 @@ def check_chat(request: ChatCompletionRequest, limits: Limits) -> int:
         raise _unsupported("tool_choice", "qkv shows tools to the template but does not parse or force tool calls")
     if request.top_logprobs is not None and not request.logprobs:
         raise ServiceError(400, "top_logprobs needs logprobs: true", param="top_logprobs", code="invalid_value")
+    check_pairs(request)
     given = [n for n in (request.max_completion_tokens, request.max_tokens) if n is not None]
     max_tokens = given[0] if given else limits.max_tokens
     check_limits(limits, max_tokens=max_tokens, n=request.n, logprobs=request.top_logprobs or 0)

@@ -17,6 +17,7 @@ from torch import nn
 
 from qkv.decoding.fast_step import resolve_step
 from qkv.errors import QkvError
+from qkv.models.memory import available_memory
 from qkv.server.limits import Gate, Limits
 from qkv.server.metrics import Metrics
 from qkv.server.model_thread import ModelThread
@@ -43,6 +44,14 @@ def pool_shape(model: nn.Module, limits: Limits) -> tuple[int, int]:
         raise QkvError(
             f"the KV cache bound holds no sequence: one takes {length} positions ({one / 2**20:.1f} MiB); raise "
             "--kv-tokens/--kv-memory, or lower --max-prompt-tokens/--max-tokens"
+        )
+    weight = next(p for p in model.parameters() if p.is_floating_point())
+    free = available_memory(weight.device)
+    if free is not None and slots * one > free:
+        raise QkvError(
+            f"a KV cache pool of {slots:,} rows of {length:,} positions needs {slots * one / 2**30:,.1f} GiB, but "
+            f"{weight.device} has {free / 2**30:.1f} GiB available: lower --max-batch, or bound the pool with "
+            f"--kv-memory MB (one row takes {one / 2**20:.1f} MiB)"
         )
     return slots, length
 

@@ -27,6 +27,10 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+class StreamOptions(_Request):
+    include_usage: bool = Field(False, description="a last chunk with the usage and no choices")
+
+
 class _Sampling(_Request):
     """How tokens are chosen (:class:`qkv.decoding.SamplingParams`, which the request builds once): the fields of
     OpenAI's API, and those vLLM adds (top_k, min_p, repetition_penalty, ignore_eos)."""
@@ -42,6 +46,7 @@ class _Sampling(_Request):
     stop: str | list[str] | None = Field(None, description="up to 4 strings that end a completion (left out)")
     n: int = Field(1, ge=1, description="completions per prompt")
     stream: bool = Field(False, description="send tokens as server-sent events while they are made")
+    stream_options: StreamOptions | None = Field(None, description="with stream: include_usage")
     logit_bias: dict[str, float] | None = Field(None, description="not supported")
     ignore_eos: bool = Field(False, description="keep going after <eos> (exactly max_tokens tokens, for benchmarks)")
     model: str | None = Field(None, description="the served model's id (GET /v1/models); null: that one")
@@ -94,10 +99,6 @@ class ChatMessage(_Request):
     content: str | list[dict] | None = None
 
 
-class StreamOptions(_Request):
-    include_usage: bool = Field(False, description="a last chunk with the usage and no choices")
-
-
 class ChatCompletionRequest(_Sampling):
     """POST /v1/chat/completions: answer a conversation (OpenAI's chat completions API), rendered with the model's
     chat template; the answer ends at the template's end of turn."""
@@ -107,7 +108,6 @@ class ChatCompletionRequest(_Sampling):
     max_completion_tokens: int | None = Field(None, ge=0, description="tokens to generate at most per choice")
     logprobs: bool = Field(False, description="the log-probability of each generated token")
     top_logprobs: int | None = Field(None, ge=0, le=20, description="and this many top alternatives (needs logprobs)")
-    stream_options: StreamOptions | None = None
     tools: list[dict] | None = Field(
         None, description="function schemas the template shows the model (answers are text)"
     )

@@ -392,17 +392,25 @@ def count_unknown(tokenizer: Tokenizer, text: str, ids: list[int] | None = None)
 
 
 def unknown_note(
-    tokenizer: Tokenizer, text: str, what: str = "the text", ids: list[int] | None = None, *, readable: bool = False
+    tokenizer: Tokenizer,
+    text: str | Sequence[str],
+    what: str = "the text",
+    ids: list[int] | None = None,
+    *,
+    readable: bool = False,
 ) -> str | None:
     """One line for the user when ``text`` has tokens the tokenizer does not know (else None): the model sees
     <unk> in their place, so a score or a continuation says nothing about them. It names the first unknown
     pieces: as written with ``readable`` (a terminal), else escaped to ASCII ('\\u2603'), which an HTTP header
-    can carry. ``ids``: as for :func:`count_unknown`."""
-    unknown, total = count_unknown(tokenizer, text, ids)
+    can carry. ``ids``: as for :func:`count_unknown`. A list of texts (sentences) is counted text by text, so the
+    line breaks between them are not counted as characters the vocabulary lacks."""
+    texts = [text] if isinstance(text, str) else list(text)
+    counts = [count_unknown(tokenizer, one, ids if isinstance(text, str) else None) for one in texts]
+    unknown, total = sum(c[0] for c in counts), sum(c[1] for c in counts)
     if not unknown:
         return None
     every = "all" if unknown == total else f"{unknown} of"
-    pieces = unknown_pieces(tokenizer, text, _NAMED + 1)
+    pieces = list(dict.fromkeys(p for one in texts for p in unknown_pieces(tokenizer, one, _NAMED + 1)))
     more = ", ..." if len(pieces) > _NAMED else ""
     show = repr if readable else ascii
     named = f" ({', '.join(show(p) for p in pieces[:_NAMED])}{more})" if pieces else ""

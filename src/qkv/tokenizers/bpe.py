@@ -29,6 +29,7 @@ import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from qkv.errors import QkvError
+from qkv.io import check_readable
 from qkv.tokenizers.base import (
     FORMAT_VERSION,
     ROLES,
@@ -99,6 +100,7 @@ class HFTokenizer(Tokenizer):
     ) -> HFTokenizer:
         """Wrap a Hugging Face ``tokenizer.json`` file (the library's own format, not qkv's)."""
         path = Path(tokenizer_json_path)
+        check_readable(path, "tokenizer file")
         if not path.is_file():
             raise QkvError(f"tokenizer file {path} does not exist: check the path to tokenizer.json")
         try:

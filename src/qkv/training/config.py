@@ -9,6 +9,7 @@ architecture fields (``[model] d_model = 256``).
 from __future__ import annotations
 
 import contextlib
+import math
 import tomllib
 from collections.abc import Iterator
 from contextvars import ContextVar
@@ -245,6 +246,21 @@ class TrainConfig:
                 f"tokenizers, set {n('vocab_size')} instead)"
             )
         self._validate_word2vec()
+        self._validate_model_values()
+
+    def _validate_model_values(self) -> None:
+        """The [model] overrides make a valid config of the preset's family (``rope_base`` 0 or inf, ``n_kv_heads``
+        that does not divide ``n_heads``): refused when the settings are made, not when the loss turns NaN."""
+        from qkv.models.family import family_of
+        from qkv.models.presets import PRESETS
+
+        if not self.model or self.task == "word2vec" or self.preset not in PRESETS:
+            return
+        cls, fields_ = PRESETS[self.preset]
+        known = {f.name for f in fields(cls)}
+        overrides = {k: v for k, v in self.model.items() if k in known}  # unknown names: check_arch names them
+        vocabularies = dict.fromkeys(family_of(cls).vocab_fields, 2)  # set by the tokenizer; any size will do here
+        cls(**{**fields_, **overrides, **vocabularies})
 
     def _validate_word2vec(self) -> None:
         n = setting
@@ -377,14 +393,14 @@ def check_type(name: str, value: Any, annotation: str) -> None:
     base = wanted[0]
     ok = {
         "int": isinstance(value, int) and not isinstance(value, bool),
-        "float": isinstance(value, int | float) and not isinstance(value, bool),
+        "float": isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value),
         "str": isinstance(value, str) or (name == "compile" and isinstance(value, bool)),  # TOML's compile = true
         "bool": isinstance(value, bool),
     }.get(base, isinstance(value, dict) if base.startswith("dict") else True)
     if not ok:
-        raise QkvError(
-            f"setting {name} = {value!r} must be {_TYPE_WORDS.get(base, 'a table')}: fix it in the TOML file or flag"
-        )
+        finite = base == "float" and isinstance(value, float)  # nan or inf: a number, but not one to train with
+        wanted = "a finite number" if finite else _TYPE_WORDS.get(base, "a table")
+        raise QkvError(f"setting {name} = {value!r} must be {wanted}: fix it in the TOML file or flag")
 
 
 def scaled_warmup(steps: int, warmup: int) -> int:

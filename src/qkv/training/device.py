@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from qkv.devices import resolve_device  # noqa: F401  (re-exported: the trainer's and the verbs' import)
 from qkv.errors import QkvError
 
 
@@ -84,33 +85,6 @@ def _cpu_times() -> tuple[int, int]:
     with open("/proc/stat", encoding="ascii") as stat:
         values = [int(v) for v in stat.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
     return sum(values), values[3] + values[4]
-
-
-def resolve_device(name: str = "auto", *, local_rank: int = 0) -> torch.device:
-    """A torch.device for ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``; QkvError if it is absent."""
-    if not isinstance(name, str):
-        raise QkvError(f"--device must be a name such as auto, cpu or cuda, got {name!r}")
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", local_rank)
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise QkvError("--device cuda was asked for but no CUDA GPU is available: use --device cpu or auto")
-    if name == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise QkvError("--device mps was asked for but MPS is not available: use --device cpu or auto")
-    try:
-        device = torch.device(name)
-    except (RuntimeError, ValueError):
-        raise QkvError(f"--device {name!r} is not a device: use auto, cpu, cuda or mps") from None
-    if device.type not in ("cpu", "cuda", "mps"):
-        raise QkvError(f"--device {name!r} is not a device qkv runs on: use auto, cpu, cuda or mps")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise QkvError(f"--device {name} names a GPU that is absent ({torch.cuda.device_count()} found): use cuda:0")
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", local_rank)
-    return device
 
 
 @dataclass

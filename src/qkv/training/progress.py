@@ -55,6 +55,12 @@ class TrainingProgress:
                 flush=True,
             )
 
+    def expect(self, total: int) -> None:
+        """The run will stop at ``total`` steps (--max-time fits fewer than --steps): the bar and the ETA follow."""
+        self.total = total
+        if self.progress is not None:
+            self.progress.update(self.task, total=total)
+
     def note(self, text: str) -> None:
         if not self.enabled:
             return

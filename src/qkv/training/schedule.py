@@ -8,6 +8,10 @@
 - constant, after the same linear warmup.
 - linear (word2vec, gensim): after the warmup, fall in a straight line from ``lr`` towards ``min_lr``,
   reaching lr - (lr - min_lr) (total - 1) / total at the last step, as gensim's alpha does by words done.
+
+With ``--max-time`` a run may stop long before ``--steps``: a schedule spanning --steps would then stop in its
+warmup (a translator given 60 s stayed under its 200-step warmup of 1,500 steps). :func:`fit_to_time` measures
+the first steps and shrinks the schedule (its length and its warmup, in proportion) to the steps that fit.
 """
 
 from __future__ import annotations
@@ -54,3 +58,27 @@ def learning_rate(
     if schedule == "linear":
         return linear(step, lr=lr, min_lr=min_lr, warmup=warmup, total=total)
     raise ValueError(f"unknown schedule {schedule!r}")
+
+
+FIT_AFTER = 10
+"""Steps a session times before it fits the schedule to --max-time (the first step, which may compile, not counted)."""
+
+
+def fit_to_time(step: int, rate: float, remaining: float, *, steps: int, warmup: int) -> tuple[int, int] | None:
+    """The schedule's (length, warmup) for a run at ``step`` that makes ``rate`` steps a second and may run
+    ``remaining`` seconds more: the steps that fit (a tenth of the time kept for evaluations), when fewer than
+    ``steps``, and the warmup shrunk in proportion; None when every step fits."""
+    if not rate > 0:
+        return None
+    fits = step + int(rate * max(0.0, remaining) * 0.9)
+    if fits >= steps:
+        return None
+    fits = max(fits, step + 1)
+    return fits, min(warmup, max(1, round(warmup * fits / steps))) if warmup else 0
+
+
+def duration(minutes: float) -> str:
+    """--max-time as a person writes it: 20s, 10 min, 1.5 h."""
+    if minutes < 1:
+        return f"{minutes * 60:.0f}s"
+    return f"{minutes:g} min" if minutes < 120 else f"{minutes / 60:g} h"

@@ -27,6 +27,9 @@ class TrainState:
     # The loss window since the last metrics row (sum and count), so a resumed run logs the same mean loss.
     window_loss_sum: float = 0.0
     window_steps: int = 0
+    # --max-time: the steps the learning-rate schedule spans and its warmup, fitted to the time (None: --steps).
+    schedule_steps: int | None = None
+    schedule_warmup: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

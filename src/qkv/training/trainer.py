@@ -40,7 +40,7 @@ from qkv.training.loss_window import LossWindow
 from qkv.training.metrics import MetricsLog
 from qkv.training.optim import make_optimizer
 from qkv.training.progress import TrainingProgress
-from qkv.training.schedule import learning_rate
+from qkv.training.schedule import FIT_AFTER, duration, fit_to_time, learning_rate
 from qkv.training.state import TrainingDiverged, TrainResult, TrainState
 from qkv.training.strategy import (
     TrainingModel,
@@ -214,8 +214,8 @@ class Trainer:
             schedule=cfg.schedule,
             lr=cfg.lr,
             min_lr=cfg.min_lr,
-            warmup=cfg.warmup_steps,
-            total=cfg.steps,
+            warmup=cfg.warmup_steps if self.state.schedule_warmup is None else self.state.schedule_warmup,
+            total=self.state.schedule_steps or cfg.steps,
             d_model=d_model,
         )
         for group in self.optimizer.param_groups:
@@ -277,6 +277,21 @@ class Trainer:
         """Put the (read) loss window's partial sums into the state a checkpoint saves."""
         self.state.window_loss_sum, self.state.window_steps = window.loss_sum, window.steps
 
+    def _fit_schedule(self, step: int, done: int, seconds: float, session: float, progress: TrainingProgress) -> None:
+        """Under --max-time, once: the schedule spans the steps that fit (:func:`~qkv.training.schedule.fit_to_time`),
+        the same on every process, saved with the checkpoints."""
+        cfg = self.config
+        if cfg.max_time is None or self.state.schedule_steps is not None:
+            return
+        rate = mean_over_ranks(done / seconds, self.dist, self.device)  # steps/s, agreed by every process
+        fitted = fit_to_time(step, rate, cfg.max_time * 60 - session, steps=cfg.steps, warmup=cfg.warmup_steps)
+        if fitted is not None:
+            self.state.schedule_steps, self.state.schedule_warmup = fitted
+            progress.expect(fitted[0])
+            progress.note(f"--max-time {duration(cfg.max_time)} fits about {fitted[0]} of the {cfg.steps} steps at "
+                          f"{rate:.1f} steps/s: the learning-rate schedule now spans {fitted[0]} steps "
+                          f"(warmup {fitted[1]})")  # fmt: skip
+
     def evaluate(self) -> dict[str, float]:
         with eval_mode(self.model), self.precision.autocast():
             return self.task.evaluate(self.model)
@@ -315,7 +330,7 @@ class Trainer:
             first_step=self.state.step + 1, loss_sum=self.state.window_loss_sum, steps=self.state.window_steps
         )
         first_step, shown_loss, speed = self.state.step + 1, float("nan"), 0.0
-        session_start = time.perf_counter()
+        session_start = timed_from = time.perf_counter()
         try:
             with self._interrupts_stop_cleanly():
                 while self.state.step < cfg.steps:
@@ -341,6 +356,11 @@ class Trainer:
                         shown_loss = shown_loss if last is None else last
                         speed = window.tokens_per_s
                     self.state.elapsed += time.perf_counter() - step_start
+                    if step == first_step:
+                        timed_from = time.perf_counter()  # the first step (compiling, warming caches) is not timed
+                    elif step - first_step == FIT_AFTER:
+                        self._fit_schedule(step, step - first_step, time.perf_counter() - timed_from,
+                                           time.perf_counter() - session_start, progress)  # fmt: skip
                     if compiled_first:
                         self.compile_seconds = time.perf_counter() - step_start
                         progress.note(f"torch.compile: the first step took {self.compile_seconds:.1f} s (compiling)")
@@ -359,7 +379,7 @@ class Trainer:
                         self.save_checkpoint()
                     if out_of_time and not stop_early:
                         stopped = "time limit"
-                        progress.note(f"--max-time {cfg.max_time:g} minutes reached at step {step}: stopping")
+                        progress.note(f"--max-time {duration(cfg.max_time)} reached at step {step}: stopping")
                         break
                     if stop_early:
                         stopped = "early stop"

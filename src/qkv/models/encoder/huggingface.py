@@ -26,7 +26,7 @@ from torch import Tensor
 from qkv.errors import QkvError
 from qkv.models.encoder.config import EncoderConfig
 from qkv.models.encoder.model import Encoder
-from qkv.models.hf_tables import Row, activation_from_hf, convert_state_dict, require, same, wrap_tokenizer_json
+from qkv.models.hf_tables import Row, activation_from_hf, convert_state_dict, number, same, whole, wrap_tokenizer_json
 from qkv.tokenizers import HFTokenizer
 
 WHAT = "BERT"
@@ -63,18 +63,20 @@ def config_from_hf(hf_config: dict[str, Any]) -> EncoderConfig:
     if position_type != "absolute":
         raise QkvError(f"this BERT uses {position_type!r} positions; qkv imports absolute ones only: use another model")
     return EncoderConfig(
-        vocab_size=require(hf_config, "vocab_size", what=WHAT),
-        context_length=require(hf_config, "max_position_embeddings", what=WHAT),
-        n_layers=require(hf_config, "num_hidden_layers", what=WHAT),
-        d_model=require(hf_config, "hidden_size", what=WHAT),
-        n_heads=require(hf_config, "num_attention_heads", what=WHAT),
-        d_ff=require(hf_config, "intermediate_size", what=WHAT),
+        vocab_size=whole(hf_config, "vocab_size", what=WHAT),
+        context_length=whole(hf_config, "max_position_embeddings", what=WHAT),
+        n_layers=whole(hf_config, "num_hidden_layers", what=WHAT),
+        d_model=whole(hf_config, "hidden_size", what=WHAT),
+        n_heads=whole(hf_config, "num_attention_heads", what=WHAT),
+        d_ff=whole(hf_config, "intermediate_size", what=WHAT),
         activation=activation_from_hf(hf_config.get("hidden_act", "gelu"), what=WHAT),
-        layer_norm_eps=hf_config.get("layer_norm_eps", 1e-12),
-        dropout=hf_config.get("hidden_dropout_prob", 0.1),
-        attention_dropout=hf_config.get("attention_probs_dropout_prob", 0.1),
-        type_vocab_size=hf_config.get("type_vocab_size", 2),
-        pad_id=hf_config.get("pad_token_id") or 0,
+        layer_norm_eps=number(hf_config, "layer_norm_eps", what=WHAT, default=1e-12),
+        dropout=number(hf_config, "hidden_dropout_prob", what=WHAT, default=0.1, positive=False, below=1.0),
+        attention_dropout=number(
+            hf_config, "attention_probs_dropout_prob", what=WHAT, default=0.1, positive=False, below=1.0
+        ),  # fmt: skip
+        type_vocab_size=whole(hf_config, "type_vocab_size", what=WHAT, default=2),
+        pad_id=whole(hf_config, "pad_token_id", what=WHAT, default=0, low=0),
         norm_first=False,
         final_norm=False,
         embedding_norm=True,

@@ -30,12 +30,14 @@ from qkv.models.hf_tables import (
     Row,
     activation_from_hf,
     convert_state_dict,
+    flag,
     fused_qkv_bias,
     fused_qkv_conv1d,
-    require,
+    number,
     same,
     strip_prefix,
     transposed,
+    whole,
     wrap_tokenizer_json,
 )
 from qkv.tokenizers import HFTokenizer
@@ -85,23 +87,23 @@ def config_from_hf(hf_config: dict[str, Any]) -> GPTConfig:
     ):
         if hf_config.get(key) == unsupported:
             raise QkvError(f"this GPT-2 sets {key}={unsupported}, which qkv's GPT lacks: use another model")
-    d_model = require(hf_config, "n_embd", what=WHAT)
+    d_model = whole(hf_config, "n_embd", what=WHAT)
     return GPTConfig(
-        vocab_size=require(hf_config, "vocab_size", what=WHAT),
-        context_length=require(hf_config, "n_positions", what=WHAT),
-        n_layers=require(hf_config, "n_layer", what=WHAT),
+        vocab_size=whole(hf_config, "vocab_size", what=WHAT),
+        context_length=whole(hf_config, "n_positions", what=WHAT),
+        n_layers=whole(hf_config, "n_layer", what=WHAT),
         d_model=d_model,
-        n_heads=require(hf_config, "n_head", what=WHAT),
-        d_ff=hf_config.get("n_inner") or 4 * d_model,
+        n_heads=whole(hf_config, "n_head", what=WHAT),
+        d_ff=whole(hf_config, "n_inner", what=WHAT, default=4 * d_model),
         activation=activation_from_hf(hf_config.get("activation_function", "gelu_new"), what=WHAT),
-        layer_norm_eps=hf_config.get("layer_norm_epsilon", 1e-5),
-        dropout=hf_config.get("resid_pdrop", 0.1),
-        attention_dropout=hf_config.get("attn_pdrop", 0.1),
+        layer_norm_eps=number(hf_config, "layer_norm_epsilon", what=WHAT, default=1e-5),
+        dropout=number(hf_config, "resid_pdrop", what=WHAT, default=0.1, positive=False, below=1.0),
+        attention_dropout=number(hf_config, "attn_pdrop", what=WHAT, default=0.1, positive=False, below=1.0),
         norm_first=True,
         final_norm=True,
         positional="learned",
         bias=True,
-        tie_embeddings=hf_config.get("tie_word_embeddings", True),
+        tie_embeddings=flag(hf_config, "tie_word_embeddings", what=WHAT, default=True),
     )
 
 

@@ -35,8 +35,9 @@ from typing import Any
 from torch import Tensor
 
 from qkv.errors import QkvError
+from qkv.io import check_readable
 from qkv.models.config import ROPE_SCALING_FIELDS
-from qkv.models.hf_tables import Row, convert_state_dict, require, same, strip_prefix, wrap_tokenizer_json
+from qkv.models.hf_tables import Row, convert_state_dict, flag, number, same, strip_prefix, whole, wrap_tokenizer_json
 from qkv.models.llama.config import LlamaConfig
 from qkv.models.llama.model import Llama
 from qkv.tokenizers import HFTokenizer
@@ -93,7 +94,12 @@ def rope_settings(hf_config: dict[str, Any], *, what: str) -> tuple[float, dict[
             kept = {"rope_type": "llama3", **{name: value.get(name) for name in ROPE_SCALING_FIELDS}}
         elif kind != "default":
             raise _refuse(what, field, value, "qkv's RoPE knows no scaling or Llama 3's (rope_type llama3)")
-    return float(parameters.get("rope_theta") or hf_config.get("rope_theta") or 10000.0), kept
+    bases = [
+        number(place, "rope_theta", what=what)
+        for place in (parameters, hf_config)
+        if place.get("rope_theta") is not None
+    ]  # fmt: skip  (each one checked: 0 became 10000 without a word)
+    return (bases[0] if bases else 10000.0), kept
 
 
 def _sliding_layers(hf_config: dict[str, Any], n_layers: int) -> int:
@@ -129,11 +135,11 @@ def config_from_hf(hf_config: dict[str, Any]) -> LlamaConfig:
     """qkv's LlamaConfig for a Llama / Qwen2 / Mistral config.json (hidden_size, num_key_value_heads, ...)."""
     model_type = hf_config.get("model_type", "llama")
     what = TITLES.get(model_type, WHAT)
-    d_model = require(hf_config, "hidden_size", what=what)
-    n_heads = require(hf_config, "num_attention_heads", what=what)
-    n_kv_heads = hf_config.get("num_key_value_heads") or n_heads
-    n_layers = require(hf_config, "num_hidden_layers", what=what)
-    context = require(hf_config, "max_position_embeddings", what=what)
+    d_model = whole(hf_config, "hidden_size", what=what)
+    n_heads = whole(hf_config, "num_attention_heads", what=what)
+    n_kv_heads = whole(hf_config, "num_key_value_heads", what=what, default=n_heads)
+    n_layers = whole(hf_config, "num_hidden_layers", what=what)
+    context = whole(hf_config, "max_position_embeddings", what=what)
     if n_heads % n_kv_heads:
         raise QkvError(
             f"config.json's num_attention_heads={n_heads} is not divisible by num_key_value_heads={n_kv_heads} "
@@ -145,7 +151,7 @@ def config_from_hf(hf_config: dict[str, Any]) -> LlamaConfig:
             "qkv's heads are hidden_size / num_attention_heads wide; download config.json again"
         )
     head_dim = hf_config.get("head_dim")
-    if head_dim is not None and head_dim != d_model // n_heads:
+    if head_dim is not None and head_dim != d_model // n_heads:  # (a wrong type differs too)
         raise _refuse(what, "head_dim", head_dim, f"qkv's heads are hidden_size / num_attention_heads = "
                       f"{d_model // n_heads} wide")  # fmt: skip
     activation = hf_config.get("hidden_act", "silu")
@@ -158,20 +164,20 @@ def config_from_hf(hf_config: dict[str, Any]) -> LlamaConfig:
     window = sliding_window(hf_config, n_layers, context, what=what)
     rope_base, rope_scaling = rope_settings(hf_config, what=what)
     return LlamaConfig(
-        vocab_size=require(hf_config, "vocab_size", what=what),
+        vocab_size=whole(hf_config, "vocab_size", what=what),
         context_length=context,
         n_layers=n_layers,
         d_model=d_model,
         n_heads=n_heads,
         n_kv_heads=n_kv_heads,
-        d_ff=require(hf_config, "intermediate_size", what=what),
-        layer_norm_eps=hf_config.get("rms_norm_eps", 1e-6),
+        d_ff=whole(hf_config, "intermediate_size", what=what),
+        layer_norm_eps=number(hf_config, "rms_norm_eps", what=what, default=1e-6),
         rope_base=rope_base,
         rope_scaling=rope_scaling,
         qkv_bias=model_type == "qwen2",
-        tie_embeddings=bool(hf_config.get("tie_word_embeddings", False)),
+        tie_embeddings=flag(hf_config, "tie_word_embeddings", what=what, default=False),
         dropout=0.0,
-        attention_dropout=hf_config.get("attention_dropout", 0.0),
+        attention_dropout=number(hf_config, "attention_dropout", what=what, default=0.0, positive=False, below=1.0),
         sliding_window=window,
     )
 
@@ -187,6 +193,7 @@ convert = convert_llama
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    check_readable(path)
     if not path.is_file():
         return {}
     try:

@@ -36,7 +36,17 @@ from torch import Tensor
 
 from qkv.errors import QkvError
 from qkv.layers.positional import sinusoidal_table
-from qkv.models.hf_tables import Row, activation_from_hf, convert_state_dict, first_row, require, same, strip_prefix
+from qkv.models.hf_tables import (
+    Row,
+    activation_from_hf,
+    convert_state_dict,
+    first_row,
+    flag,
+    number,
+    same,
+    strip_prefix,
+    whole,
+)
 from qkv.models.transformer.config import TransformerConfig
 from qkv.models.transformer.model import Transformer
 from qkv.tokenizers import HFTokenizer
@@ -83,8 +93,8 @@ IGNORED = [
 
 
 def _same_value(hf_config: dict[str, Any], a: str, b: str, default: Any) -> Any:
-    value = hf_config.get(a, default)
-    if hf_config.get(b, default) != value:
+    value = whole(hf_config, a, what=WHAT, default=default)
+    if whole(hf_config, b, what=WHAT, default=default) != value:
         raise QkvError(
             f"this Marian model has {a}={value} but {b}={hf_config.get(b)}; qkv's Transformer uses one value "
             "for both stacks: use another model"
@@ -97,29 +107,29 @@ def config_from_hf(hf_config: dict[str, Any]) -> TransformerConfig:
     for key in ("normalize_before", "normalize_embedding", "add_final_layer_norm"):  # keys of older configs
         if hf_config.get(key):
             raise QkvError(f"this Marian model sets {key}, which qkv's post-LN Transformer lacks: use another model")
-    tied = hf_config.get("tie_word_embeddings", True)
+    tied = flag(hf_config, "tie_word_embeddings", what=WHAT, default=True)
     # Hugging Face (5.x) shares W_E between encoder and decoder only while tie_word_embeddings is true.
-    shared = hf_config.get("share_encoder_decoder_embeddings", True) and tied
-    vocab = require(hf_config, "vocab_size", what=WHAT)
-    one_vocab = hf_config.get("share_encoder_decoder_embeddings", True)
-    target_vocab = vocab if one_vocab else (hf_config.get("decoder_vocab_size") or vocab)
+    one_vocab = flag(hf_config, "share_encoder_decoder_embeddings", what=WHAT, default=True)
+    shared = one_vocab and tied
+    vocab = whole(hf_config, "vocab_size", what=WHAT)
+    target_vocab = vocab if one_vocab else whole(hf_config, "decoder_vocab_size", what=WHAT, default=vocab)
     return TransformerConfig(
         src_vocab_size=vocab,
         tgt_vocab_size=target_vocab,
-        context_length=hf_config.get("max_position_embeddings", 1024),
-        n_encoder_layers=hf_config.get("encoder_layers", 12),
-        n_decoder_layers=hf_config.get("decoder_layers", 12),
-        d_model=hf_config.get("d_model", 1024),
+        context_length=whole(hf_config, "max_position_embeddings", what=WHAT, default=1024),
+        n_encoder_layers=whole(hf_config, "encoder_layers", what=WHAT, default=12),
+        n_decoder_layers=whole(hf_config, "decoder_layers", what=WHAT, default=12),
+        d_model=whole(hf_config, "d_model", what=WHAT, default=1024),
         n_heads=_same_value(hf_config, "encoder_attention_heads", "decoder_attention_heads", 16),
         d_ff=_same_value(hf_config, "encoder_ffn_dim", "decoder_ffn_dim", 4096),
         activation=activation_from_hf(hf_config.get("activation_function", "gelu"), what=WHAT),
-        dropout=hf_config.get("dropout", 0.1),
-        attention_dropout=hf_config.get("attention_dropout", 0.0),
-        scale_embeddings=hf_config.get("scale_embedding", False),
+        dropout=number(hf_config, "dropout", what=WHAT, default=0.1, positive=False, below=1.0),
+        attention_dropout=number(hf_config, "attention_dropout", what=WHAT, default=0.0, positive=False, below=1.0),
+        scale_embeddings=flag(hf_config, "scale_embedding", what=WHAT, default=False),
         share_embeddings=shared,
         tie_embeddings=tied,
         final_logits_bias=True,
-        pad_id=hf_config.get("pad_token_id", 58100),
+        pad_id=whole(hf_config, "pad_token_id", what=WHAT, default=58100, low=0),
         norm_first=False,
         final_norm=False,
         layer_norm_eps=1e-5,

@@ -133,10 +133,14 @@ class TranslationTask:
             width = int((~mask).sum(dim=1).max())
             src, mask = src[:, :width], mask[:, :width]
             common = dict(bos_id=tok.bos_id, eos_id=tok.eos_id)
-            if self.eval_beam == 1:
-                decoded = greedy_decode(model, src, mask, **common)
-            else:
-                decoded = [h[0].tokens for h in beam_search(model, src, mask, beam_size=self.eval_beam, **common)]
+            # The decoders' KV caches hold the weights' float32: decoding runs outside the trainer's bf16/fp16
+            # autocast (which made each new key bf16, and the cache refused it), as `qkv translate` does.
+            with torch.autocast(device_type=torch.device(self.device).type, enabled=False):
+                if self.eval_beam == 1:
+                    decoded = greedy_decode(model, src, mask, **common)
+                else:
+                    hypotheses = beam_search(model, src, mask, beam_size=self.eval_beam, **common)
+                    decoded = [h[0].tokens for h in hypotheses]
             for index, tokens in zip(batch.indices[keep].tolist(), decoded, strict=True):
                 outputs[index] = tokens
         order = sorted(outputs)
