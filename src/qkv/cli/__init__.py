@@ -32,6 +32,7 @@ VERBS = (
     "serve",
     "quantize",
     "export",
+    "merge",
 )
 
 MODULES = {"next": "next_token"}  # a verb whose module has another name (qkv.cli.next would shadow next())

@@ -30,6 +30,16 @@ TRAIN_HELP = {
     "preset llama-micro unless --preset is given); translate: transformer (the default) or rnnsearch (Bahdanau "
     "et al. 2015: GRUs with additive attention; preset rnnsearch-small unless --preset is given); word2vec: "
     "skipgram (a word predicts its neighbours, the default) or cbow (they predict it)",
+    "init_from": "fine-tune this model instead of starting from random weights: a run, a Hugging Face folder or a "
+    ".gguf file (its architecture, tokenizer and chat template are kept)",
+    "lora": "with --from: freeze the model and train LoRA adapters of this rank (0: fine-tune every weight)",
+    "lora_alpha": "LoRA: the adapters' update is scaled by alpha / rank (default 2 x rank)",
+    "lora_dropout": "LoRA: dropout on the adapters' input",
+    "lora_targets": "LoRA: the projections to adapt, by PEFT's names, comma-separated (llama: q_proj, k_proj, "
+    "v_proj, o_proj, gate_proj, up_proj, down_proj; gpt: c_attn, attn.c_proj, c_fc, mlp.c_proj), or all "
+    "(default: q_proj,v_proj; gpt: c_attn)",
+    "quantize_base": "LoRA: hold the frozen base in int8 (a quarter of its float memory, as QLoRA)",
+    "seq_len": "tokens per training sequence (default: the model's context; with --from at most 256)",
     "tokenizer": "char, word or bpe (trained on the data)",
     "vocab_size": "vocabulary size for word/bpe tokenizers",
     "text_field": "the text field of JSON lines, Parquet files and Hugging Face datasets",
@@ -89,6 +99,11 @@ FLAG_CONSTS = {"compile": "on"}
 # Settings whose default is None, so their type cannot be read off the default.
 FLAG_TYPES = {
     "data": str,
+    "init_from": str,
+    "lora_alpha": float,
+    "lora_targets": str,
+    "quantize_base": str,
+    "seq_len": int,
     "out_dir": str,
     "arch": str,
     "vocab_size": int,
