@@ -30,7 +30,7 @@ def train(root, base, *flags: str) -> list[str]:
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory, tiny_llama_dir) -> str:
     root = tmp_path_factory.mktemp("lora-cli")
-    assert main([*train(root, tiny_llama_dir, "--lora", "4", "--lora-targets", "all", "--lr", "0.05"),
+    assert main([*train(root, tiny_llama_dir, "--lora", "4", "--lora-targets", "all", "--lr", "0.01"),
                  "--out", str(root / "run"), "--quiet", "--no-samples"]) == 0  # fmt: skip
     return str(root / "run")
 

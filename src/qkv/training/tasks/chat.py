@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from qkv.data.chat import IGNORE, ChatBatches
-from qkv.training.tasks.lm_task import next_token_loss
+from qkv.training.tasks.lm_task import language_model_loss
 
 
 class ChatTask:
@@ -14,8 +14,17 @@ class ChatTask:
 
     higher_is_better = False
 
-    def __init__(self, batches: ChatBatches, *, batch_size: int, eval_batches: int, device: torch.device) -> None:
+    def __init__(
+        self,
+        batches: ChatBatches,
+        *,
+        batch_size: int,
+        eval_batches: int,
+        device: torch.device,
+        label_smoothing: float = 0.0,
+    ) -> None:
         self.batches, self.batch_size, self.eval_batches, self.device = batches, batch_size, eval_batches, device
+        self.label_smoothing = label_smoothing  # the training loss only: evaluation reports the plain cross-entropy
         self.metric = "val_loss" if batches.val else "train_eval_loss"
 
     def state_dict(self) -> dict:
@@ -31,7 +40,8 @@ class ChatTask:
     def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int]:
         """Mean cross-entropy over the assistant's tokens of the batch, and how many there are."""
         x, y = batch
-        return next_token_loss(model(x), y), int((y != IGNORE).sum())
+        loss = language_model_loss(model, x, y, label_smoothing=self.label_smoothing, fused=True)
+        return loss, int((y != IGNORE).sum())
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
@@ -40,6 +50,6 @@ class ChatTask:
         for x, y in self.batches.eval_batches(self.eval_batches, self.batch_size):
             x, y = x.to(self.device), y.to(self.device)
             n = int((y != IGNORE).sum())
-            total += next_token_loss(model(x), y).item() * n
+            total += language_model_loss(model, x, y, fused=True).item() * n
             count += n
         return {self.metric: total / max(count, 1)}

@@ -108,7 +108,13 @@ def _data(config: TrainConfig, bundle: ModelBundle, seq_len: int, session: Sessi
         examples = encode_conversations(bundle, conversations, seq_len, where=str(config.data))
         pad = next((i for i in (tokenizer.pad_id, tokenizer.eos_id) if i is not None), 0)
         chats = ChatBatches(examples, pad_id=pad, val_fraction=config.val_fraction, seed=config.seed)
-        task = ChatTask(chats, batch_size=config.batch_size, eval_batches=config.eval_batches, device=session.device)
+        task = ChatTask(
+            chats,
+            batch_size=config.batch_size,
+            eval_batches=config.eval_batches,
+            device=session.device,
+            label_smoothing=config.label_smoothing,
+        )
         line = (
             f"data: {len(chats.train)} conversations to train on ({chats.n_train_tokens:,} assistant tokens), "
             f"{len(chats.val)} held out ({chats.n_val_tokens:,}), rendered with the model's chat template"
@@ -124,7 +130,12 @@ def _data(config: TrainConfig, bundle: ModelBundle, seq_len: int, session: Sessi
         )
     batches = TokenBatches(ids, context_length=seq_len, val_fraction=config.val_fraction, seed=config.seed)
     task = LanguageModelTask(
-        batches, batch_size=config.batch_size, eval_batches=config.eval_batches, device=session.device
+        batches,
+        batch_size=config.batch_size,
+        eval_batches=config.eval_batches,
+        device=session.device,
+        label_smoothing=config.label_smoothing,
+        fused_loss=True,
     )
     line = (
         f"data: {source.name}, {batches.n_train_tokens:,} training / {batches.n_val_tokens:,} validation tokens "

@@ -14,8 +14,27 @@ from torch import Tensor, nn
 
 from qkv.data.lm import TokenBatches
 from qkv.errors import QkvError
+from qkv.layers.capture import is_capturing
+from qkv.layers.embedding import Unembedding
+from qkv.layers.linear_cross_entropy import linear_cross_entropy
+from qkv.sharded import is_sharded
+from qkv.storage import unwrap_model
 
 IGNORE = -100  # a target that is not learned (chat data: the system's and the user's tokens, padding)
+
+
+def language_model_loss(
+    model: nn.Module, x: Tensor, y: Tensor, *, label_smoothing: float = 0.0, fused: bool = False
+) -> Tensor:
+    """The mean next-token cross-entropy of ``model`` on inputs ``x`` and targets ``y`` (B, T). ``fused`` (fine-tuning,
+    whose vocabularies are large), with a float W_U held whole (not an FSDP shard) and no label smoothing: W_U and
+    the loss run in chunks of rows (:mod:`qkv.layers.linear_cross_entropy`: never every row's logits at once, the
+    same products); otherwise through the logits."""
+    head = getattr(unwrap_model(model), "unembedding", None)
+    whole = isinstance(head, Unembedding) and not is_sharded(head.weight)
+    if fused and label_smoothing == 0 and whole and not is_capturing():
+        return linear_cross_entropy(model(x, unembed=False), head.weight, head.bias, y, ignore_index=IGNORE)
+    return next_token_loss(model(x), y, label_smoothing=label_smoothing)
 
 
 def next_token_loss(logits: Tensor, targets: Tensor, *, label_smoothing: float = 0.0) -> Tensor:
@@ -38,8 +57,10 @@ class LanguageModelTask:
         eval_batches: int,
         device: torch.device,
         label_smoothing: float = 0.0,
+        fused_loss: bool = False,
     ) -> None:
         self.batches, self.batch_size, self.eval_batches, self.device = batches, batch_size, eval_batches, device
+        self.fused_loss = fused_loss  # W_U and the loss in chunks of rows (language_model_loss)
         self.label_smoothing = label_smoothing  # the training loss only: evaluation reports the plain cross-entropy
         self.metric = "val_loss" if batches.n_val_tokens else "train_eval_loss"
 
@@ -55,7 +76,8 @@ class LanguageModelTask:
 
     def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int]:
         x, y = batch
-        return next_token_loss(model(x), y, label_smoothing=self.label_smoothing), y.numel()
+        loss = language_model_loss(model, x, y, label_smoothing=self.label_smoothing, fused=self.fused_loss)
+        return loss, y.numel()
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
@@ -67,7 +89,7 @@ class LanguageModelTask:
         total, count = 0.0, 0
         for x, y in windows:
             x, y = x.to(self.device), y.to(self.device)
-            total += next_token_loss(model(x), y).item() * y.numel()
+            total += language_model_loss(model, x, y, fused=self.fused_loss).item() * y.numel()
             count += y.numel()
         return {self.metric: total / max(count, 1)}
 
