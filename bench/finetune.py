@@ -14,7 +14,8 @@ own trainer (``qkv train --from ... --lora ...``'s code: prepare_finetune, Train
 implementations, not initial draws). Printed per mode:
 
 - the step time (median of the steps after the first), and qkv's as a ratio to the peer's
-  (targets: <= 0.8 for LoRA, <= 0.9 for full fine-tuning);
+  (targets: <= 0.8 for LoRA, <= 0.9 for full fine-tuning), and the same for the CPU time the process used per
+  step (all threads), which other processes on a shared machine disturb less than the wall time;
 - the peak resident memory while training (VmHWM, reset after the first step), and the ratio (target <= 1);
 - the loss of the first batch (before any update: LoRA's B starts at zero, so it is the base model's) on both
   sides, and the mean loss of the last 10 steps on both sides with their relative difference (target <= 2%).
@@ -88,23 +89,25 @@ def peak_memory_mb() -> float:
 
 
 class Clock:
-    """Per-step losses and times; the peak memory from the end of the first step on."""
+    """Per-step losses, wall times and CPU times (this process's, all threads); the peak memory from the end of the
+    first step on."""
 
     def __init__(self) -> None:
         self.losses: list[float] = []
         self.times: list[float] = []
-        self.last = time.perf_counter()
+        self.cpu: list[float] = []
+        self.last, self.last_cpu = time.perf_counter(), time.process_time()
 
     def tick(self, loss: float) -> None:
-        now = time.perf_counter()
-        self.times.append(now - self.last)
+        self.times.append(time.perf_counter() - self.last)
+        self.cpu.append(time.process_time() - self.last_cpu)
         self.losses.append(loss)
         if len(self.losses) == 1:
             reset_peak_memory()
-        self.last = time.perf_counter()
+        self.last, self.last_cpu = time.perf_counter(), time.process_time()
 
     def result(self) -> dict:
-        return {"losses": self.losses, "times": self.times, "peak_mb": peak_memory_mb()}
+        return {"losses": self.losses, "times": self.times, "cpu": self.cpu, "peak_mb": peak_memory_mb()}
 
 
 # ------------------------------------------------------------------------------------------------- the sides
@@ -212,14 +215,19 @@ def run_side(args: argparse.Namespace, side: str, mode: str, work: Path) -> dict
     return json.loads((work / f"{side}.json").read_text())
 
 
+def median_step(result: dict, key: str) -> float:
+    return statistics.median(result[key][1:] or result[key])  # the first step is the slowest (allocations)
+
+
 def report(mode: str, ours: dict, peer: dict) -> list[str]:
-    step = statistics.median(ours["times"][1:] or ours["times"])
-    peer_step = statistics.median(peer["times"][1:] or peer["times"])
+    step, peer_step = median_step(ours, "times"), median_step(peer, "times")
+    cpu, peer_cpu = median_step(ours, "cpu"), median_step(peer, "cpu")
     tail = min(10, len(ours["losses"]))
     end, peer_end = statistics.mean(ours["losses"][-tail:]), statistics.mean(peer["losses"][-tail:])
     return [
         f"{mode}: step time qkv {step:.3f} s, peer {peer_step:.3f} s: ratio {step / peer_step:.3f} "
-        f"(target <= {TARGETS[mode]})",
+        f"(target <= {TARGETS[mode]}); CPU time per step qkv {cpu:.3f} s, peer {peer_cpu:.3f} s: ratio "
+        f"{cpu / peer_cpu:.3f} (less moved by other processes on a shared machine)",
         f"{mode}: peak memory while training qkv {ours['peak_mb']:.0f} MB, peer {peer['peak_mb']:.0f} MB: ratio "
         f"{ours['peak_mb'] / peer['peak_mb']:.3f} (target <= 1)",
         f"{mode}: loss of the first batch qkv {ours['losses'][0]:.5f}, peer {peer['losses'][0]:.5f} "

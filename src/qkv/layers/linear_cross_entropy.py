@@ -23,7 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-CHUNK_ELEMENTS = 1 << 22  # logits per chunk (16 MB of float32): chunk rows = this / vocabulary size
+from qkv.layers.linear import packed_product, packs
+
+CHUNK_ELEMENTS = 1 << 23  # logits per chunk (32 MB of float32): chunk rows = this / vocabulary size
 
 
 def _chunks(
@@ -41,7 +43,8 @@ def _chunks(
             targets[start : start + rows].clamp(min=0),
             counted[start : start + rows],
         )
-        logits = F.linear(h, weight, bias).to(wide)  # (c, V)
+        packed = packs(weight) and h.dtype == weight.dtype  # a frozen W_U (LoRA): oneDNN's packed copy
+        logits = (packed_product(h, weight, bias) if packed else F.linear(h, weight, bias)).to(wide)  # (c, V)
         lse = torch.logsumexp(logits, dim=-1)  # (c,)
         total += ((lse - logits.gather(1, t[:, None])[:, 0]) * keep).sum()
         if grads is None:
