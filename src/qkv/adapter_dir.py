@@ -87,8 +87,10 @@ def read_adapter_config(directory: str | Path) -> AdapterConfig:
     directory = Path(directory)
     path = directory / ADAPTER_CONFIG_FILE
     data = read_json(path, what="adapter config")
-    if not isinstance(data, dict) or data.get("peft_type", "LORA") != "LORA":
-        raise QkvError(f"{path} is not a LoRA adapter's config (peft_type {data.get('peft_type')!r}): qkv applies LoRA")
+    if not isinstance(data, dict):
+        raise QkvError(f"{path} is not a JSON object: save the adapter again")
+    if data.get("peft_type", "LORA") != "LORA":
+        raise QkvError(f"{path} is a {data.get('peft_type')} adapter, not LoRA: qkv applies LoRA adapters")
     for key in ("rank_pattern", "alpha_pattern"):
         if data.get(key):
             raise QkvError(f"{path} gives some targets their own rank or alpha ({key}): qkv applies one rank to all")

@@ -105,8 +105,8 @@ def _load_lora(folder: Path, device: str | torch.device, *, merge: bool) -> Mode
     latest checkpoint (with a note)."""
     config = read_adapter_config(folder)
     base = Path(config.base).expanduser()
-    if not base.exists() and (folder / base).exists():
-        base = folder / base  # a path relative to the adapter's folder
+    if not base.is_absolute() and (folder / base).exists():
+        base = folder / base  # a path relative to the adapter's folder first, then to the working folder
     elif not base.exists() and base.is_absolute():
         raise QkvError(
             f"{folder}'s adapters adapt {base} (adapter_config.json's base_model_name_or_path), which does not "

@@ -288,8 +288,10 @@ def held_note(text: str) -> None:
 
 def _default_warmup(config: TrainConfig) -> int:
     from qkv.training.config import _DEFAULTS, TASK_DEFAULTS, arch_defaults
+    from qkv.training.finetune_settings import finetune_defaults
 
     defaults = {**_DEFAULTS, **TASK_DEFAULTS.get(config.task, {}), **arch_defaults(config.task, config.arch)}
+    defaults.update(finetune_defaults(config.to_dict()))
     return defaults["warmup_steps"]
 
 

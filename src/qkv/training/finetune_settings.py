@@ -4,8 +4,8 @@ A fine-tuned model keeps the pretrained model's shape and tokenizer, so the sett
 (a preset, an architecture, a tokenizer, model fields) are refused in one line. What a fine-tuning run does by
 default differs from training from scratch: AdamW (the optimizer the pretrained weights were trained with;
 Muon orthogonalises whole matrices, which LoRA's low-rank factors are not), a learning rate a pretrained model
-tolerates (5e-5 for every weight, 5e-4 for LoRA's adapters, whose B starts at zero), short sequences and
-fewer, smaller evaluations, so that a run takes minutes on a CPU.
+tolerates (5e-5 for every weight, 5e-4 for LoRA's adapters, whose B starts at zero) after a short warmup, short
+sequences and fewer, smaller evaluations, so that a run takes minutes on a CPU.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from qkv.training.flags import setting
 FINETUNE_DEFAULTS: dict[str, Any] = dict(
     optimizer="adamw",
     lr=5e-5,
+    warmup_steps=20,
     weight_decay=0.0,
     steps=200,
     batch_size=4,

@@ -81,7 +81,9 @@ class Trainer:
     it writes the run's model directory (weights, config, tokenizer). ``weights`` is None, or the whole
     tensors gathered from a sharded model, to save in place of ``model.state_dict()``. ``on_step(trainer,
     step, loss)`` is called after every step with the step's mean loss as a 0-dim tensor on the device
-    (reading it with ``.item()`` waits for the device).
+    (reading it with ``.item()`` waits for the device). ``checkpointed``: the module whose weights a checkpoint
+    holds (default the model; a LoRA run's adapters alone, :class:`~qkv.models.lora.AdapterWeights`);
+    ``evaluate_first``: evaluate before the first step too (fine-tuning: the pretrained model's loss, row 0).
     """
 
     def __init__(

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
 from torch import Tensor, nn
 
 from qkv.adapter_dir import ADAPTER_FILE, save_adapter_config, save_adapter_weights
@@ -35,9 +36,10 @@ from qkv.training.launch import Prepared
 from qkv.training.run import Session, fingerprint
 from qkv.training.tasks.chat import ChatTask
 from qkv.training.tasks.lm_task import LanguageModelTask, check_seq_len
+from qkv.training.trainer import Task
 
 
-def open_base(config: TrainConfig, device) -> ModelBundle:  # noqa: ANN001
+def open_base(config: TrainConfig, device: torch.device) -> ModelBundle:
     """The model to fine-tune, on ``device``: every weight trainable, or (``config.lora``) frozen, in int8 if
     asked, with LoRA adapters added. A LoRA run given as the base has its adapters merged first."""
     bundle = load(config.init_from, device=device, quantize=config.quantize_base)
@@ -95,7 +97,7 @@ def prepare_finetune(
     )
 
 
-def _data(config: TrainConfig, bundle: ModelBundle, seq_len: int, session: Session) -> tuple:
+def _data(config: TrainConfig, bundle: ModelBundle, seq_len: int, session: Session) -> tuple[Task, dict, str]:
     """The task (plain text or conversations), the data's fingerprint and the summary line."""
     tokenizer = bundle.tokenizer
     if is_chat_file(config.data):

@@ -10,6 +10,9 @@ causal mask lets one sequence of T tokens train T predictions at once, the GPT n
     from qkv.training import TrainConfig, train_language_model
     result = train_language_model(TrainConfig(data="input.txt", steps=500))
     print(result.run_dir, result.best)
+
+With ``init_from`` (``qkv train --from MODEL``) the model is a pretrained one, fine-tuned whole or with LoRA
+(:mod:`qkv.training.tasks.finetune`). The loss and the evaluation are :mod:`qkv.training.tasks.lm_task`'s.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ def prepare_language_model(
     config: TrainConfig, resume_dir: Path | None, session: Session, say: Callable[[str], None]
 ) -> Prepared:
     """Map the prepared corpus (preparing it first if needed), build the language model (the family its
-    config names: a GPT, or a Llama-style model) and its batches.
+    config names: a GPT, or a Llama-style model) and its batches; or, with ``init_from``, open the pretrained
+    model to fine-tune (:func:`~qkv.training.tasks.finetune.prepare_finetune`).
 
     ``--data`` may be a folder written by ``qkv prepare``; anything else is prepared once into the cache
     (:mod:`qkv.data.cache`) and mapped from there by every run, resume and process. A resumed run keeps its
