@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from qkv.models import GPT, GPTConfig
+from tests.finetune_models import tiny_gpt2_dir, tiny_llama_dir  # noqa: F401  (session fixtures: tiny bases)
 from tests.gguf_files import bpe, smollm2, smollm2_hf, smollm2_hf_tokenizer, smollm2_qkv  # noqa: F401  (fixtures)
 from tests.smol import smol_bundle, smol_hf, smol_hf_dir  # noqa: F401  (session fixtures: SmolLM2's tokenizer)
 

@@ -25,7 +25,7 @@ FLOORS = [  # low to high; a module's floor is that of the longest prefix naming
     ("storage: safetensors files, the run folder's layout", ["qkv.storage", "qkv.run_dir"]),
     ("models and their families", ["qkv.models"]),
     ("int8 layers, GPTQ, quantization.json", ["qkv.quantization"]),
-    ("the model folder", ["qkv.model_dir"]),
+    ("the model folder, a LoRA adapter folder", ["qkv.model_dir", "qkv.adapter_dir"]),
     ("chat templates: rendering, a conversation's ids", ["qkv.chat_templates"]),
     ("decoding: sampling, generation, beam search, the engine", ["qkv.decoding"]),
     ("data", ["qkv.data"]),

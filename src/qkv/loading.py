@@ -17,34 +17,41 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
+from qkv.adapter_dir import ADAPTER_FILE, is_adapter_dir, load_adapter, read_adapter_config
 from qkv.devices import resolve_device
 from qkv.errors import QkvError
 from qkv.io import check_readable
-from qkv.model_dir import CONFIG_FILE, ModelBundle, load_model_dir
+from qkv.model_dir import CONFIG_FILE, ModelBundle, load_model_dir, read_chat_template
+from qkv.models.lora import has_lora, merge_lora
 from qkv.pretrained.loader import load_pretrained
 from qkv.quantization import check_scheme, quantize_model
 from qkv.run_dir import latest_checkpoint
 from qkv.storage import MODEL_FILE
 
 
-def load(path: str | Path, *, device: str | torch.device = "cpu", quantize: str | None = None) -> ModelBundle:
+def load(
+    path: str | Path, *, device: str | torch.device = "cpu", quantize: str | None = None, merge_adapters: bool = False
+) -> ModelBundle:
     """The model at ``path`` on ``device``, in eval mode, with its tokenizer(s) and config.
 
     ``path`` is a qkv run or model folder (one without a best model yet opens its latest checkpoint), a
     folder written by ``qkv quantize``, a Hugging Face folder (a config.json with a ``model_type``), a GGUF
     file (recognised by its first bytes, :func:`qkv.pretrained.gguf.load_gguf`), or, when online, a Hub name such as
     ``gpt2`` or ``Helsinki-NLP/opus-mt-en-fr``. ``quantize="int8"`` (or "int4")
-    quantizes the loaded weights (:func:`qkv.quantization.quantize_model`). Every problem with the path
-    or its files is a one-line :class:`~qkv.errors.QkvError`.
+    quantizes the loaded weights (:func:`qkv.quantization.quantize_model`). A LoRA adapter folder (a ``qkv train
+    --lora`` run, :mod:`qkv.adapter_dir`) opens as its base with the adapters; ``merge_adapters=True`` folds them
+    into the float base instead (W + (alpha / r) B A: plain layers, what ``qkv merge`` saves). Every problem with
+    the path or its files is a one-line :class:`~qkv.errors.QkvError`.
     """
     device = resolve_device(device, flag="device")  # "banana", or cuda without a GPU: one line, before the load
     if quantize is not None:
         check_scheme(quantize)  # before the (slow) load
-        bundle = load(path, device=device)
+        bundle = load(path, device=device, merge_adapters=merge_adapters)
         quantize_model(bundle.model, quantize)
         return bundle
     if not isinstance(path, str | Path) or not str(path).strip():
@@ -53,6 +60,8 @@ def load(path: str | Path, *, device: str | torch.device = "cpu", quantize: str 
         )
     folder = Path(path)
     check_readable(folder, "the model")
+    if folder.is_dir() and is_adapter_dir(folder):
+        return _load_lora(folder, device, merge=merge_adapters)
     if folder.is_file():
         return _load_file(folder, device)
     if folder.exists():
@@ -96,3 +105,32 @@ def _load_run(run: Path, device: str | torch.device) -> ModelBundle:
             print(f"note: {run} has no best model yet; using the latest checkpoint {latest.name}", file=sys.stderr)
             weights = latest / MODEL_FILE
     return load_model_dir(run, device=device, weights_path=weights)
+
+
+def _load_lora(folder: Path, device: str | torch.device, *, merge: bool) -> ModelBundle:
+    """A LoRA adapter folder (a ``qkv train --lora`` run, or PEFT's own): its base (int8 if the run trained over
+    int8, float when merging) with the adapters applied (or merged); a run with no adapters saved yet uses its
+    latest checkpoint (with a note)."""
+    config = read_adapter_config(folder)
+    base = Path(config.base).expanduser()
+    if not base.is_absolute() and (folder / base).exists():
+        base = folder / base  # a path relative to the adapter's folder first, then to the working folder
+    elif not base.exists() and base.is_absolute():
+        raise QkvError(
+            f"{folder}'s adapters adapt {base} (adapter_config.json's base_model_name_or_path), which does not "
+            "exist: put the base model back there, or write its new path into adapter_config.json"
+        )
+    bundle = load(base, device=device, quantize=None if merge else config.base_quantization)
+    if has_lora(bundle.model):  # the base is itself a LoRA run: its adapters merged into it first
+        merge_lora(bundle.model)
+    checkpoint = None
+    if not (folder / ADAPTER_FILE).is_file():
+        latest = latest_checkpoint(folder)
+        if latest is None:
+            raise QkvError(f"{folder} has no {ADAPTER_FILE} and no checkpoint yet: train it first, or wait for one")
+        print(f"note: {folder} has no best adapters yet; using the latest checkpoint {latest.name}", file=sys.stderr)
+        checkpoint = latest / MODEL_FILE
+    load_adapter(bundle.model, folder, checkpoint=checkpoint)
+    if merge:
+        merge_lora(bundle.model)
+    return replace(bundle, path=folder, chat_template=read_chat_template(folder) or bundle.chat_template)

@@ -28,6 +28,7 @@ CHECKPOINTS_DIR = "checkpoints"
 LATEST_FILE = "latest.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
 STATE_FILE = "trainer_state.json"
+TRAIN_CONFIG_FILE = "train_config.json"  # the training settings and the data's fingerprint (qkv.training.run)
 _STEP_DIR = re.compile(r"step-(\d+)")
 
 

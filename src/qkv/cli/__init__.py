@@ -15,7 +15,7 @@ from qkv.cli.options import QkvParser
 from qkv.errors import QkvError
 
 VERBS = {
-    "train": "train a GPT language model (or, with --task translate, a translator; --task word2vec, word vectors)",
+    "train": "train a GPT (--from MODEL: fine-tune one), a translator (--task translate) or word vectors",
     "prepare": "tokenize a corpus once into memory-mappable token shards",
     "generate": "generate text with a trained GPT",
     "chat": "talk to a chat model (a .gguf file, a Hugging Face folder, or a run)",
@@ -34,6 +34,7 @@ VERBS = {
     "serve": "serve a model over HTTP, with a web playground",
     "quantize": "save an int8 or int4 copy of a model (the weights; --activations int8 for W8A8)",
     "export": "export a model to ONNX (GPT with its KV cache, encoder, encoder-decoder) or to GGUF (llama.cpp)",
+    "merge": "fold a LoRA run's adapters into its base and write the whole model (qkv train --lora makes such runs)",
 }
 """Each verb and its line in ``qkv --help``; the verb's flags and code are in ``qkv.cli.<verb>``."""
 

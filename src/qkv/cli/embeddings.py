@@ -90,21 +90,7 @@ def run(args: argparse.Namespace) -> int:
     plot = picture_path(args.out, args.run_dir, "embeddings.png") if args.out or not asked else None
     draw_positions = args.positions is not None or (not asked and has_positions)
     positions = picture_path(args.positions, args.run_dir, "positions.png") if draw_positions else None
-    out: dict = {}
-    if args.neighbours:
-        out["neighbours"] = {t: emb.neighbours_of(bundle, t, k=args.top, target=args.target) for t in args.neighbours}
-        alike = emb.alike_note(list(out["neighbours"].values()))
-        if alike:
-            note(alike)
-    if args.analogy:
-        a, b, c = args.analogy
-        answers = emb.analogy_of(bundle, a, b, c, k=args.top, target=args.target)
-        out["analogy"] = {"a": a, "b": b, "c": c, "answers": answers}
-    if args.analogies:
-        from qkv.inspect.analogies import analogy_accuracy
-
-        result = analogy_accuracy(bundle, args.analogies, restrict_vocab=args.restrict_vocab, target=args.target)
-        out["analogies"] = result.to_dict()
+    out = _answers(args, bundle)
     pictures = []
     if plot and bundle is not None:
         table, tokenizer = emb.embedding_matrix(bundle, target=args.target)
@@ -172,3 +158,25 @@ def analogy_table(result: dict):
     cells = ("total", str(total["correct"]), str(total["answered"]), str(skipped))
     table.add_row(*cells, f"{100 * total['accuracy']:.1f}%", style="bold")
     return table
+
+
+def _answers(args: argparse.Namespace, bundle) -> dict:
+    """The neighbours, the analogy and the analogy test the user asked for, by name."""
+    from qkv.inspect import embeddings as emb
+
+    out: dict = {}
+    if args.neighbours:
+        out["neighbours"] = {t: emb.neighbours_of(bundle, t, k=args.top, target=args.target) for t in args.neighbours}
+        alike = emb.alike_note(list(out["neighbours"].values()))
+        if alike:
+            note(alike)
+    if args.analogy:
+        a, b, c = args.analogy
+        answers = emb.analogy_of(bundle, a, b, c, k=args.top, target=args.target)
+        out["analogy"] = {"a": a, "b": b, "c": c, "answers": answers}
+    if args.analogies:
+        from qkv.inspect.analogies import analogy_accuracy
+
+        result = analogy_accuracy(bundle, args.analogies, restrict_vocab=args.restrict_vocab, target=args.target)
+        out["analogies"] = result.to_dict()
+    return out

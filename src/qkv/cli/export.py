@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
     from qkv.export.onnx import check_exportable, export_onnx, sentence_head_of
 
-    bundle = load(model_path(args), device=use_device(args))
+    bundle = load(model_path(args), device=use_device(args), merge_adapters=True)  # a LoRA run: merged
     check_exportable(bundle.model, Path(args.out), overwrite=args.force)
     family = family_of(bundle.model)
     head = sentence_head_of(bundle) if family.role == ENCODER else {}
@@ -73,7 +73,7 @@ def run_gguf(args: argparse.Namespace) -> int:
     path = Path(args.gguf)
     if path.exists() and not args.force:
         raise QkvError(f"{path} exists: add --force to replace it, or choose another name")
-    bundle = load(model_path(args), device=use_device(args))
+    bundle = load(model_path(args), device=use_device(args), merge_adapters=True)  # a LoRA run: merged
     written = export_gguf(
         bundle.model,
         bundle.tokenizer,

@@ -29,6 +29,16 @@ TRAIN_HELP = {
     "preset llama-micro unless --preset is given); translate: transformer (the default) or rnnsearch (Bahdanau "
     "et al. 2015: GRUs with additive attention; preset rnnsearch-small unless --preset is given); word2vec: "
     "skipgram (a word predicts its neighbours, the default) or cbow (they predict it)",
+    "init_from": "fine-tune this model instead of starting from random weights: a run, a Hugging Face folder or a "
+    ".gguf file (its architecture, tokenizer and chat template are kept)",
+    "lora": "with --from: freeze the model and train LoRA adapters of this rank (0: fine-tune every weight)",
+    "lora_alpha": "LoRA: the adapters' update is scaled by alpha / rank (default 2 x rank)",
+    "lora_dropout": "LoRA: dropout on the adapters' input",
+    "lora_targets": "LoRA: the projections to adapt, by PEFT's names, comma-separated (llama: q_proj, k_proj, "
+    "v_proj, o_proj, gate_proj, up_proj, down_proj; gpt: c_attn, attn.c_proj, c_fc, mlp.c_proj), or all "
+    "(default: q_proj,v_proj; gpt: c_attn)",
+    "quantize_base": "LoRA: hold the frozen base in int8 (a quarter of its float memory, as QLoRA)",
+    "seq_len": "tokens per training sequence (default: the model's context; with --from at most 256)",
     "tokenizer": "char, word or bpe (trained on the data)",
     "vocab_size": "vocabulary size for word/bpe tokenizers",
     "text_field": "the text field of JSON lines, Parquet files and Hugging Face datasets",
@@ -79,6 +89,12 @@ TRAIN_HELP = {
     "gradients and optimizer state, for models that do not fit one device)",
 }
 
+# What a flag's value is called in the help where the field's name would not say it.
+METAVARS = {"init_from": "MODEL", "lora": "RANK", "lora_targets": "NAMES", "quantize_base": "int8"}
+
+# Settings that choose the model a run trains: a resumed run keeps them.
+MODEL_SETTINGS = ("init_from", "lora", "lora_alpha", "lora_targets", "quantize_base")
+
 # Flags read by their own function: durations take units.
 FLAG_CONVERT = {"max_time": minutes}
 
@@ -88,6 +104,11 @@ FLAG_CONSTS = {"compile": "on"}
 # Settings whose default is None, so their type cannot be read off the default.
 FLAG_TYPES = {
     "data": str,
+    "init_from": str,
+    "lora_alpha": float,
+    "lora_targets": str,
+    "quantize_base": str,
+    "seq_len": int,
     "out_dir": str,
     "arch": str,
     "vocab_size": int,
@@ -147,7 +168,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         train.add_argument(
             flag,
             dest=f.name,
-            metavar=f.name.upper(),
+            metavar=METAVARS.get(f.name, f.name.upper()),
             type=convert,
             default=argparse.SUPPRESS,
             **bare,
@@ -202,17 +223,17 @@ def run(args: argparse.Namespace) -> int:
         base = saved.to_dict()
         # A resumed run keeps its architecture; say so instead of silently ignoring such flags.
         given = [k.removeprefix("model.") for k in vars(args) if k.startswith("model.")]
+        given += [k for k in MODEL_SETTINGS if k in vars(args) and vars(args)[k] != base.get(k)]
         if given:
-            raise QkvError(
-                f"a resumed run keeps its model; drop {', '.join('--' + g.replace('_', '-') for g in given)}"
-            )
+            flags = ", ".join(FLAG_NAMES.get(g) or "--" + g.replace("_", "-") for g in given)
+            raise QkvError(f"a resumed run keeps its model; drop {flags}")
         check_kept_settings(args, base)
     config = config_from_args(args, base)
     if args.resume:
         check_resume_steps(args.resume, config.steps)
         check_resume_data(config.data, given="data" in vars(args))
     elif "warmup_steps" not in vars(args) and config.warmup_steps != _default_warmup(config) and not args.quiet:
-        note(
+        held_note(
             f"warmup shortened to {config.warmup_steps} steps (a tenth of --steps {config.steps}) so that it "
             "fits the run; set --warmup-steps to choose"
         )
@@ -228,11 +249,15 @@ def run(args: argparse.Namespace) -> int:
     result = train(config, resume=args.resume, quiet=args.quiet)
     if not args.quiet and is_main_process():
         metric, best = best_score(result.metric, result.best)
-        print(f"\n{result.stopped} at step {result.step}; best {metric} {best}; run: {result.run_dir}", file=sys.stderr)
+        before = f" (before training: {result.before[result.metric]:.4f})" if result.metric in result.before else ""
+        print(
+            f"\n{result.stopped} at step {result.step}; best {metric} {best}{before}; run: {result.run_dir}",
+            file=sys.stderr,
+        )
         if result.metric == "bleu" and not result.best:
             note(f"BLEU 0: no translation shares a 4-gram with its reference yet after {result.step} steps (chrF "
                  "in metrics.jsonl shows earlier progress): train longer, e.g. a larger --max-time")  # fmt: skip
-        print(next_commands(config.task, result.run_dir, result.stopped), file=sys.stderr)
+        print(next_commands(config.task, result.run_dir, result.stopped, lora=bool(config.lora)), file=sys.stderr)
     if not args.no_samples and result.stopped != "interrupted" and is_main_process():
         if config.task == "translate":
             print_translations(result.run_dir, config)
@@ -267,22 +292,33 @@ def check_kept_settings(args: argparse.Namespace, saved: dict[str, Any]) -> None
         )
 
 
-def next_commands(task: str, run_dir, stopped: str) -> str:
+def next_commands(task: str, run_dir, stopped: str, *, lora: bool = False) -> str:
     """What to run next with the run just trained (its real path in every command)."""
     use = {
         "translate": f'qkv translate {run_dir} "a sentence to translate"',
         "word2vec": f"qkv embeddings {run_dir} --neighbours WORD",
     }.get(task, f'qkv generate {run_dir} --prompt "Once upon a time"')
     lines = ["next:", f"  {use}", f"  qkv plot {run_dir}            # the loss curve"]
+    if lora:
+        lines.append(f"  qkv merge {run_dir} --out {run_dir}-merged   # the adapters folded into the base")
     if stopped in ("interrupted", "time limit"):
         lines.append(f"  qkv train --resume {run_dir}   # continue where it stopped")
     return "\n".join(lines)
 
 
+def held_note(text: str) -> None:
+    """A note held (qkv.cli.held_notes) until the model and the data are checked too: a refused input stays one
+    line (the pretrained model of --from is checked only once it is loaded)."""
+    if is_main_process():
+        print(f"note: {text}", file=sys.stderr, flush=True)
+
+
 def _default_warmup(config: TrainConfig) -> int:
     from qkv.training.config import _DEFAULTS, TASK_DEFAULTS, arch_defaults
+    from qkv.training.finetune_settings import finetune_defaults
 
     defaults = {**_DEFAULTS, **TASK_DEFAULTS.get(config.task, {}), **arch_defaults(config.task, config.arch)}
+    defaults.update(finetune_defaults(config.to_dict()))
     return defaults["warmup_steps"]
 
 
@@ -340,9 +376,9 @@ def print_samples(run_dir, *, length: int, temperatures: tuple[float, ...] = (0.
     import torch
 
     from qkv.decoding import TextStreamer, stream
-    from qkv.model_dir import load_model_dir
+    from qkv.loading import load
 
-    bundle = load_model_dir(run_dir)
+    bundle = load(run_dir)  # a LoRA run: its base with the adapters
     tokenizer = bundle.tokenizer
     prompt = tokenizer.encode("\n") or [tokenizer.bos_id]
     for temperature in temperatures:

@@ -217,6 +217,11 @@ def attention_weights(
     return masked_softmax(scores, mask)
 
 
+def _plain(*layers: nn.Module) -> bool:
+    """Whether every layer is a plain linear one (its ``weight`` is all it multiplies by, and it trains)."""
+    return all(type(layer) in (nn.Linear, Linear) for layer in layers)
+
+
 def _stacked_linear(x: Tensor, layers: tuple[nn.Linear, ...]) -> Tensor:
     """[x W_1^T + b_1, x W_2^T + b_2, ...] as one matmul: (..., d_in) -> (..., sum of d_out)."""
     weight = torch.cat([layer.weight for layer in layers])
@@ -275,9 +280,9 @@ class MultiHeadAttention(nn.Module):
 
         While training, the projections that read the same input run as one matmul with the weights
         stacked (one large product is faster than three small ones, and copying the weights costs little
-        next to a batch of tokens); at inference each matrix is read once, in place.
+        next to a batch of tokens); at inference, and for other layers (LoRA, int8), each is called in place.
         """
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled() or not _plain(self.query, self.key, self.value):  # LoRA, int8: their own
             source = x if context is None else context
             return self.query(x), self.key(source), self.value(source)
         widths = [self.d_model, self.kv_dim, self.kv_dim]

@@ -190,22 +190,9 @@ class BaseConfig(ModelConfig):
                 raise QkvError(f"{name}={value} must be in [0, 1)")
         if self.activation not in ACTIVATIONS:
             raise QkvError(f"activation={self.activation!r} is unknown: choose one of {', '.join(ACTIVATIONS)}")
-        if self.positional not in POSITIONALS:
-            raise QkvError(f"positional={self.positional!r} is unknown: choose one of {', '.join(POSITIONALS)}")
-        if self.positional == "rope" and self.head_dim % 2:
-            raise QkvError(
-                f"rotary positions need an even head size, but d_model/n_heads = {self.head_dim}: "
-                "change d_model or n_heads"
-            )
+        self._validate_positions()
         if self.layer_norm_eps <= 0 or self.init_std <= 0:
             raise QkvError("layer_norm_eps and init_std must be positive")
-        if self.rope_base <= 0:
-            raise QkvError(
-                f"rope_base={self.rope_base!r} must be above 0 (the base of the rotary angles, Hugging Face's "
-                "rope_theta): e.g. 10000, as in RoFormer"
-            )
-        if self.rope_scaling is not None:
-            _check_rope_scaling(self.rope_scaling)
         if self.norm not in NORMS:
             raise QkvError(f"norm={self.norm!r} is unknown: choose one of {', '.join(NORMS)}")
         if self.feed_forward not in FEED_FORWARDS:
@@ -216,6 +203,23 @@ class BaseConfig(ModelConfig):
                 f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads} (each key/value head "
                 f"serves n_heads/n_kv_heads query heads): use n_kv_heads in {_divisors(self.n_heads)}"
             )
+
+    def _validate_positions(self) -> None:
+        """The positional scheme and, for rotary positions, an even head size and a positive base."""
+        if self.positional not in POSITIONALS:
+            raise QkvError(f"positional={self.positional!r} is unknown: choose one of {', '.join(POSITIONALS)}")
+        if self.positional == "rope" and self.head_dim % 2:
+            raise QkvError(
+                f"rotary positions need an even head size, but d_model/n_heads = {self.head_dim}: "
+                "change d_model or n_heads"
+            )
+        if self.rope_base <= 0:
+            raise QkvError(
+                f"rope_base={self.rope_base!r} must be above 0 (the base of the rotary angles, Hugging Face's "
+                "rope_theta): e.g. 10000, as in RoFormer"
+            )
+        if self.rope_scaling is not None:
+            _check_rope_scaling(self.rope_scaling)
 
     @property
     def kv_dim(self) -> int:

@@ -53,6 +53,20 @@ of a decoder-only stack over a static KV cache), "cross" (the same with cross-at
 values), "one-pass" (an encoder: one pass over whole sequences, no cache)."""
 
 
+@dataclass(frozen=True)
+class LoRATarget:
+    """A projection LoRA may adapt (:mod:`qkv.models.lora`), under the name PEFT's ``target_modules`` gives it.
+
+    ``modules``: the qkv modules it is, ``{i}`` standing for the block (several: one adapter over projections
+    that read the same input, sharing A, as GPT-2's fused ``c_attn`` is W_q, W_k and W_v); ``peft``: the module's
+    path in the Hugging Face model, which PEFT's adapter keys carry (``model.layers.{i}.self_attn.q_proj``);
+    ``transposed``: Hugging Face stores that matrix as (d_in, d_out) (GPT-2's Conv1D: PEFT's ``fan_in_fan_out``)."""
+
+    modules: tuple[str, ...]
+    peft: str
+    transposed: bool = False
+
+
 class HFConversion(Protocol):
     """What a family's Hugging Face module offers the loader (:func:`qkv.pretrained.load_pretrained`): the
     config, the weights and the tokenizer(s) of a Hugging Face folder as qkv's."""
@@ -112,6 +126,9 @@ class Family:
     hf_model_types: tuple[str, ...] = ()  # config.json's ``model_type`` values it converts
     hf_conversion: HFConversion | None = None  # the folder's Hugging Face module (None: no import)
     gguf: GGUFConversion | None = None  # the folder's GGUF module: llama.cpp's files in and out (None: neither)
+    # The projections `qkv train --lora` may adapt, by their PEFT names, and those it adapts by default (PEFT's).
+    lora_targets: dict[str, LoRATarget] = field(default_factory=dict)
+    lora_default: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.decode_step not in (None, *DECODE_STEPS):

@@ -137,6 +137,35 @@ def int8_linear(x: Tensor, q: Tensor, scale: Tensor, bias: Tensor | None = None,
     return y.to(x.dtype).reshape(*x.shape[:-1], n_out)
 
 
+class Int8Product(torch.autograd.Function):
+    """:func:`int8_linear` differentiable in x (and b), keeping nothing but Q and s for the backward pass.
+
+    Autograd through the dequantizing path would keep the widened float copy of Q per layer, the memory that
+    quantizing saves; here the backward widens Q again a slice of rows at a time: dL/dx = (dL/dy * s) Q
+    ((..., N) -> (..., K)), and dL/db = the sum of dL/dy. Q and s are frozen: no gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, q: Tensor, scale: Tensor, bias: Tensor | None) -> Tensor:  # noqa: ANN001
+        ctx.save_for_backward(q, scale)
+        ctx.has_bias = bias is not None
+        return int8_linear(x, q, scale, None if bias is None else bias.detach())
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, None, None, Tensor | None]:  # noqa: ANN001
+        q, scale = ctx.saved_tensors
+        n_out, n_in = q.shape
+        scaled = grad * scale.to(grad.dtype)  # (..., N)
+        step = max(1, DEQUANTIZE_SLICE // max(n_in, 1))
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            for start in range(0, n_out, step):  # (..., N_slice) @ (N_slice, K), summed over the slices
+                part = scaled[..., start : start + step] @ q[start : start + step].to(grad.dtype)
+                grad_x = part if grad_x is None else grad_x.add_(part)
+        grad_bias = grad.reshape(-1, n_out).sum(0) if ctx.has_bias and ctx.needs_input_grad[3] else None
+        return grad_x, None, None, grad_bias
+
+
 class Int8Linear(nn.Module):
     """A linear layer holding int8 weights ``qweight`` (N, K), float scales ``weight_scale`` (N,) and a bias.
 
@@ -213,6 +242,8 @@ class Int8Linear(nn.Module):
         return self._packed[1]
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.requires_grad and torch.is_grad_enabled():  # training above a frozen int8 base (LoRA): dL/dx only
+            return Int8Product.apply(x, self.qweight, self.weight_scale, self.bias)
         if self.activations == "int8" and x.dtype == torch.float32 and (packed := self.packed()) is not None:
             return dynamic.dynamic_int8_linear(x, packed, self.bias)
         ones = self.ones if self.ones.dtype == torch.bfloat16 else None  # model.to(dtype) converts buffers

@@ -8,16 +8,15 @@ architecture fields (``[model] d_model = 256``).
 
 from __future__ import annotations
 
-import contextlib
 import math
 import tomllib
-from collections.abc import Iterator
-from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from qkv.errors import QkvError
+from qkv.training.finetune_settings import check_finetune, finetune_defaults
+from qkv.training.flags import FLAG_NAMES, flag_names, setting  # noqa: F401  (imported from here too)
 
 TASKS = ("lm", "translate", "word2vec")
 SCHEDULES = ("cosine", "noam", "constant", "linear")
@@ -45,30 +44,6 @@ STRATEGIES = ("ddp", "fsdp")
 WARMUP_STEPS = 100
 """The default warmup; a run of fewer steps gets a tenth of its steps instead (:func:`scaled_warmup`)."""
 
-_AS_FLAGS: ContextVar[bool] = ContextVar("qkv_settings_as_flags", default=False)
-FLAG_NAMES = {"out_dir": "--out", "max_tokens": "--batch-tokens"}
-"""Settings whose `qkv train` flag is not the field's name with dashes (the old spellings remain aliases)."""
-_UNSET = object()
-
-
-@contextlib.contextmanager
-def flag_names() -> Iterator[None]:
-    """Inside this block, messages about settings name them as ``qkv train`` flags (the command line's view)."""
-    token = _AS_FLAGS.set(True)
-    try:
-        yield
-    finally:
-        _AS_FLAGS.reset(token)
-
-
-def setting(name: str, value: Any = _UNSET, *, bad: bool = False) -> str:
-    """A setting as a message names it: ``--warmup-steps 500`` under :func:`flag_names` (the command line),
-    ``warmup_steps=500`` from Python. ``bad``: the value is the user's, quoted when it is a string."""
-    if not _AS_FLAGS.get():
-        return name if value is _UNSET else f"{name}={value!r}"
-    flag = FLAG_NAMES.get(name) or "--" + name.replace("_", "-")
-    return flag if value is _UNSET else f"{flag} {value!r}" if bad else f"{flag} {value}"
-
 
 def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -88,6 +63,14 @@ class TrainConfig:
     shared_vocab: bool = True  # translation: one tokenizer for source and target
     val_data: str | None = None  # translation: validation pairs (TSV or SRC,TGT); default: split off the data
     arch: str | None = None  # TASK_ARCHS; None: the task's default
+    # fine-tuning a pretrained model (qkv.training.finetune_settings)
+    init_from: str | None = None  # a run, a Hugging Face folder or a GGUF file: its weights, shape and tokenizer
+    lora: int = 0  # LoRA's rank r: freeze the model, train adapters of rank r (0: train every weight)
+    lora_alpha: float | None = None  # the adapters' update is scaled by alpha / r; default 2 r
+    lora_dropout: float = 0.0  # dropout on the adapters' input
+    lora_targets: str | None = None  # PEFT's names, comma-separated (q_proj,v_proj), or all; default: the family's
+    quantize_base: str | None = None  # int8: LoRA over the frozen base in int8 (a quarter of its float memory)
+    seq_len: int | None = None  # tokens per training sequence; default: the context (with --from: at most 256)
     # word2vec
     window: int = 5  # word2vec: context words on each side (a random reduced window 1..window per word)
     negative: int = 5  # word2vec: negative words per row
@@ -141,7 +124,8 @@ class TrainConfig:
         defaults = {**TASK_DEFAULTS.get(task, {}), **arch_defaults(task, settings.get("arch"))}
         if "steps" in settings:  # an explicit --steps wins over the task's default number of epochs
             defaults.pop("epochs", None)
-        if task == "lm" and "tokenizer" not in settings:
+        defaults.update(finetune_defaults(settings))
+        if task == "lm" and "tokenizer" not in settings and not settings.get("init_from"):
             from qkv.data.shards import prepared_tokenizer_settings
 
             defaults.update(prepared_tokenizer_settings(settings.get("data")))
@@ -247,6 +231,7 @@ class TrainConfig:
             )
         self._validate_word2vec()
         self._validate_model_values()
+        check_finetune(self, _DEFAULTS)
 
     def _validate_model_values(self) -> None:
         """The [model] overrides make a valid config of the preset's family (``rope_base`` 0 or inf, ``n_kv_heads``

@@ -38,6 +38,13 @@ class Prepared:
     target_tokenizer: Tokenizer | None = None
     data_info: dict[str, Any] = field(default_factory=dict)  # name, source, sha256 of the data
     summary: list[str] = field(default_factory=list)  # lines to print before training
+    # Fine-tuning (qkv.training.tasks.finetune) writes its own files: the run folder's first files (start) and
+    # the best model (save_best: the whole model, or LoRA's adapters), checkpoints only the adapters of a LoRA
+    # model (checkpointed), and evaluates once before the first step (evaluate_first).
+    save_start: Callable[[Path], None] | None = None
+    save_best: Callable[[Path, nn.Module, dict[str, Tensor] | None], None] | None = None
+    checkpointed: nn.Module | None = None
+    evaluate_first: bool = False
 
 
 # prepare(config, resume_dir or None, session, say) -> Prepared; say.enabled is False when say prints nothing
@@ -91,10 +98,13 @@ def run_training(
             run_dir = Path(
                 broadcast_object(str(new_run_dir(config.out_dir, config.task)) if is_main else None, session.dist)
             )
-            if is_main:
+            if is_main and prepared.save_start is not None:
+                prepared.save_start(run_dir)
+            elif is_main:
                 save_model_dir(
                     run_dir, prepared.model, prepared.tokenizer, prepared.target_tokenizer, weights_name=None
                 )
+            if is_main:
                 save_run_config(run_dir, config, prepared.data_info)
         for line in prepared.summary:
             say(line)
@@ -102,6 +112,9 @@ def run_training(
         say(f"run directory: {run_dir}")
 
         def save_best(model: nn.Module, weights: dict[str, Tensor] | None = None) -> None:
+            if prepared.save_best is not None:
+                prepared.save_best(run_dir, model, weights)
+                return
             save_model_dir(run_dir, model, prepared.tokenizer, prepared.target_tokenizer, state=weights)
 
         trainer = Trainer(
@@ -115,6 +128,8 @@ def run_training(
             dist=session.dist,
             quiet=quiet,
             on_step=on_step,
+            checkpointed=prepared.checkpointed,
+            evaluate_first=prepared.evaluate_first,
         )
         if resume_dir is not None and is_main:
             for path in clean_leftovers(run_dir):

@@ -27,11 +27,12 @@ import torch
 from qkv.errors import QkvError
 from qkv.io import atomic_write_json, read_json
 from qkv.model_dir import QUANTIZATION_FILE
+from qkv.run_dir import TRAIN_CONFIG_FILE
 from qkv.training.config import TrainConfig
 from qkv.training.device import Precision, resolve_device, resolve_precision, set_threads
 from qkv.training.distributed import DistInfo, init_distributed
 
-RUN_CONFIG_FILE = "train_config.json"
+RUN_CONFIG_FILE = TRAIN_CONFIG_FILE
 
 
 def fingerprint(text: str) -> str:

@@ -24,6 +24,7 @@ class TrainState:
     tokens: int = 0
     elapsed: float = 0.0
     last_eval: dict[str, float] = field(default_factory=dict)
+    before: dict[str, float] = field(default_factory=dict)  # the evaluation before the first step (fine-tuning)
     # The loss window since the last metrics row (sum and count), so a resumed run logs the same mean loss.
     window_loss_sum: float = 0.0
     window_steps: int = 0
@@ -46,3 +47,4 @@ class TrainResult:
     train_seconds: float = 0.0  # time in training steps, without evaluations and checkpoints
     compile_seconds: float = 0.0  # with torch.compile: the first step of this session (mostly compiling)
     metric: str = ""  # what ``best`` measures: the task's metric, e.g. "val_loss", "bleu" or "exact_match"
+    before: dict[str, float] = field(default_factory=dict)  # the evaluation before the first step, if made

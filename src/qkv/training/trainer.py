@@ -18,9 +18,6 @@ sync) only every ``log_interval`` steps and before an evaluation, a checkpoint o
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import fields
@@ -36,6 +33,7 @@ from qkv.training.checkpoint import all_finite, latest_checkpoint, load_training
 from qkv.training.config import TrainConfig
 from qkv.training.device import Precision
 from qkv.training.distributed import DistInfo, any_rank, mean_over_ranks
+from qkv.training.interrupts import stop_on_signals
 from qkv.training.loss_window import LossWindow
 from qkv.training.metrics import MetricsLog
 from qkv.training.optim import make_optimizer
@@ -83,7 +81,9 @@ class Trainer:
     it writes the run's model directory (weights, config, tokenizer). ``weights`` is None, or the whole
     tensors gathered from a sharded model, to save in place of ``model.state_dict()``. ``on_step(trainer,
     step, loss)`` is called after every step with the step's mean loss as a 0-dim tensor on the device
-    (reading it with ``.item()`` waits for the device).
+    (reading it with ``.item()`` waits for the device). ``checkpointed``: the module whose weights a checkpoint
+    holds (default the model; a LoRA run's adapters alone, :class:`~qkv.models.lora.AdapterWeights`);
+    ``evaluate_first``: evaluate before the first step too (fine-tuning: the pretrained model's loss, row 0).
     """
 
     def __init__(
@@ -99,8 +99,13 @@ class Trainer:
         dist: DistInfo | None = None,
         quiet: bool = False,
         on_step: Callable[[Trainer, int, Tensor], None] | None = None,
+        checkpointed: nn.Module | None = None,
+        evaluate_first: bool = False,
     ) -> None:
         self.model, self.task, self.config = model, task, config
+        # What a checkpoint holds: the model, or (LoRA) a module of the trained adapters alone.
+        self.checkpointed = model if checkpointed is None else checkpointed
+        self.evaluate_first = evaluate_first  # fine-tuning: the validation loss before the first step
         self.run_dir = Path(run_dir)
         self.device, self.precision, self.save_best = device, precision, save_best
         self.dist = dist or DistInfo()
@@ -137,31 +142,12 @@ class Trainer:
         """Finish the current step, save a checkpoint and return (what Ctrl-C does)."""
         self._stop_requested = True
 
-    @contextlib.contextmanager
-    def _interrupts_stop_cleanly(self):
-        """First Ctrl-C (or SIGTERM): stop after this step with a checkpoint. A second Ctrl-C aborts."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def handler(signum, frame):  # noqa: ARG001
-            if self._stop_requested:
-                raise KeyboardInterrupt
-            self._stop_requested = True
-
-        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for sig, old in previous.items():
-                signal.signal(sig, old)
-
     # --- checkpoints ------------------------------------------------------------------------------------------
     def resume(self) -> None:
         """Load the latest checkpoint of ``run_dir``: weights, optimizer, data order, RNG, step."""
         state = load_training_checkpoint(
             self.run_dir,
-            model=self.model,
+            model=self.checkpointed,
             optimizer=self.optimizer,
             scaler=self.scaler,
             map_location=self.device,
@@ -189,14 +175,14 @@ class Trainer:
         if any_rank(not all_finite(self.model), self.dist, self.device):  # never a checkpoint that cannot resume
             raise self._diverged(f"the weights became NaN or infinite by step {self.state.step}")
         self._saved_step = self.state.step
-        model_state = full_model_state(self.model)  # whole tensors of a sharded model (collective), else None
+        model_state = full_model_state(self.checkpointed)  # whole tensors of a sharded model (collective), else None
         optimizer_state = full_optimizer_state(self.optimizer)
         if not self.dist.is_main:
             return None
         return save_training_checkpoint(
             self.run_dir,
             step=self.state.step,
-            model=self.model,
+            model=self.checkpointed,
             optimizer=self.optimizer,
             trainer_state={**self.state.to_dict(), "data": self.task.state_dict()},
             scaler=self.scaler,
@@ -317,12 +303,20 @@ class Trainer:
             progress.note(f"step {self.state.step}: {summary}")
         return 0 < self.config.early_stop <= self.state.evals_since_best
 
+    def _evaluate_before(self, progress: TrainingProgress) -> None:
+        """The metric before the first step (a pretrained model's, before fine-tuning changes it): row 0."""
+        self.state.before = self.evaluate()
+        self.metrics.write({"step": 0, **self.state.before})
+        progress.note("before training: " + "  ".join(f"{k} {v:.4f}" for k, v in self.state.before.items()))
+
     def fit(self) -> TrainResult:
         """Train from ``self.state.step`` to ``config.steps`` (call :meth:`resume` first to continue)."""
         cfg = self.config
         progress = TrainingProgress(
             cfg.steps, self.state.step, enabled=self.dist.is_main and not self.quiet, log_interval=cfg.log_interval
         )
+        if self.evaluate_first and self.state.step == 0:
+            self._evaluate_before(progress)
         self.model.train()
         stopped = "finished"
         # A resumed run continues the averaging window it saved, so its metrics rows equal an uninterrupted run's.
@@ -332,7 +326,7 @@ class Trainer:
         first_step, shown_loss, speed = self.state.step + 1, float("nan"), 0.0
         session_start = timed_from = time.perf_counter()
         try:
-            with self._interrupts_stop_cleanly():
+            with stop_on_signals(self):  # the first Ctrl-C stops after this step, with a checkpoint
                 while self.state.step < cfg.steps:
                     step_start = time.perf_counter()
                     lr = self._set_lr()
@@ -411,6 +405,7 @@ class Trainer:
             train_seconds=self.state.elapsed,
             compile_seconds=self.compile_seconds,
             metric=self.task.metric,
+            before=self.state.before,
         )
 
 

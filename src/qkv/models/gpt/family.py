@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
-from qkv.models.description import LANGUAGE_MODEL, Family
+from qkv.models.description import LANGUAGE_MODEL, Family, LoRATarget
 from qkv.models.gpt import gguf, huggingface
 from qkv.models.gpt.config import GPTConfig
 from qkv.models.gpt.model import GPT
 from qkv.models.gpt.presets import PRESETS
+
+BLOCK = "decoder.blocks.{i}."
+HF_BLOCK = "transformer.h.{i}."
+LORA_TARGETS = {  # GPT-2's Conv1D names; c_attn is W_q, W_k and W_v in one matrix: one adapter over the three
+    "c_attn": LoRATarget(
+        tuple(BLOCK + "self_attn." + p for p in ("query", "key", "value")), HF_BLOCK + "attn.c_attn", transposed=True
+    ),
+    "attn.c_proj": LoRATarget((BLOCK + "self_attn.out_proj",), HF_BLOCK + "attn.c_proj", transposed=True),  # W_o
+    "c_fc": LoRATarget((BLOCK + "feed_forward.linear1",), HF_BLOCK + "mlp.c_fc", transposed=True),  # W_1
+    "mlp.c_proj": LoRATarget((BLOCK + "feed_forward.linear2",), HF_BLOCK + "mlp.c_proj", transposed=True),  # W_2
+}
 
 FAMILY = Family(
     name="gpt",
@@ -26,4 +37,6 @@ FAMILY = Family(
     hf_model_types=("gpt2",),
     hf_conversion=huggingface,
     gguf=gguf,
+    lora_targets=LORA_TARGETS,
+    lora_default=("c_attn",),
 )

@@ -53,9 +53,12 @@ class GPT(Model):
         key_padding_mask: Tensor | None = None,
         last_only: bool = False,
         at: Tensor | None = None,
+        unembed: bool = True,
     ) -> Tensor:
         """Logits (B, T, vocab_size) for token ids (B, T); (B, 1, vocab_size) with ``last_only`` (the last
         position) or ``at`` (B,) (one position per row: a batch of right-padded prompts' last real tokens).
+        ``unembed=False``: the final hidden states (B, T, d_model) instead, for a loss that applies W_U itself
+        (:mod:`qkv.layers.linear_cross_entropy`).
 
         With a ``cache``, ``token_ids`` are the *new* tokens; their positions follow the cached ones.
         """
@@ -69,4 +72,6 @@ class GPT(Model):
             x = x[torch.arange(x.shape[0], device=x.device), at][:, None]  # (B, 1, d_model)
         elif last_only:
             x = x[:, -1:]
+        if not unembed:
+            return x  # (B, T, d_model)
         return record(self, "logits", self.unembedding(x))  # (B, T, vocab_size)

@@ -10,16 +10,15 @@ causal mask lets one sequence of T tokens train T predictions at once, the GPT n
     from qkv.training import TrainConfig, train_language_model
     result = train_language_model(TrainConfig(data="input.txt", steps=500))
     print(result.run_dir, result.best)
+
+With ``init_from`` (``qkv train --from MODEL``) the model is a pretrained one, fine-tuned whole or with LoRA
+(:mod:`qkv.training.tasks.finetune`). The loss and the evaluation are :mod:`qkv.training.tasks.lm_task`'s.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-
-import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
 
 from qkv.data.cache import prepared_for_training
 from qkv.data.lm import TokenBatches
@@ -34,70 +33,25 @@ from qkv.tokenizers import Tokenizer, load_tokenizer
 from qkv.training.config import TASK_ARCHS, TrainConfig, check_arch
 from qkv.training.launch import Prepared, run_training
 from qkv.training.run import Session
+from qkv.training.tasks.finetune import prepare_finetune
+from qkv.training.tasks.lm_task import LanguageModelTask, check_seq_len, next_token_loss
 
-
-def next_token_loss(logits: Tensor, targets: Tensor, *, label_smoothing: float = 0.0) -> Tensor:
-    """Mean cross-entropy of logits (B, T, V) against target ids (B, T)."""
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), label_smoothing=label_smoothing)
-
-
-class LanguageModelTask:
-    """Random windows of the training text; validation loss on fixed windows of the held-out text."""
-
-    higher_is_better = False
-
-    def __init__(
-        self,
-        batches: TokenBatches,
-        *,
-        batch_size: int,
-        eval_batches: int,
-        device: torch.device,
-        label_smoothing: float = 0.0,
-    ) -> None:
-        self.batches, self.batch_size, self.eval_batches, self.device = batches, batch_size, eval_batches, device
-        self.label_smoothing = label_smoothing  # the training loss only: evaluation reports the plain cross-entropy
-        self.metric = "val_loss" if batches.n_val_tokens else "train_eval_loss"
-
-    def state_dict(self) -> dict:
-        return self.batches.state_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        self.batches.load_state_dict(state)
-
-    def train_batch(self, rank: int, world_size: int) -> tuple[Tensor, Tensor]:
-        x, y = self.batches.train_batch(self.batch_size, rank=rank, world_size=world_size)
-        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-
-    def loss(self, model: nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int]:
-        x, y = batch
-        return next_token_loss(model(x), y, label_smoothing=self.label_smoothing), y.numel()
-
-    @torch.no_grad()
-    def evaluate(self, model: nn.Module) -> dict[str, float]:
-        """Mean loss over ``eval_batches`` fixed windows (the same windows at every evaluation)."""
-        if self.batches.n_val_tokens:
-            windows = self.batches.val_batches(self.eval_batches, self.batch_size)
-        else:  # no held-out text: fixed windows of the training text, reported under another name
-            windows = self.batches.fixed_train_batches(self.eval_batches, self.batch_size)
-        total, count = 0.0, 0
-        for x, y in windows:
-            x, y = x.to(self.device), y.to(self.device)
-            total += next_token_loss(model(x), y).item() * y.numel()
-            count += y.numel()
-        return {self.metric: total / max(count, 1)}
+__all__ = ["LanguageModelTask", "next_token_loss", "prepare_language_model", "train_language_model"]
 
 
 def prepare_language_model(
     config: TrainConfig, resume_dir: Path | None, session: Session, say: Callable[[str], None]
 ) -> Prepared:
     """Map the prepared corpus (preparing it first if needed), build the language model (the family its
-    config names: a GPT, or a Llama-style model) and its batches.
+    config names: a GPT, or a Llama-style model) and its batches; or, with ``init_from``, open the pretrained
+    model to fine-tune (:func:`~qkv.training.tasks.finetune.prepare_finetune`).
 
     ``--data`` may be a folder written by ``qkv prepare``; anything else is prepared once into the cache
     (:mod:`qkv.data.cache`) and mapped from there by every run, resume and process. A resumed run keeps its
     own tokenizer, which must be the one the data was encoded with.
     """
+    if config.init_from:
+        return prepare_finetune(config, resume_dir, session, say)
     if resume_dir is None:
         check_arch(config)
     run_tokenizer = load_tokenizer(resume_dir / TOKENIZER_FILE) if resume_dir is not None else None
@@ -122,9 +76,8 @@ def prepare_language_model(
             f"preset {config.preset!r} is {family_of(model_config).title}, not a language model: "
             f"choose a preset of a {' or '.join(TASK_ARCHS['lm'])} model (see `qkv train --help`)"
         )
-    batches = TokenBatches(
-        data.shards(), context_length=model_config.context_length, val_fraction=config.val_fraction, seed=config.seed
-    )
+    seq_len = check_seq_len(config.seq_len or model_config.context_length, model_config.context_length)
+    batches = TokenBatches(data.shards(), context_length=seq_len, val_fraction=config.val_fraction, seed=config.seed)
     check_fits(model_config, session.device, batch_size=config.batch_size)  # before allocating anything
     model = build_model(model_config).to(session.device)  # GPTConfig -> GPT, LlamaConfig -> Llama
     task = LanguageModelTask(

@@ -1,0 +1,46 @@
+"""The fused unembedding and cross-entropy equals F.cross_entropy over F.linear's logits: the loss and the
+gradients of the hidden states, W_U and b, with rows ignored, in chunks of any size, and without gradients."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from qkv.layers import linear_cross_entropy as module
+from qkv.layers.linear_cross_entropy import linear_cross_entropy
+
+
+@pytest.mark.parametrize("chunk", [7 * 50, 1 << 22])  # 7 rows per chunk (the last one short), or all at once
+@pytest.mark.parametrize("bias", [True, False])
+def test_equals_cross_entropy_of_the_logits_with_its_gradients(monkeypatch, chunk: int, bias: bool) -> None:
+    monkeypatch.setattr(module, "CHUNK_ELEMENTS", chunk)
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 10, 16, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(50, dtype=torch.float64, requires_grad=True) if bias else None
+    targets = torch.randint(0, 50, (3, 10))
+    targets[0, :4] = -100  # not counted, as chat data's user turns
+    fused = linear_cross_entropy(hidden, weight, b, targets)
+    (fused * 3).backward()
+    got = [t.grad.clone() for t in (hidden, weight, b) if t is not None]
+    for t in (hidden, weight, b):
+        if t is not None:
+            t.grad = None
+    reference = F.cross_entropy(F.linear(hidden, weight, b).flatten(0, 1), targets.flatten(), ignore_index=-100)
+    (reference * 3).backward()
+    torch.testing.assert_close(fused, reference)
+    for mine, theirs in zip(got, [t.grad for t in (hidden, weight, b) if t is not None], strict=True):
+        torch.testing.assert_close(mine, theirs)
+
+
+def test_frozen_weights_get_no_gradient_and_no_grad_mode_only_measures() -> None:
+    hidden = torch.randn(2, 5, 8, requires_grad=True)
+    weight = torch.randn(30, 8)
+    targets = torch.randint(0, 30, (2, 5))
+    linear_cross_entropy(hidden, weight, None, targets).backward()
+    assert hidden.grad is not None and weight.grad is None
+    with torch.no_grad():
+        loss = linear_cross_entropy(hidden, weight, None, targets)
+    assert not loss.requires_grad
+    torch.testing.assert_close(loss, F.cross_entropy(F.linear(hidden, weight).flatten(0, 1), targets.flatten()))

@@ -1,0 +1,28 @@
+"""bench/finetune.py end to end on a tiny Llama (no timing assertions): both sides train on the same batches, and
+from the same adapters the two loss curves are the same curve."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "finetune.py"
+TEXT = "the cat sat on the mat and the dog sat on the log. " * 60
+
+
+def test_the_bench_prints_its_ratios_and_the_curves_agree(tmp_path, tiny_llama_dir) -> None:
+    (tmp_path / "text.txt").write_text(TEXT)
+    command = [sys.executable, str(BENCH), "--model", str(tiny_llama_dir), "--data", str(tmp_path / "text.txt"),
+               "--steps", "3", "--seq-len", "16", "--batch-size", "2", "--threads", "1", "--lr", "1e-2"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for mode in ("lora", "full"):
+        assert re.search(rf"{mode}: step time qkv [\d.]+ s, peer [\d.]+ s: ratio [\d.]+", out), out
+        assert re.search(rf"{mode}: peak memory while training qkv \d+ MB, peer \d+ MB", out), out
+        first = re.search(rf"{mode}: loss of the first batch qkv ([\d.]+), peer ([\d.]+)", out)
+        assert abs(float(first[1]) - float(first[2])) < 1e-4, out
+        gap = re.search(rf"{mode}: mean loss of the last 3 steps .*relative difference ([\d.]+)%", out)
+        assert float(gap[1]) < 0.1, out
