@@ -30,7 +30,8 @@ prefilled afresh at each such step, which is the computation of the uncached pat
 uncached path for every step: the reference the cached one is tested against.
 
 **Strategies** (``step=``, :mod:`qkv.decoding.fast_step`): "model" runs the model's own forward over each row's
-slice of the pool; "static" the fixed-shape step of :mod:`qkv.decoding.decode_step` eagerly, over the filled
+slice of the pool; "native" the whole step in one call to C (:mod:`qkv.decoding.native_step`); "static" the
+fixed-shape step of :mod:`qkv.decoding.decode_step` eagerly, over the filled
 positions only; "compiled" and the CUDA-graph strategies run it over every slot, with fixed shapes (idle slots
 compute at position 0 and are ignored), so that one graph serves every step.
 """
@@ -247,6 +248,10 @@ class Engine:
         tokens = [r.tokens[-1] if len(r.tokens) <= self.context else 0 for r in rows]
         if self.mode == "model":
             return self._model_step(tokens, positions)
+        if self.mode == "native":  # one call to C for the whole step (qkv.decoding.native_step)
+            position = torch.tensor(positions, dtype=torch.long)
+            ids = torch.tensor(tokens, dtype=torch.long)
+            return fast_step_for(self.model).native()(ids, position, self.buffer[:, :n])  # type: ignore[operator]
         if self.mode == "static":
             kv = self.buffer[:, :n].unbind(0)  # (n, 2, h_kv, L, d_k) per layer: views of the first n slots
             same = all(p == positions[0] for p in positions)
