@@ -2,21 +2,20 @@
 
    The Python step (qkv/decoding/decode_step.py) computes the same numbers with ~15 PyTorch operations per
    block; on a small model (SmolLM2-135M: 30 blocks of 576 wide) their dispatch costs as much as reading the
-   weights. Here a block is a few loops inside one OpenMP parallel region for the whole step, the threads
-   meeting at a barrier between the phases that need each other's results:
+   weights. Here the whole step is one OpenMP parallel region. The threads meet at five barriers per block,
+   between phases that need each other's results, and within a phase they take work (64 rows of a matrix, or
+   one row's key/value head) as they come for it, so a thread the system pauses holds up at most one piece:
 
-     h = norm1(x)                     each thread: its rows b           then prepare h for the products
-     [q k v] = W_qkv h (+ b)          each thread: a slice of W's rows
-     rotate q, k (RoPE); write k, v at the row's position; attention over the cached keys   (rows x kv heads)
-     x += W_o a (+ b)                 a slice of W_o's rows
-     h = norm2(x)
-     f = act(W_g h) * (W_1 h)  or  act(W_1 h)         a slice of rows of W_g and W_1
-     x += W_2 f (+ b)
-   then the final norm and logits = W_U h (+ b), a slice of W_U's rows each.
+     each thread: h = norm1(x), rounded for the products      (every thread its own copy: no barrier)
+     [q k v] = W_qkv h (+ b)                                   rows of W_qkv               | barrier
+     RoPE on q, k; k, v written at the row's position; attention over the cache; rounded  (rows x kv heads) | barrier
+     x += W_o a (+ b)                                          rows of W_o                 | barrier
+     each thread: h = norm2(x);  f = act(W_g h) * (W_1 h)  or  act(W_1 h), rounded          rows of W_g, W_1 | barrier
+     x += W_2 f (+ b)                                          rows of W_2                 | barrier
+   then the final norm and logits = W_U h (+ b), rows of W_U.
 
-   The cache is the engine's (n_layers, slots, 2, h_kv, L, d_k) float32 pool, row b at slot b; row b's new key
-   and value go to position pos[b], and its query sees keys pos[b] - window < j <= pos[b] (window 0: all
-   j <= pos[b]). Query head i reads key/value head i / (h / h_kv) (grouped-query attention). */
+   The cache is the engine's (n_layers, slots, 2, h_kv, L, d_k) float32 pool, row b at slot b. Products:
+   products.h; attention: attention.h. */
 
 #include <math.h>
 #include <omp.h>
@@ -25,6 +24,9 @@
 #include <string.h>
 
 #include "products.h"
+#include "attention.h"
+
+#define CHUNK 64  /* rows of a matrix taken at a time: a multiple of 64, so a chunk's outputs are whole block pairs */
 
 enum { NORM_NONE = 0, NORM_RMS = 1, NORM_LAYER = 2 };
 enum { ACT_RELU = 0, ACT_GELU = 1, ACT_GELU_TANH = 2, ACT_SILU = 3, ACT_RELU2 = 4 };
@@ -71,82 +73,6 @@ static void normalize(const Norm *n, const float *x, float *h, int64_t d) {
     }
 }
 
-static void rotate(float *x, const float *cos, const float *sin, int d) {
-    int half = d / 2;
-    for (int i = 0; i < half; i++) {
-        float a = x[i], b = x[i + half];
-        x[i] = a * cos[i] - b * sin[i];
-        x[i + half] = b * cos[i + half] + a * sin[i + half];
-    }
-}
-
-/* softmax(q k_j / sqrt(d_k)) over keys first..last, for each of the `group` queries q (rows of `queries`): the
-   weighted sum of the values into out (group, d_k). DK: d_k known when compiled (its loops unrolled), or 0. */
-static inline __attribute__((always_inline)) void attend_heads(const int DK, int dk, int group, const float *queries,
-                                                                const float *keys, const float *values, int64_t first,
-                                                                int64_t last, float *scores, float *out) {
-    const int d = DK ? DK : dk, vecs = DK ? DK / LANES : 0;
-    const float scale = 1.0f / sqrtf((float)d);
-    for (int h = 0; h < group; h++) {
-        const float *q = queries + h * d;
-        float *p = scores + h * (last + 1), top = -INFINITY, total = 0.0f;
-        for (int64_t j = first; j <= last; j++) {
-            const float *key = keys + j * d;
-            float s;
-            if (DK) {
-                vf acc = {0};
-                for (int c = 0; c < vecs; c++) acc += load_f(q + c * LANES) * load_f(key + c * LANES);
-                s = hsum(acc);
-            } else {
-                s = 0.0f;
-                for (int c = 0; c < d; c++) s += q[c] * key[c];
-            }
-            p[j] = s * scale;
-            top = p[j] > top ? p[j] : top;
-        }
-        for (int64_t j = first; j <= last; j++) total += p[j] = expf(p[j] - top);
-        float *o = out + h * d;
-        if (DK) {
-            vf acc[DK ? DK / LANES : 1];
-            for (int c = 0; c < vecs; c++) acc[c] = (vf){0};
-            for (int64_t j = first; j <= last; j++)
-                for (int c = 0; c < vecs; c++) acc[c] += p[j] * load_f(values + j * d + c * LANES);
-            for (int c = 0; c < vecs; c++) {
-                vf r = acc[c] / total;
-                memcpy(o + c * LANES, &r, sizeof r);
-            }
-        } else {
-            for (int c = 0; c < d; c++) o[c] = 0.0f;
-            for (int64_t j = first; j <= last; j++)
-                for (int c = 0; c < d; c++) o[c] += p[j] * values[j * d + c];
-            for (int c = 0; c < d; c++) o[c] /= total;
-        }
-    }
-}
-
-/* Row b, key/value head g: write its key (rotated) and value at pos, then attention of its query heads. */
-static void attend(const Model *m, const Layer *layer, const float *qkv, float *kv, int64_t L, int64_t pos, int g,
-                   float *att, float *scores, float *q) {
-    const int dk = m->head_dim, group = m->n_heads / m->n_kv_heads;
-    float *keys = kv + (int64_t)g * L * dk, *values = kv + ((int64_t)m->n_kv_heads + g) * L * dk;
-    const float *cos = m->rope ? m->cos + pos * dk : NULL, *sin = m->rope ? m->sin + pos * dk : NULL;
-    memcpy(keys + pos * dk, qkv + m->d_model + (int64_t)g * dk, dk * sizeof(float));
-    memcpy(values + pos * dk, qkv + m->d_model + (int64_t)(m->n_kv_heads + g) * dk, dk * sizeof(float));
-    memcpy(q, qkv + (int64_t)g * group * dk, (size_t)group * dk * sizeof(float));
-    if (m->rope) {
-        rotate(keys + pos * dk, cos, sin, dk);
-        for (int h = 0; h < group; h++) rotate(q + h * dk, cos, sin, dk);
-    }
-    int64_t first = layer->window > 0 && pos - layer->window + 1 > 0 ? pos - layer->window + 1 : 0;
-    float *out = att + (int64_t)g * group * dk;
-    if (dk == 64)
-        attend_heads(64, dk, group, q, keys, values, first, pos, scores, out);
-    else if (dk == 128)
-        attend_heads(128, dk, group, q, keys, values, first, pos, scores, out);
-    else
-        attend_heads(0, dk, group, q, keys, values, first, pos, scores, out);
-}
-
 /* f = act(f) (or act(g) * f, gated) over entries n0 .. n1-1 of B rows of width ff: one loop per function. */
 static void activate_rows(int act, const float *g, float *f, int B, int64_t ff, int64_t n0, int64_t n1) {
 #define ACTIVATE(expression)                                                                                    \
@@ -165,13 +91,7 @@ static void activate_rows(int act, const float *g, float *f, int B, int64_t ff, 
 #undef ACTIVATE
 }
 
-/* This thread's share [*n0, *n1) of n rows, cut at multiples of 16. */
-static inline void share(int64_t n, int64_t *n0, int64_t *n1) {
-    int t = omp_get_thread_num(), T = omp_get_num_threads();
-    int64_t chunk = ((n + T - 1) / T + 15) / 16 * 16;
-    *n0 = t * chunk < n ? t * chunk : n;
-    *n1 = *n0 + chunk < n ? *n0 + chunk : n;
-}
+static int rounds_x(const Mat *m) { return m && m->n > 0 && (m->kind == MAT_I8A8 || m->kind == MAT_I4); }
 
 /* The input from vector b0 on. */
 static Input from(const Input *in, int b0) {
@@ -182,24 +102,34 @@ static Input from(const Input *in, int b0) {
     return part;
 }
 
-/* y (+)= W x for all B vectors, in chunks of MAX_ROWS vectors: this thread's rows of W. */
-static void product_share(const Mat *m, const Input *in, int B, float *y, int64_t ldy, int add) {
-    int64_t n0, n1;
-    share(m->n, &n0, &n1);
+/* Rows n0 .. n1-1 of y (+)= W x for all B vectors, MAX_ROWS vectors at a time. */
+static void product_range(const Mat *m, const Input *in, int B, float *y, int64_t ldy, int64_t n0, int64_t n1,
+                          int add) {
     for (int b0 = 0; b0 < B; b0 += MAX_ROWS) {
         Input part = from(in, b0);
         product(m, &part, B - b0 < MAX_ROWS ? B - b0 : MAX_ROWS, y + b0 * ldy, ldy, n0, n1, add);
     }
 }
 
-static int rounds_x(const Mat *m) { return m && m->n > 0 && (m->kind == MAT_I8A8 || m->kind == MAT_I4); }
-
-/* Prepare input vector b of k values (already in in->x) for the products of a and b2 (or NULL). */
-static void prepare_for(Input *in, int b, int64_t k, const Mat *a, const Mat *b2) {
-    if (rounds_x(a) || rounds_x(b2)) prepare_input(in, b, k);
+/* y (+)= W x, its rows in chunks handed to the threads as they come (no barrier at the end). */
+static void product_chunks(const Mat *m, const Input *in, int B, float *y, int64_t ldy, int add) {
+    const int64_t chunks = (m->n + CHUNK - 1) / CHUNK;
+#pragma omp for schedule(dynamic) nowait
+    for (int64_t c = 0; c < chunks; c++)
+        product_range(m, in, B, y, ldy, c * CHUNK, c * CHUNK + CHUNK < m->n ? c * CHUNK + CHUNK : m->n, add);
 }
 
-/* Scratch memory of a step or a product: the prepared input's arrays for B vectors of up to kmax values. */
+/* Every thread: h = norm(x) for all B rows, prepared for the products a and b2 (or NULL). */
+static void norm_rows(const Norm *n, const float *x, Input *mine, float *h, int B, int64_t d, const Mat *a,
+                      const Mat *b2) {
+    mine->x = h, mine->ldx = d;
+    for (int b = 0; b < B; b++) {
+        normalize(n, x + b * d, h + b * d, d);
+        if (rounds_x(a) || rounds_x(b2)) prepare_input(mine, b, d);
+    }
+}
+
+/* The prepared input's arrays for B vectors of up to kmax values: their bytes, and the Input over them. */
 static size_t input_bytes(int B, int64_t kmax) {
     int64_t stride = (kmax + 63) / 64 * 64;
     return (size_t)B * (2 * stride + stride / 64 * (sizeof(uint64_t) + LANES * sizeof(float)) + stride / BLOCK * sizeof(float));
@@ -217,86 +147,83 @@ static Input input_at(void *memory, int B, int64_t kmax) {
     return in;
 }
 
+/* Attention of every row and key/value head; each task rounds its heads' outputs for W_o when their blocks are
+   its own (group d_k a multiple of 64), else one pass over the rows does it after a barrier. */
+static void attention_phase(const Model *m, const Layer *layer, int B, const float *qkv, int64_t width, float *kv,
+                            int64_t row_stride, int64_t L, const int64_t *pos, Input *att_in, float *scores,
+                            float *q) {
+    const int group = m->n_heads / m->n_kv_heads, span = group * m->head_dim, d = m->d_model;
+    const Heads heads = {d, m->n_kv_heads, group, m->head_dim, layer->window, m->rope ? m->cos : NULL, m->sin};
+    const int round = rounds_x(&layer->out), own = span % 64 == 0;
+#pragma omp for schedule(dynamic) collapse(2) nowait
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < m->n_kv_heads; g++) {
+            attend(&heads, qkv + b * width, kv + b * row_stride, L, pos[b], g, (float *)att_in->x + b * d, scores, q);
+            if (round && own)  /* the last head group also rounds the zero blocks past d */
+                prepare_blocks(att_in, b, d, g * span / BLOCK,
+                               g == m->n_kv_heads - 1 ? att_in->stride / BLOCK : (g + 1) * span / BLOCK);
+        }
+#pragma omp barrier
+    if (round && !own) {
+#pragma omp for schedule(static)
+        for (int b = 0; b < B; b++) prepare_input(att_in, b, d);
+    }
+}
+
+/* The feed-forward's first half for rows of W_g / W_1 in chunks: f = act(W_g h) * (W_1 h) or act(W_1 h), each
+   chunk's outputs rounded for W_2 by the thread that made them. */
+static void feed_forward_phase(const Model *m, const Layer *layer, int B, const Input *mine, float *gate,
+                               Input *f_in) {
+    const int64_t ff = m->d_ff, chunks = (ff + CHUNK - 1) / CHUNK;
+    float *f = (float *)f_in->x;
+#pragma omp for schedule(dynamic) nowait
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t n0 = c * CHUNK, n1 = n0 + CHUNK < ff ? n0 + CHUNK : ff;
+        if (layer->gate.n) product_range(&layer->gate, mine, B, gate, ff, n0, n1, 0);
+        product_range(&layer->up, mine, B, f, ff, n0, n1, 0);
+        activate_rows(m->act, layer->gate.n ? gate : NULL, f, B, ff, n0, n1);
+        if (rounds_x(&layer->down))
+            for (int b = 0; b < B; b++) prepare_blocks(f_in, b, ff, n0 / BLOCK, n1 == ff ? f_in->stride / BLOCK : n1 / BLOCK);
+    }
+#pragma omp barrier
+}
+
 int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *pos, float *cache,
                     int64_t layer_stride, int64_t row_stride, int64_t L, float *logits, int32_t threads) {
-    const int64_t d = m->d_model, dk = m->head_dim, ff = m->d_ff;
-    const int64_t width = d + 2 * (int64_t)m->n_kv_heads * dk, kmax = d > ff ? d : ff;
-    const int64_t per_thread = (int64_t)(m->n_heads / m->n_kv_heads) * (L + dk);
-    size_t floats = (size_t)B * (d + d + width + d + 2 * ff) + (size_t)threads * per_thread;
-    float *buf = malloc(floats * sizeof(float) + input_bytes(B, kmax));
-    if (!buf) return 1;
-    float *x = buf, *h = x + B * d, *qkv = h + B * d, *att = qkv + B * width, *gate = att + B * d;
-    float *up = gate + B * ff, *scratch = up + B * ff;
-    Input in = input_at(scratch + (size_t)threads * per_thread, B, kmax);
+    const int64_t d = m->d_model, dk = m->head_dim, ff = m->d_ff, group = m->n_heads / m->n_kv_heads;
+    const int64_t width = d + 2 * (int64_t)m->n_kv_heads * dk;
+    /* shared: x, qkv, att, gate, f, and the prepared att and f; each thread's: h, scores, q, its prepared h */
+    size_t shared = (size_t)B * (d + width + d + 2 * ff) * sizeof(float) + input_bytes(B, d) + input_bytes(B, ff);
+    size_t own = ((size_t)B * d + group * (L + dk)) * sizeof(float) + input_bytes(B, d);
+    char *memory = malloc(shared + (size_t)threads * own);
+    if (!memory) return 1;
+    float *x = (float *)memory, *qkv = x + B * d, *att = qkv + B * width, *gate = att + B * d, *f = gate + B * ff;
+    Input att_in = input_at(f + B * ff, B, d), f_in = input_at((char *)(f + B * ff) + input_bytes(B, d), B, ff);
+    att_in.x = att, att_in.ldx = d, f_in.x = f, f_in.ldx = ff;
     memcpy(x, x0, (size_t)B * d * sizeof(float));
 
 #pragma omp parallel num_threads(threads)
     {
-        float *scores = scratch + (size_t)omp_get_thread_num() * per_thread;
-        float *q = scores + (int64_t)(m->n_heads / m->n_kv_heads) * L;
-        Input mine = in;
+        char *mem = memory + shared + (size_t)omp_get_thread_num() * own;
+        float *h = (float *)mem, *scores = h + B * d, *q = scores + group * L;
+        Input mine = input_at(q + group * dk, B, d);
         for (int l = 0; l < m->n_layers; l++) {
             const Layer *layer = &m->layers[l];
-            mine.x = h, mine.ldx = d;
-#pragma omp for schedule(static)
-            for (int b = 0; b < B; b++) {
-                normalize(&layer->norm1, x + b * d, h + b * d, d);
-                prepare_for(&mine, b, d, &layer->qkv, NULL);
-            }
-            product_share(&layer->qkv, &mine, B, qkv, width, 0);
+            norm_rows(&layer->norm1, x, &mine, h, B, d, &layer->qkv, NULL);
+            product_chunks(&layer->qkv, &mine, B, qkv, width, 0);
 #pragma omp barrier
-#pragma omp for schedule(static) collapse(2)
-            for (int b = 0; b < B; b++)
-                for (int g = 0; g < m->n_kv_heads; g++)
-                    attend(m, layer, qkv + b * width, cache + l * layer_stride + b * row_stride, L, pos[b], g,
-                           att + b * d, scores, q);
-            mine.x = att, mine.ldx = d;
-#pragma omp for schedule(static)
-            for (int b = 0; b < B; b++) prepare_for(&mine, b, d, &layer->out, NULL);
-            product_share(&layer->out, &mine, B, x, d, 1);
+            attention_phase(m, layer, B, qkv, width, cache + l * layer_stride, row_stride, L, pos, &att_in, scores, q);
+            product_chunks(&layer->out, &att_in, B, x, d, 1);
 #pragma omp barrier
-            mine.x = h, mine.ldx = d;
-#pragma omp for schedule(static)
-            for (int b = 0; b < B; b++) {
-                normalize(&layer->norm2, x + b * d, h + b * d, d);
-                prepare_for(&mine, b, d, &layer->up, layer->gate.n ? &layer->gate : NULL);
-            }
-            {
-                int64_t n0, n1;
-                share(ff, &n0, &n1);
-                if (layer->gate.n) {
-                    for (int b0 = 0; b0 < B; b0 += MAX_ROWS) {
-                        Input part = from(&mine, b0);
-                        int rows = B - b0 < MAX_ROWS ? B - b0 : MAX_ROWS;
-                        product(&layer->gate, &part, rows, gate + b0 * ff, ff, n0, n1, 0);
-                        product(&layer->up, &part, rows, up + b0 * ff, ff, n0, n1, 0);
-                    }
-                    activate_rows(m->act, gate, up, B, ff, n0, n1);
-                } else {
-                    for (int b0 = 0; b0 < B; b0 += MAX_ROWS) {
-                        Input part = from(&mine, b0);
-                        int rows = B - b0 < MAX_ROWS ? B - b0 : MAX_ROWS;
-                        product(&layer->up, &part, rows, up + b0 * ff, ff, n0, n1, 0);
-                    }
-                    activate_rows(m->act, NULL, up, B, ff, n0, n1);
-                }
-            }
-#pragma omp barrier
-            mine.x = up, mine.ldx = ff;
-#pragma omp for schedule(static)
-            for (int b = 0; b < B; b++) prepare_for(&mine, b, ff, &layer->down, NULL);
-            product_share(&layer->down, &mine, B, x, d, 1);
+            norm_rows(&layer->norm2, x, &mine, h, B, d, &layer->up, layer->gate.n ? &layer->gate : NULL);
+            feed_forward_phase(m, layer, B, &mine, gate, &f_in);
+            product_chunks(&layer->down, &f_in, B, x, d, 1);
 #pragma omp barrier
         }
-        mine.x = h, mine.ldx = d;
-#pragma omp for schedule(static)
-        for (int b = 0; b < B; b++) {
-            normalize(&m->final_norm, x + b * d, h + b * d, d);
-            prepare_for(&mine, b, d, &m->unembed, NULL);
-        }
-        product_share(&m->unembed, &mine, B, logits, m->vocab, 0);
+        norm_rows(&m->final_norm, x, &mine, h, B, d, &m->unembed, NULL);
+        product_chunks(&m->unembed, &mine, B, logits, m->vocab, 0);
     }
-    free(buf);
+    free(memory);
     return 0;
 }
 
@@ -306,9 +233,10 @@ int qkv_product(const Mat *m, int32_t B, const float *x, float *y, int32_t threa
     if (!memory) return 1;
     Input in = input_at(memory, B, m->k);
     in.x = x, in.ldx = m->k;
-    for (int b = 0; b < B; b++) prepare_for(&in, b, m->k, m, NULL);
+    for (int b = 0; b < B; b++)
+        if (rounds_x(m)) prepare_input(&in, b, m->k);
 #pragma omp parallel num_threads(threads)
-    product_share(m, &in, B, y, m->n, 0);
+    product_chunks(m, &in, B, y, m->n, 0);
     free(memory);
     return 0;
 }

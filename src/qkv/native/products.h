@@ -39,6 +39,9 @@
 #define LANES 16
 #define MAX_ROWS 8
 #define BLOCK 32
+#ifndef PREFETCH_ROWS
+#define PREFETCH_ROWS 4  /* rows of W ahead that a product asks the memory for (the hardware's prefetch lags) */
+#endif
 
 typedef float vf __attribute__((vector_size(64)));
 
@@ -124,12 +127,13 @@ static inline void round_block(const Input *in, int b, int64_t c, const float *x
 #endif
 }
 
-/* Round vector b's k values to int8 blocks: in->absq, signs, swapped, scales, sums (blocks past k: zeros). */
-static void prepare_input(Input *in, int b, int64_t k) {
+/* Round blocks c0 .. c1-1 of vector b (k values, k a multiple of 32; blocks past k are zeros) to int8: their
+   parts of in->absq, signs, swapped, scales and sums. c0 even: a pair of blocks shares a vector of scales. */
+static void prepare_blocks(Input *in, int b, int64_t k, int64_t c0, int64_t c1) {
     const float *x = in->x + b * in->ldx;
     float *scales = in->scales + b * (in->stride / 64 * LANES), *sums = in->sums + b * (in->stride / BLOCK);
     static const float zeros[BLOCK];
-    for (int64_t c = 0; c < in->stride / BLOCK; c++) {
+    for (int64_t c = c0; c < c1; c++) {
         const float *xc = c * BLOCK < k ? x + c * BLOCK : zeros;
         float top = 0.0f, sum = 0.0f;
         for (int j = 0; j < BLOCK; j++) top = fmaxf(top, fabsf(xc[j])), sum += xc[j];
@@ -140,52 +144,58 @@ static void prepare_input(Input *in, int b, int64_t k) {
     }
 }
 
+/* All of vector b's blocks (to the end of the stride). */
+static void prepare_input(Input *in, int b, int64_t k) { prepare_blocks(in, b, k, 0, in->stride / BLOCK); }
+
 /* ------------------------------------------------------------------------------------ one row, B vectors */
 
 #define INLINE static inline __attribute__((always_inline))
 
-INLINE void row_f32(const float *w, int64_t k, const Input *in, int B, float *out) {
-    vf acc[MAX_ROWS], acc2 = {0};
-    for (int b = 0; b < B; b++) acc[b] = (vf){0};
+/* Rows w0 and w1 (w1 NULL: w0 alone) of a float32 (or, with I8, int8) matrix times B vectors: out0, out1 (B).
+   Two rows share each load of x; one row alone keeps two chains of sums (an FMA's latency exceeds a load's). */
+INLINE void rows_float(const void *w0, const void *w1, const int I8, int64_t k, const Input *in, int B, float *out0,
+                       float *out1) {
+#define WEIGHTS(w, j) (I8 ? load_i8((const int8_t *)(w) + (j)) : load_f((const float *)(w) + (j)))
+#define WEIGHT(w, j) (I8 ? (float)((const int8_t *)(w))[j] : ((const float *)(w))[j])
+    vf acc0[MAX_ROWS], acc1[MAX_ROWS];
+    for (int b = 0; b < B; b++) acc0[b] = acc1[b] = (vf){0};
     int64_t j = 0;
-    if (B == 1) {  /* two chains: one FMA's latency is longer than a load */
-        for (; j + 2 * LANES <= k; j += 2 * LANES) {
-            acc[0] += load_f(w + j) * load_f(in->x + j);
-            acc2 += load_f(w + j + LANES) * load_f(in->x + j + LANES);
+    if (!w1) {
+        if (B == 1)
+            for (; j + 2 * LANES <= k; j += 2 * LANES) {
+                __builtin_prefetch((const char *)w0 + (I8 ? 1 : 4) * (j + PREFETCH_ROWS * k), 0, 1);
+                acc0[0] += WEIGHTS(w0, j) * load_f(in->x + j);
+                acc1[0] += WEIGHTS(w0, j + LANES) * load_f(in->x + j + LANES);
+            }
+        for (; j + LANES <= k; j += LANES) {
+            __builtin_prefetch((const char *)w0 + (I8 ? 1 : 4) * (j + PREFETCH_ROWS * k), 0, 1);
+            vf a = WEIGHTS(w0, j);
+            for (int b = 0; b < B; b++) acc0[b] += a * load_f(in->x + b * in->ldx + j);
+        }
+    } else {
+        for (; j + LANES <= k; j += LANES) {
+            __builtin_prefetch((const char *)w0 + (I8 ? 1 : 4) * (j + PREFETCH_ROWS * k), 0, 1);
+            __builtin_prefetch((const char *)w1 + (I8 ? 1 : 4) * (j + PREFETCH_ROWS * k), 0, 1);
+            vf a = WEIGHTS(w0, j), c = WEIGHTS(w1, j);
+            for (int b = 0; b < B; b++) {
+                vf xb = load_f(in->x + b * in->ldx + j);
+                acc0[b] += a * xb;
+                acc1[b] += c * xb;
+            }
         }
     }
-    for (; j + LANES <= k; j += LANES) {
-        vf wv = load_f(w + j);
-        for (int b = 0; b < B; b++) acc[b] += wv * load_f(in->x + b * in->ldx + j);
-    }
-    acc[0] += acc2;
     for (int b = 0; b < B; b++) {
-        float s = hsum(acc[b]);
-        for (int64_t t = j; t < k; t++) s += w[t] * in->x[b * in->ldx + t];
-        out[b] = s;
-    }
-}
-
-INLINE void row_i8(const int8_t *w, int64_t k, const Input *in, int B, float *out) {
-    vf acc[MAX_ROWS], acc2 = {0};
-    for (int b = 0; b < B; b++) acc[b] = (vf){0};
-    int64_t j = 0;
-    if (B == 1) {
-        for (; j + 2 * LANES <= k; j += 2 * LANES) {
-            acc[0] += load_i8(w + j) * load_f(in->x + j);
-            acc2 += load_i8(w + j + LANES) * load_f(in->x + j + LANES);
+        const float *xb = in->x + b * in->ldx;
+        float s0 = hsum(acc0[b] + (w1 ? (vf){0} : acc1[b])), s1 = w1 ? hsum(acc1[b]) : 0.0f;
+        for (int64_t t = j; t < k; t++) {
+            s0 += WEIGHT(w0, t) * xb[t];
+            if (w1) s1 += WEIGHT(w1, t) * xb[t];
         }
+        out0[b] = s0;
+        if (w1) out1[b] = s1;
     }
-    for (; j + LANES <= k; j += LANES) {
-        vf wv = load_i8(w + j);
-        for (int b = 0; b < B; b++) acc[b] += wv * load_f(in->x + b * in->ldx + j);
-    }
-    acc[0] += acc2;
-    for (int b = 0; b < B; b++) {
-        float s = hsum(acc[b]);
-        for (int64_t t = j; t < k; t++) s += (float)w[t] * in->x[b * in->ldx + t];
-        out[b] = s;
-    }
+#undef WEIGHTS
+#undef WEIGHT
 }
 
 #if HAVE_VNNI
@@ -200,6 +210,7 @@ INLINE void row_i8a8(const int8_t *w, int64_t k, const Input *in, int B, float *
     __m512 acc[MAX_ROWS];
     for (int b = 0; b < B; b++) acc[b] = _mm512_setzero_ps();
     for (int64_t j = 0; j < k; j += 64) {
+        __builtin_prefetch(w + j + PREFETCH_ROWS * k, 0, 1);
         __m512i wv = load_bytes(w + j, k - j);
         for (int b = 0; b < B; b++) {
             __mmask64 negative = in->signs[b * (in->stride / 64) + j / 64];
@@ -249,6 +260,7 @@ INLINE void row_i4(const uint8_t *w, const uint16_t *s16, const uint16_t *m16, i
        masking leaves [low nibbles of A, high of A, low of B, high of B] = the columns [even A, odd A, ...]. */
     const __m512i shifts = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0), nibble = _mm512_set1_epi8(15);
     for (int64_t c = 0; c < blocks; c += 2) {
+        __builtin_prefetch(w + c * 16 + PREFETCH_ROWS * k / 2, 0, 1);
         __m256i bytes = c + 1 < blocks ? _mm256_loadu_si256((const __m256i *)(w + c * 16))
                                        : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(w + c * 16)));
         __m512i raw = _mm512_castsi256_si512(bytes);
@@ -298,21 +310,39 @@ INLINE void row_i4(const uint8_t *w, const uint16_t *s16, const uint16_t *m16, i
 
 /* ------------------------------------------------------------------------------------- a slice of rows */
 
-/* Rows n0 .. n1-1 of y = W x + b for B vectors: y[b * ldy + i] = (or +=, with add) the result of row i. */
+/* y[b * ldy + i] = (or +=, with add) row i of W x + b, for vector b < B. */
+INLINE void store(const Mat *m, int64_t i, const float *out, int B, float *y, int64_t ldy, int add) {
+    float bias = m->bias ? m->bias[i] : 0.0f;
+    for (int b = 0; b < B; b++) {
+        float *dst = y + b * ldy + i;
+        *dst = add ? *dst + (out[b] + bias) : out[b] + bias;
+    }
+}
+
+/* Rows n0 .. n1-1 of y = W x + b for B vectors (float rows in pairs when B > 1). */
 INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t ldy, int64_t n0, int64_t n1,
                          int add) {
-    float out[MAX_ROWS];
+    float out[MAX_ROWS], out1[MAX_ROWS];
     const int64_t k = m->k, groups = m->group ? k / m->group : 0;
     const int shift = m->group ? __builtin_ctz((unsigned)(m->group / BLOCK)) : 0;  /* groups of 32 << shift */
     for (int64_t i = n0; i < n1; i++) {
         switch (m->kind) {
         case MAT_F32:
-            row_f32((const float *)m->w + i * k, k, in, B, out);
+        case MAT_I8: {
+            const int i8 = m->kind == MAT_I8;
+            const size_t row = (size_t)k * (i8 ? 1 : sizeof(float));
+            const char *w = (const char *)m->w + i * row;
+            int pair = B > 1 && i + 1 < n1;
+            rows_float(w, pair ? w + row : NULL, i8, k, in, B, out, out1);
+            if (i8)
+                for (int b = 0; b < B; b++) out[b] *= m->scale[i], out1[b] *= pair ? m->scale[i + 1] : 1.0f;
+            if (pair) {
+                store(m, i, out, B, y, ldy, add);
+                i++;
+                for (int b = 0; b < B; b++) out[b] = out1[b];
+            }
             break;
-        case MAT_I8:
-            row_i8((const int8_t *)m->w + i * k, k, in, B, out);
-            for (int b = 0; b < B; b++) out[b] *= m->scale[i];
-            break;
+        }
         case MAT_I8A8:
             row_i8a8((const int8_t *)m->w + i * k, k, in, B, out);
             for (int b = 0; b < B; b++) out[b] *= m->scale[i];
@@ -321,11 +351,7 @@ INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t
             row_i4((const uint8_t *)m->w + i * (k / 2), m->s16 + i * groups, m->m16 + i * groups, k, shift, in, B,
                    out);
         }
-        float bias = m->bias ? m->bias[i] : 0.0f;
-        for (int b = 0; b < B; b++) {
-            float *dst = y + b * ldy + i;
-            *dst = add ? *dst + (out[b] + bias) : out[b] + bias;
-        }
+        store(m, i, out, B, y, ldy, add);
     }
 }
 
