@@ -88,9 +88,7 @@ def measure(
 
     runs = {"transformers": timed(run_hf, device)}
     for engine in engines:
-        runs[engine] = timed(
-            lambda e=engine: generate(ours, prompt, max_new_tokens=new, temperature=0, step=e), device
-        )
+        runs[engine] = timed(lambda e=engine: generate(ours, prompt, max_new_tokens=new, temperature=0, step=e), device)
     first, outputs = {}, {}
     for name, fn in runs.items():  # the first call: CUDA-graph capture or compilation happen here
         start = time.perf_counter()

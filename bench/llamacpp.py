@@ -97,7 +97,11 @@ def make_files(qkv, llama, shipped: Path, folder: Path) -> dict[str, str]:
 
 
 def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})" if len(values) > 1 else f"{values[0]:.1f}"
+    return (
+        f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+        if len(values) > 1
+        else f"{values[0]:.1f}"
+    )
 
 
 def speed(qkv: Peer, llama: Peer, files: dict, prompts: list[list[int]], long: list[int], args) -> dict:

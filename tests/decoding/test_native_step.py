@@ -180,6 +180,24 @@ def test_two_threads_give_the_numbers_of_one(scheme: str) -> None:
     assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
 
 
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_tokens_of_one_text_in_one_call_get_the_numbers_of_one_at_a_time(scheme: str) -> None:
+    """Seven tokens of one text in one call (rows sharing a cache row: a prompt, or drafted tokens to check) give
+    exactly the logits and cache of seven steps, and ``outputs`` picks rows' logits; a window of 5 hides the
+    older keys from the later rows."""
+    model = make("qwen2, window", scheme)
+    config, step = model.config, fast_step_for(model).native()
+    tokens, positions, slot = torch.tensor([3, 9, 14, 27, 40, 2, 5]), torch.arange(3, 10), torch.full((7,), 1)
+    alone, together = (torch.randn(config.n_layers, 2, 2, config.n_kv_heads, 16, config.head_dim),) * 2
+    together = together.clone()
+    one_at_a_time = torch.cat([step(tokens[i : i + 1], positions[i : i + 1], alone, slot[:1]) for i in range(7)])
+    assert torch.equal(step(tokens, positions, together, slot), one_at_a_time) and torch.equal(together, alone)
+    last = step(tokens, positions, together.clone(), slot, outputs=torch.tensor([6, 2]))
+    assert torch.equal(last, one_at_a_time[[6, 2]])
+    with pytest.raises(ValueError, match="distinct positions"):
+        step(tokens[:2], torch.tensor([4, 4]), together, slot[:2])
+
+
 @pytest.mark.parametrize("name", ["llama", "qwen2, window", "gpt"])
 def test_decoding_with_the_native_step_gives_the_models_own_tokens(name: str) -> None:
     """Greedy and sampled, rows of different lengths joining together, and past the context (the window

@@ -78,24 +78,51 @@ class NativeStep:
         """Use the step of the loaded library ``lib``."""
         self._call = lib.qkv_decode_step
         self._call.restype = ctypes.c_int
-        self._call.argtypes = [ctypes.POINTER(Model), ctypes.c_int32, P, P, P, ctypes.c_int64, ctypes.c_int64,
-                               ctypes.c_int64, P, ctypes.c_int32]  # fmt: skip
+        self._call.argtypes = [ctypes.POINTER(Model), ctypes.c_int32, P, P, P, ctypes.c_int32, P, ctypes.c_int32, P,
+                               ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, P, ctypes.c_int32]  # fmt: skip
         return self
 
-    def __call__(self, token_ids: Tensor, positions: Tensor, kv: Tensor) -> Tensor:
+    def __call__(
+        self,
+        token_ids: Tensor,
+        positions: Tensor,
+        kv: Tensor,
+        slots: Tensor | None = None,
+        outputs: Tensor | None = None,
+    ) -> Tensor:
         """Logits (B, V) for ``token_ids`` (B,) at ``positions`` (B,) int64, with the cache ``kv``
-        (n_layers, B, 2, h_kv, L, d_k), a view of the engine's pool whose rows are its first B slots."""
+        (n_layers, S, 2, h_kv, L, d_k), a view of the engine's pool: row b reads and writes cache row ``slots[b]``
+        (default b). Rows may share a cache row at distinct positions (several new tokens of one text: each sees
+        the keys of those before it, as if they had come one step at a time). With ``outputs`` (n,), the logits
+        (n, V) of those rows only (a prompt's last token)."""
         batch, length = token_ids.shape[0], kv.shape[4]
-        if positions.numel() != batch or int(positions.max()) >= min(length, self.rope_len):
-            raise ValueError(f"positions {positions.tolist()} do not fit a cache of {length}")
-        if kv.dtype != torch.float32 or kv.stride()[2:] != (kv.shape[3] * length * kv.shape[5], length * kv.shape[5],
-                                                          kv.shape[5], 1):  # fmt: skip
+        layout = (kv.shape[3] * length * kv.shape[5], length * kv.shape[5], kv.shape[5], 1)
+        if kv.dtype != torch.float32 or kv.stride()[2:] != layout:
             raise ValueError("the cache must be float32 with each row's (2, h_kv, L, d_k) contiguous")
-        x = embed_step(self.model.embedding, token_ids, positions).to(torch.float32).contiguous()  # (B, d_model)
+        slots = torch.arange(batch) if slots is None else slots.to(torch.int64).contiguous()
         positions = positions.to(torch.int64).contiguous()
-        logits = torch.empty(batch, self.struct.vocab)
-        failed = self._call(ctypes.byref(self.struct), batch, x.data_ptr(), positions.data_ptr(), kv.data_ptr(),
-                            kv.stride(0), kv.stride(1), length, logits.data_ptr(), torch.get_num_threads())  # fmt: skip
+        if positions.shape != (batch,) or slots.shape != (batch,):
+            raise ValueError(f"{batch} tokens need {batch} positions and slots")
+        pairs = slots.tolist(), positions.tolist()
+        if (
+            max(pairs[1]) >= min(length, self.rope_len)
+            or min(pairs[1]) < 0
+            or not 0 <= min(pairs[0]) <= max(pairs[0]) < kv.shape[1]
+        ):
+            raise ValueError(f"positions {pairs[1]} or slots {pairs[0]} do not fit a cache of {tuple(kv.shape)}")
+        shared = len(set(pairs[0])) < batch
+        if shared and len(set(zip(*pairs, strict=True))) < batch:
+            raise ValueError("rows that share a cache row need distinct positions")
+        if outputs is not None:
+            outputs = outputs.to(torch.int64).contiguous()
+            if outputs.numel() and not 0 <= int(outputs.min()) <= int(outputs.max()) < batch:
+                raise ValueError(f"outputs {outputs.tolist()} are not rows of {batch}")
+        x = embed_step(self.model.embedding, token_ids, positions).to(torch.float32).contiguous()  # (B, d_model)
+        logits = torch.empty(batch if outputs is None else outputs.numel(), self.struct.vocab)
+        failed = self._call(ctypes.byref(self.struct), batch, x.data_ptr(), positions.data_ptr(), slots.data_ptr(),
+                            int(shared), None if outputs is None else outputs.data_ptr(),
+                            0 if outputs is None else outputs.numel(), kv.data_ptr(), kv.stride(0), kv.stride(1),
+                            length, logits.data_ptr(), torch.get_num_threads())  # fmt: skip
         if failed:
             raise MemoryError("the native decode step could not allocate its scratch memory")
         return logits

@@ -64,20 +64,25 @@ typedef struct {
     const float *cos, *sin;  /* (positions, d_k) */
 } Heads;
 
-/* Row b's key/value head g: write its key (rotated) and value at pos into the row's cache kv (2, h_kv, L, d_k),
-   then attention of its query heads into att (the row's d_model outputs). qkv: the row's [q, k, v]. */
-static void attend(const Heads *a, const float *qkv, float *kv, int64_t L, int64_t pos, int g, float *att,
+/* Row b's key/value head g: its key (rotated) and value written at pos into the row's cache kv (2, h_kv, L, d_k).
+   qkv: the row's [q, k, v]. */
+static void write_kv(const Heads *a, const float *qkv, float *kv, int64_t L, int64_t pos, int g) {
+    const int dk = a->head_dim;
+    float *key = kv + ((int64_t)g * L + pos) * dk, *value = kv + (((int64_t)a->n_kv_heads + g) * L + pos) * dk;
+    memcpy(key, qkv + a->d_model + (int64_t)g * dk, dk * sizeof(float));
+    memcpy(value, qkv + a->d_model + (int64_t)(a->n_kv_heads + g) * dk, dk * sizeof(float));
+    if (a->cos) rotate(key, a->cos + pos * dk, a->sin + pos * dk, dk);
+}
+
+/* Attention of row b's query heads of key/value head g (rotated) over its cached keys into att (the row's
+   d_model outputs). */
+static void attend(const Heads *a, const float *qkv, const float *kv, int64_t L, int64_t pos, int g, float *att,
                    float *scores, float *q) {
     const int dk = a->head_dim, group = a->group;
-    float *keys = kv + (int64_t)g * L * dk, *values = kv + ((int64_t)a->n_kv_heads + g) * L * dk;
-    const float *cos = a->cos ? a->cos + pos * dk : NULL, *sin = a->cos ? a->sin + pos * dk : NULL;
-    memcpy(keys + pos * dk, qkv + a->d_model + (int64_t)g * dk, dk * sizeof(float));
-    memcpy(values + pos * dk, qkv + a->d_model + (int64_t)(a->n_kv_heads + g) * dk, dk * sizeof(float));
+    const float *keys = kv + (int64_t)g * L * dk, *values = kv + ((int64_t)a->n_kv_heads + g) * L * dk;
     memcpy(q, qkv + (int64_t)g * group * dk, (size_t)group * dk * sizeof(float));
-    if (cos) {
-        rotate(keys + pos * dk, cos, sin, dk);
-        for (int h = 0; h < group; h++) rotate(q + h * dk, cos, sin, dk);
-    }
+    if (a->cos)
+        for (int h = 0; h < group; h++) rotate(q + h * dk, a->cos + pos * dk, a->sin + pos * dk, dk);
     int64_t first = a->window > 0 && pos - a->window + 1 > 0 ? pos - a->window + 1 : 0;
     float *out = att + (int64_t)g * group * dk;
     if (dk == 64)

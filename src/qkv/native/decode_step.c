@@ -14,8 +14,8 @@
      x += W_2 f (+ b)                                          rows of W_2                 | barrier
    then the final norm and logits = W_U h (+ b), rows of W_U.
 
-   The cache is the engine's (n_layers, slots, 2, h_kv, L, d_k) float32 pool, row b at slot b. Products:
-   products.h; attention: attention.h. */
+   The cache is the engine's (n_layers, slots, 2, h_kv, L, d_k) float32 pool. Products: products.h; attention:
+   attention.h. */
 
 #include <math.h>
 #include <omp.h>
@@ -119,12 +119,13 @@ static void product_chunks(const Mat *m, const Input *in, int B, float *y, int64
         product_range(m, in, B, y, ldy, c * CHUNK, c * CHUNK + CHUNK < m->n ? c * CHUNK + CHUNK : m->n, add);
 }
 
-/* Every thread: h = norm(x) for all B rows, prepared for the products a and b2 (or NULL). */
-static void norm_rows(const Norm *n, const float *x, Input *mine, float *h, int B, int64_t d, const Mat *a,
-                      const Mat *b2) {
+/* Every thread: h = norm(x) for B rows (rows[b] of x, or row b when rows is NULL), prepared for the products
+   a and b2 (or NULL). */
+static void norm_rows(const Norm *n, const float *x, const int64_t *rows, Input *mine, float *h, int B, int64_t d,
+                      const Mat *a, const Mat *b2) {
     mine->x = h, mine->ldx = d;
     for (int b = 0; b < B; b++) {
-        normalize(n, x + b * d, h + b * d, d);
+        normalize(n, x + (rows ? rows[b] : b) * d, h + b * d, d);
         if (rounds_x(a) || rounds_x(b2)) prepare_input(mine, b, d);
     }
 }
@@ -148,17 +149,26 @@ static Input input_at(void *memory, int B, int64_t kmax) {
 }
 
 /* Attention of every row and key/value head; each task rounds its heads' outputs for W_o when their blocks are
-   its own (group d_k a multiple of 64), else one pass over the rows does it after a barrier. */
+   its own (group d_k a multiple of 64), else one pass over the rows does it after a barrier. Rows that share a
+   cache row (several new tokens of one text) first all write their keys and values, then attend. */
 static void attention_phase(const Model *m, const Layer *layer, int B, const float *qkv, int64_t width, float *kv,
-                            int64_t row_stride, int64_t L, const int64_t *pos, Input *att_in, float *scores,
-                            float *q) {
+                            const int64_t *slots, int shared, int64_t row_stride, int64_t L, const int64_t *pos,
+                            Input *att_in, float *scores, float *q) {
     const int group = m->n_heads / m->n_kv_heads, span = group * m->head_dim, d = m->d_model;
     const Heads heads = {d, m->n_kv_heads, group, m->head_dim, layer->window, m->rope ? m->cos : NULL, m->sin};
     const int round = rounds_x(&layer->out), own = span % 64 == 0;
+    if (shared) {
+#pragma omp for schedule(static) collapse(2)
+        for (int b = 0; b < B; b++)
+            for (int g = 0; g < m->n_kv_heads; g++)
+                write_kv(&heads, qkv + b * width, kv + slots[b] * row_stride, L, pos[b], g);
+    }
 #pragma omp for schedule(dynamic) collapse(2) nowait
     for (int b = 0; b < B; b++)
         for (int g = 0; g < m->n_kv_heads; g++) {
-            attend(&heads, qkv + b * width, kv + b * row_stride, L, pos[b], g, (float *)att_in->x + b * d, scores, q);
+            float *row = kv + slots[b] * row_stride;
+            if (!shared) write_kv(&heads, qkv + b * width, row, L, pos[b], g);
+            attend(&heads, qkv + b * width, row, L, pos[b], g, (float *)att_in->x + b * d, scores, q);
             if (round && own)  /* the last head group also rounds the zero blocks past d */
                 prepare_blocks(att_in, b, d, g * span / BLOCK,
                                g == m->n_kv_heads - 1 ? att_in->stride / BLOCK : (g + 1) * span / BLOCK);
@@ -188,14 +198,18 @@ static void feed_forward_phase(const Model *m, const Layer *layer, int B, const 
 #pragma omp barrier
 }
 
-int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *pos, float *cache,
-                    int64_t layer_stride, int64_t row_stride, int64_t L, float *logits, int32_t threads) {
+/* The step. Row b feeds the token whose embedding is x0[b] at position pos[b] of cache row slots[b]; rows may
+   share a cache row (shared != 0), at distinct positions: one text's new tokens, each seeing those before it.
+   logits (n_out, vocab) are those of rows outputs[0 .. n_out - 1] (outputs NULL: of every row, B of them). */
+int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *pos, const int64_t *slots,
+                    int32_t shared, const int64_t *outputs, int32_t n_out, float *cache, int64_t layer_stride,
+                    int64_t row_stride, int64_t L, float *logits, int32_t threads) {
     const int64_t d = m->d_model, dk = m->head_dim, ff = m->d_ff, group = m->n_heads / m->n_kv_heads;
     const int64_t width = d + 2 * (int64_t)m->n_kv_heads * dk;
     /* shared: x, qkv, att, gate, f, and the prepared att and f; each thread's: h, scores, q, its prepared h */
-    size_t shared = (size_t)B * (d + width + d + 2 * ff) * sizeof(float) + input_bytes(B, d) + input_bytes(B, ff);
+    size_t common = (size_t)B * (d + width + d + 2 * ff) * sizeof(float) + input_bytes(B, d) + input_bytes(B, ff);
     size_t own = ((size_t)B * d + group * (L + dk)) * sizeof(float) + input_bytes(B, d);
-    char *memory = malloc(shared + (size_t)threads * own);
+    char *memory = malloc(common + (size_t)threads * own);
     if (!memory) return 1;
     float *x = (float *)memory, *qkv = x + B * d, *att = qkv + B * width, *gate = att + B * d, *f = gate + B * ff;
     Input att_in = input_at(f + B * ff, B, d), f_in = input_at((char *)(f + B * ff) + input_bytes(B, d), B, ff);
@@ -204,24 +218,25 @@ int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *p
 
 #pragma omp parallel num_threads(threads)
     {
-        char *mem = memory + shared + (size_t)omp_get_thread_num() * own;
+        char *mem = memory + common + (size_t)omp_get_thread_num() * own;
         float *h = (float *)mem, *scores = h + B * d, *q = scores + group * L;
         Input mine = input_at(q + group * dk, B, d);
         for (int l = 0; l < m->n_layers; l++) {
             const Layer *layer = &m->layers[l];
-            norm_rows(&layer->norm1, x, &mine, h, B, d, &layer->qkv, NULL);
+            norm_rows(&layer->norm1, x, NULL, &mine, h, B, d, &layer->qkv, NULL);
             product_chunks(&layer->qkv, &mine, B, qkv, width, 0);
 #pragma omp barrier
-            attention_phase(m, layer, B, qkv, width, cache + l * layer_stride, row_stride, L, pos, &att_in, scores, q);
+            attention_phase(m, layer, B, qkv, width, cache + l * layer_stride, slots, shared, row_stride, L, pos, &att_in,
+                            scores, q);
             product_chunks(&layer->out, &att_in, B, x, d, 1);
 #pragma omp barrier
-            norm_rows(&layer->norm2, x, &mine, h, B, d, &layer->up, layer->gate.n ? &layer->gate : NULL);
+            norm_rows(&layer->norm2, x, NULL, &mine, h, B, d, &layer->up, layer->gate.n ? &layer->gate : NULL);
             feed_forward_phase(m, layer, B, &mine, gate, &f_in);
             product_chunks(&layer->down, &f_in, B, x, d, 1);
 #pragma omp barrier
         }
-        norm_rows(&m->final_norm, x, &mine, h, B, d, &m->unembed, NULL);
-        product_chunks(&m->unembed, &mine, B, logits, m->vocab, 0);
+        norm_rows(&m->final_norm, x, outputs, &mine, h, outputs ? n_out : B, d, &m->unembed, NULL);
+        product_chunks(&m->unembed, &mine, outputs ? n_out : B, logits, m->vocab, 0);
     }
     free(memory);
     return 0;

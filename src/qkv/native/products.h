@@ -151,48 +151,33 @@ static void prepare_input(Input *in, int b, int64_t k) { prepare_blocks(in, b, k
 
 #define INLINE static inline __attribute__((always_inline))
 
-/* Rows w0 and w1 (w1 NULL: w0 alone) of a float32 (or, with I8, int8) matrix times B vectors: out0, out1 (B).
-   Two rows share each load of x; one row alone keeps two chains of sums (an FMA's latency exceeds a load's). */
-INLINE void rows_float(const void *w0, const void *w1, const int I8, int64_t k, const Input *in, int B, float *out0,
-                       float *out1) {
-#define WEIGHTS(w, j) (I8 ? load_i8((const int8_t *)(w) + (j)) : load_f((const float *)(w) + (j)))
-#define WEIGHT(w, j) (I8 ? (float)((const int8_t *)(w))[j] : ((const float *)(w))[j])
+/* A row w of a float32 (or, with I8, int8) matrix times B vectors: out (B). Two chains of sums per vector (an
+   FMA's latency exceeds a load's), in the same order whatever B is: a vector's result never depends on the others
+   (so several tokens of one text in one step get the numbers they would get one step at a time). */
+INLINE void row_float(const void *w, const int I8, int64_t k, const Input *in, int B, float *out) {
+#define WEIGHTS(j) (I8 ? load_i8((const int8_t *)w + (j)) : load_f((const float *)w + (j)))
+#define WEIGHT(j) (I8 ? (float)((const int8_t *)w)[j] : ((const float *)w)[j])
     vf acc0[MAX_ROWS], acc1[MAX_ROWS];
     for (int b = 0; b < B; b++) acc0[b] = acc1[b] = (vf){0};
     int64_t j = 0;
-    if (!w1) {
-        if (B == 1)
-            for (; j + 2 * LANES <= k; j += 2 * LANES) {
-                __builtin_prefetch((const char *)w0 + (I8 ? 1 : 4) * (j + PREFETCH_ROWS * k), 0, 1);
-                acc0[0] += WEIGHTS(w0, j) * load_f(in->x + j);
-                acc1[0] += WEIGHTS(w0, j + LANES) * load_f(in->x + j + LANES);
-            }
-        for (; j + LANES <= k; j += LANES) {
-            __builtin_prefetch((const char *)w0 + (I8 ? 1 : 4) * (j + PREFETCH_ROWS * k), 0, 1);
-            vf a = WEIGHTS(w0, j);
-            for (int b = 0; b < B; b++) acc0[b] += a * load_f(in->x + b * in->ldx + j);
-        }
-    } else {
-        for (; j + LANES <= k; j += LANES) {
-            __builtin_prefetch((const char *)w0 + (I8 ? 1 : 4) * (j + PREFETCH_ROWS * k), 0, 1);
-            __builtin_prefetch((const char *)w1 + (I8 ? 1 : 4) * (j + PREFETCH_ROWS * k), 0, 1);
-            vf a = WEIGHTS(w0, j), c = WEIGHTS(w1, j);
-            for (int b = 0; b < B; b++) {
-                vf xb = load_f(in->x + b * in->ldx + j);
-                acc0[b] += a * xb;
-                acc1[b] += c * xb;
-            }
+    for (; j + 2 * LANES <= k; j += 2 * LANES) {
+        __builtin_prefetch((const char *)w + (I8 ? 1 : 4) * (j + PREFETCH_ROWS * k), 0, 1);
+        if (!I8) __builtin_prefetch((const float *)w + j + LANES + PREFETCH_ROWS * k, 0, 1);  /* two lines of floats */
+        vf a = WEIGHTS(j), c = WEIGHTS(j + LANES);
+        for (int b = 0; b < B; b++) {
+            acc0[b] += a * load_f(in->x + b * in->ldx + j);
+            acc1[b] += c * load_f(in->x + b * in->ldx + j + LANES);
         }
     }
+    if (j + LANES <= k) {
+        vf a = WEIGHTS(j);
+        for (int b = 0; b < B; b++) acc0[b] += a * load_f(in->x + b * in->ldx + j);
+        j += LANES;
+    }
     for (int b = 0; b < B; b++) {
-        const float *xb = in->x + b * in->ldx;
-        float s0 = hsum(acc0[b] + (w1 ? (vf){0} : acc1[b])), s1 = w1 ? hsum(acc1[b]) : 0.0f;
-        for (int64_t t = j; t < k; t++) {
-            s0 += WEIGHT(w0, t) * xb[t];
-            if (w1) s1 += WEIGHT(w1, t) * xb[t];
-        }
-        out0[b] = s0;
-        if (w1) out1[b] = s1;
+        float sum = hsum(acc0[b] + acc1[b]);
+        for (int64_t t = j; t < k; t++) sum += WEIGHT(t) * in->x[b * in->ldx + t];
+        out[b] = sum;
     }
 #undef WEIGHTS
 #undef WEIGHT
@@ -319,30 +304,21 @@ INLINE void store(const Mat *m, int64_t i, const float *out, int B, float *y, in
     }
 }
 
-/* Rows n0 .. n1-1 of y = W x + b for B vectors (float rows in pairs when B > 1). */
+/* Rows n0 .. n1-1 of y = W x + b for B vectors. */
 INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t ldy, int64_t n0, int64_t n1,
                          int add) {
-    float out[MAX_ROWS], out1[MAX_ROWS];
+    float out[MAX_ROWS];
     const int64_t k = m->k, groups = m->group ? k / m->group : 0;
     const int shift = m->group ? __builtin_ctz((unsigned)(m->group / BLOCK)) : 0;  /* groups of 32 << shift */
     for (int64_t i = n0; i < n1; i++) {
         switch (m->kind) {
         case MAT_F32:
-        case MAT_I8: {
-            const int i8 = m->kind == MAT_I8;
-            const size_t row = (size_t)k * (i8 ? 1 : sizeof(float));
-            const char *w = (const char *)m->w + i * row;
-            int pair = B > 1 && i + 1 < n1;
-            rows_float(w, pair ? w + row : NULL, i8, k, in, B, out, out1);
-            if (i8)
-                for (int b = 0; b < B; b++) out[b] *= m->scale[i], out1[b] *= pair ? m->scale[i + 1] : 1.0f;
-            if (pair) {
-                store(m, i, out, B, y, ldy, add);
-                i++;
-                for (int b = 0; b < B; b++) out[b] = out1[b];
-            }
+            row_float((const float *)m->w + i * k, 0, k, in, B, out);
             break;
-        }
+        case MAT_I8:
+            row_float((const int8_t *)m->w + i * k, 1, k, in, B, out);
+            for (int b = 0; b < B; b++) out[b] *= m->scale[i];
+            break;
         case MAT_I8A8:
             row_i8a8((const int8_t *)m->w + i * k, k, in, B, out);
             for (int b = 0; b < B; b++) out[b] *= m->scale[i];
