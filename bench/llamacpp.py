@@ -84,9 +84,13 @@ def cache_folder() -> Path:
 def make_files(qkv, llama, shipped: Path, folder: Path) -> dict[str, str]:
     """The llama.cpp file of each width (made once, then kept)."""
     files = {"Q4_1": str(shipped)}
-    for kind, peer, request in [("F32", qkv, dict(op="export", type="f32")), ("F16", qkv, dict(op="export", type="f16")),
-                                ("Q8_0", llama, dict(op="quantize", type="Q8_0")),
-                                ("Q4_0", llama, dict(op="quantize", type="Q4_0"))]:  # fmt: skip
+    steps = [
+        ("F32", qkv, dict(op="export", type="f32")),
+        ("F16", qkv, dict(op="export", type="f16")),
+        ("Q8_0", llama, dict(op="quantize", type="Q8_0")),
+        ("Q4_0", llama, dict(op="quantize", type="Q4_0")),
+    ]
+    for kind, peer, request in steps:
         path = folder / f"SmolLM2-135M-Instruct.{kind}.gguf"
         if not path.is_file():
             tmp = path.with_suffix(".tmp")
