@@ -47,6 +47,7 @@ from torch import Tensor, nn
 
 from qkv.decoding.decode_step import gpt_step
 from qkv.decoding.fast_step import GRAPH_STEPS, CapturedStep, FastStep, fast_step_for, resolve_step
+from qkv.decoding.prompt_lookup import Lookup, checked_step, draft_for
 from qkv.decoding.sampling import penalize, sample_next
 from qkv.decoding.sampling_params import SamplingParams
 from qkv.errors import QkvError
@@ -89,6 +90,7 @@ class _Row:
     made: int = 0
     counts: Tensor | None = None  # (V,) how often each token was generated (penalties only)
     seen: Tensor | None = None  # (V,) True where a token is in the text (repetition penalty only)
+    lookup: Lookup | None = None  # the text's n-grams (prompt lookup only: qkv.decoding.prompt_lookup)
 
 
 class Engine:
@@ -185,7 +187,8 @@ class Engine:
         return TokenOutput(request, error=QkvError("the prompt is empty: give at least one token"))
 
     def _row(self, request: Request, tokens: list[int]) -> _Row:
-        row = _Row(request, list(tokens))
+        lookup = Lookup(tokens, request.params.prompt_lookup) if request.params.prompt_lookup else None
+        row = _Row(request, list(tokens), lookup=lookup)
         if request.params.penalized:
             row.counts = torch.zeros(self.vocab_size, dtype=torch.int32, device=self.device)
             row.seen = torch.zeros(self.vocab_size, dtype=torch.bool, device=self.device)
@@ -219,12 +222,16 @@ class Engine:
 
     @torch.no_grad()
     def step(self) -> list[TokenOutput]:
-        """One token for every running request: one batched forward, then each row sampled alone."""
+        """One token for every running request (one or more with prompt lookup, each its own TokenOutput, in order):
+        one batched forward, then each row sampled alone."""
         n = len(self.running)
         if n == 0:
             return []
         rows = list(self.running)
         try:
+            drafts = [draft_for(self, row) for row in rows] if self.mode != "recompute" else []
+            if any(drafts):  # prompt lookup: drafted tokens checked in this step (qkv.decoding.prompt_lookup)
+                return checked_step(self, rows, drafts)
             if self.mode == "recompute":  # no cache: every step is a forward over each row's window
                 logits = self._forward_windows([row.tokens[-self.context :] for row in rows])
             else:
@@ -319,6 +326,13 @@ class Engine:
                 self._drop(slot)
         return [outputs[slot] for slot in slots]
 
+    def _choose(self, row: _Row, logits: Tensor) -> TokenOutput:
+        """Row ``row``'s next token from its logits (1, V), or the error that ends it."""
+        try:
+            return self._sample([row], logits)[0]
+        except Exception as error:  # noqa: BLE001 - a bad request fails alone
+            return TokenOutput(row.request, error=error)
+
     def _sample(self, rows: list[_Row], logits: Tensor) -> list[TokenOutput]:
         params, generator = rows[0].request.params, rows[0].request.generator
         # NaN anywhere poisons the softmax; inf is no probability. One float64 sum finds both (finite logits of
@@ -348,6 +362,8 @@ class Engine:
         request = row.request
         row.tokens.append(token)
         row.made += 1
+        if row.lookup is not None:
+            row.lookup.extend([token])
         if row.counts is not None and row.seen is not None:
             row.counts[token] += 1
             row.seen[token] = True

@@ -80,17 +80,17 @@ class TextStream(Iterator[str]):
         with eval_mode(model, no_grad=False), closing(engine):
             outputs = engine.add([self._request])
             while outputs:
-                (output,) = outputs
-                if output.error is not None:
-                    raise output.error
-                pieces = text.accept(output) if output.token is not None else []
-                if output.token is not None:
-                    reply.token_ids.append(output.token)
-                if text.finish_reason is not None or output.finish_reason is not None:
-                    pieces += text.closing()
-                yield from self._emit(pieces)
-                if reply.finish_reason is not None:
-                    return
+                for output in outputs:  # one a step, or more with prompt lookup
+                    if output.error is not None:
+                        raise output.error
+                    pieces = text.accept(output) if output.token is not None else []
+                    if output.token is not None:
+                        reply.token_ids.append(output.token)
+                    if text.finish_reason is not None or output.finish_reason is not None:
+                        pieces += text.closing()
+                    yield from self._emit(pieces)
+                    if reply.finish_reason is not None:
+                        return
                 outputs = engine.step()
 
     def _emit(self, pieces) -> Iterator[str]:
