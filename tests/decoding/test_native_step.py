@@ -265,3 +265,19 @@ def test_the_library_is_built_once_and_loaded_from_the_cache(monkeypatch, tmp_pa
     monkeypatch.setattr(native.subprocess, "run", lambda args, **kw: calls.append(args) or real_run(args, **kw))
     assert native.build() == first and first.stat().st_mtime_ns == stamp
     assert all("--version" in args for args in calls)  # the compiler was asked its version, never to build
+
+
+def test_a_compiled_step_holds_the_native_step_as_one_operator(quick_compile, monkeypatch) -> None:
+    """torch.compile of the step where the native step runs: one graph, no breaks, calling
+    qkv::native_decode_step, and the model's own tokens."""
+    from qkv.decoding import native_step as native_module
+
+    calls = []
+    real = native_module.NativeStep.__call__
+    monkeypatch.setattr(
+        native_module.NativeStep, "__call__", lambda self, *a, **k: calls.append(1) or real(self, *a, **k)
+    )
+    model = make("llama", "float32")
+    params = SamplingParams(max_new_tokens=12, temperature=0.0)
+    assert decode(model, "compiled", [[3, 4, 5], [9, 9]], params) == decode(model, "model", [[3, 4, 5], [9, 9]], params)
+    assert calls and not quick_compile["graph_break"]

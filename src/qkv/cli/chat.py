@@ -49,7 +49,13 @@ def run(args: argparse.Namespace) -> int:
     params = sampling_params(args)  # checked before the model loads
     template = read_template_file(args.chat_template) if args.chat_template else None
     args.device = use_device(args)
-    bundle = load_for_use(model_path(args), expect="language model", device=args.device, quantize=args.quantize)
+    bundle = load_for_use(
+        model_path(args),
+        expect="language model",
+        device=args.device,
+        quantize=args.quantize,
+        dequantize=args.dequantize,
+    )
     opening = [{"role": "system", "content": args.system}] if args.system else []
     chat_prompt(bundle, [*opening, {"role": "user", "content": "Hi"}], template=template)  # a template, or one line
     compile_note(args.step)

@@ -48,7 +48,13 @@ def run(args: argparse.Namespace) -> int:
         raise QkvError("--num-samples must be at least 1")
     params = sampling_params(args)  # checked before the model loads
     args.device = use_device(args)
-    bundle = load_for_use(model_path(args), expect="language model", device=args.device, quantize=args.quantize)
+    bundle = load_for_use(
+        model_path(args),
+        expect="language model",
+        device=args.device,
+        quantize=args.quantize,
+        dequantize=args.dequantize,
+    )
     tokenizer, model = bundle.tokenizer, bundle.model
     compile_note(args.step)
     note_unknown(tokenizer, args.prompt, what="the prompt")

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from qkv.decoding.decode_step import CrossAttention, gpt_step, transformer_step
-from qkv.decoding.native_step import NativeStep, native_step
+from qkv.decoding.native_step import NativeStep, native_decode_step, native_step
 from qkv.errors import QkvError
 from qkv.layers.capture import is_capturing
 from qkv.layers.fused import fuse_linears
@@ -120,6 +120,9 @@ class FastStep:
         """Next-token logits (B, V) for ``token_ids`` (B,) at ``position`` (1,) or one per row (B,), with the
         static cache ``buffer`` (n_layers, B, 2, h_kv, L, d_k) and, for an encoder-decoder, the encoder's keys
         and values."""
+        if cross is None and token_ids.device.type == "cpu" and isinstance(self._native, NativeStep):
+            positions = position.expand(token_ids.shape[0])  # one position per row
+            return native_decode_step(token_ids, positions, buffer, self._native.handle)  # the step as one op
         kv = buffer.unbind(0)
         if cross is None:
             return gpt_step(self.model, self.projections, token_ids, position, kv, n_keys)
@@ -135,8 +138,11 @@ class FastStep:
             return self._native
 
     def compiled(self, backend: str | None = None) -> Callable[..., Tensor]:
-        """:meth:`step` through ``torch.compile`` (fullgraph: a graph break is an error, not a slow path)."""
+        """:meth:`step` through ``torch.compile`` (fullgraph: a graph break is an error, not a slow path). Where
+        the native step runs, the compiled graph holds it as one operator (``qkv::native_decode_step``)."""
         backend = backend or COMPILE_BACKEND
+        if self.kind == "causal" and next(self.model.parameters()).device.type == "cpu":
+            self.native()  # made before tracing, so that the graph calls it
         with self._lock:
             if backend not in self._compiled:
                 self._compiled[backend] = torch.compile(self.step, backend=backend, fullgraph=True, dynamic=False)

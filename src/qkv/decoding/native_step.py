@@ -24,6 +24,8 @@ Anything else (post-LN, float64 or bfloat16, a projection of mixed kinds, a GPU)
 from __future__ import annotations
 
 import ctypes
+import itertools
+import weakref
 
 import torch
 from torch import Tensor, nn
@@ -63,6 +65,10 @@ class Model(ctypes.Structure):
     _fields_ += [("cos", P), ("sin", P), ("final_norm", Norm), ("unembed", Mat), ("layers", ctypes.POINTER(Layer))]
 
 
+_handles = itertools.count()
+_steps: weakref.WeakValueDictionary[int, NativeStep] = weakref.WeakValueDictionary()  # handle -> step (for the op)
+
+
 class Unsupported(Exception):
     """Why a model cannot run the native step (one sentence)."""
 
@@ -73,6 +79,8 @@ class NativeStep:
     def __init__(self, model: nn.Module, projections: list[nn.Module]) -> None:
         self.model, self._keep = model, []  # the tensors the structs point into
         self.struct = self._describe(model, projections)
+        self.handle = next(_handles)  # how the op qkv::native_decode_step finds this step (torch.compile)
+        _steps[self.handle] = self
 
     def bind(self, lib: ctypes.CDLL) -> NativeStep:
         """Use the step of the loaded library ``lib``."""
@@ -198,6 +206,18 @@ class NativeStep:
                      config.vocab_size, ACTIVATIONS[names[0]] if names else 0, int(rotary is not None),
                      rotary.cos.shape[0] if rotary else 0, cos, sin, self._norm(model.decoder.final_norm),
                      self._mat(model.unembedding), layers)  # fmt: skip
+
+
+@torch.library.custom_op("qkv::native_decode_step", mutates_args=("kv",), device_types="cpu")
+def native_decode_step(token_ids: Tensor, positions: Tensor, kv: Tensor, handle: int) -> Tensor:
+    """The native step ``handle`` (:attr:`NativeStep.handle`) as one operator: what a compiled step
+    (``torch.compile``) calls, so that its graph holds the whole step as one node. (B,) tokens and positions."""
+    return _steps[handle](token_ids, positions, kv)
+
+
+@native_decode_step.register_fake
+def _(token_ids: Tensor, positions: Tensor, kv: Tensor, handle: int) -> Tensor:
+    return token_ids.new_empty((token_ids.shape[0], _steps[handle].struct.vocab), dtype=torch.float32)
 
 
 def native_product(layer: nn.Module, x: Tensor) -> Tensor:
