@@ -1,8 +1,9 @@
 """Where a decode step's time goes: operators per token and milliseconds in matrix products vs the rest.
 
-GPT-2 small (random weights, fp32, CPU), a 32-token prompt, then one-token steps, profiled with
-torch.profiler for each engine: "model" (the model's own forward with the KV cache, the path before the
-decode engine) and "static" (the fixed-shape step, the CPU's default). For each it prints
+GPT-2 small (random weights, fp32, CPU), a 32-token prompt, then one-token steps of the decoding engine, profiled
+with torch.profiler for each step strategy: "model" (the model's own forward with the KV cache, the reference),
+"static" (the fixed-shape step) and "native" (the whole step in one call to C, the CPU's default). For each it
+prints
 
 - operators per token: those called from Python (what the step itself dispatches) and all of them
   (operators that call others count each time), with the view-like ones (view, reshape, transpose,
@@ -55,21 +56,24 @@ VIEWS = {
 
 def profile_engine(model: torch.nn.Module, engine: str, batch: int, steps: int) -> dict[str, float]:
     """Operator counts and times per token of ``steps`` decode steps of ``engine``."""
-    from qkv.decoding.engine import lm_session
+    from qkv.decoding import Engine, Request, SamplingParams
 
-    prompt = torch.randint(0, model.config.vocab_size, (batch, 32), generator=torch.Generator().manual_seed(0))
-    token = prompt[:, -1]
-    with torch.no_grad(), lm_session(model, engine, batch, 32 + 2 * steps + 8) as session:
-        session.prefill(prompt)
+    new_tokens = 3 * steps + 3
+    prompts = torch.randint(0, model.config.vocab_size, (batch, 32), generator=torch.Generator().manual_seed(0))
+    params = SamplingParams(max_new_tokens=new_tokens, temperature=0, ignore_eos=True)
+    pool = Engine(model, batch, 32 + new_tokens + 1, step=engine)
+    with torch.no_grad():
+        pool.add([Request(row.tolist(), params) for row in prompts])  # the prefill
         for _ in range(3):
-            session.step(token)
+            pool.step()
         start = time.perf_counter()
         for _ in range(steps):
-            session.step(token)
+            pool.step()
         wall = (time.perf_counter() - start) / steps
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(steps):
-                session.step(token)
+                pool.step()
+    pool.close()
     events = prof.events()
     top = collections.Counter(
         e.name
@@ -109,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"GPT-2 {'2-layer' if args.quick else 'small'}, fp32, CPU, {torch.get_num_threads()} threads")
     print("engine  batch | ops/token from Python (views) | all ops (views, cat) | matmul ms | rest ms | wall ms/token")
     for batch in (1,) if args.quick else (1, 8):
-        for engine in ("model", "static"):
+        for engine in ("model", "static", "native"):
             r = profile_engine(model, engine, batch, 5 if args.quick else args.steps)
             print(
                 f"{engine:>6} {batch:>6} | {r['top_ops']:17.0f} ({r['top_views']:.0f}) | "

@@ -46,7 +46,7 @@ def smollm2() -> Path:
 def smollm2_qkv(smollm2):
     from qkv.pretrained.gguf import load_gguf
 
-    return load_gguf(smollm2)
+    return load_gguf(smollm2, dequantize=True)  # float32: the file's exact numbers, as transformers reads them
 
 
 @pytest.fixture(scope="session")
@@ -84,9 +84,16 @@ def byte_level_vocab() -> tuple[list[str], list[str]]:
     return [*alphabet, *(m.replace(" ", "") for m in merges), "<|endoftext|>"], merges
 
 
-def write_file(path: Path, arch: str, metadata: dict[str, Any], tensors: dict[str, np.ndarray]) -> Path:
+def write_file(
+    path: Path,
+    arch: str,
+    metadata: dict[str, Any],
+    tensors: dict[str, np.ndarray],
+    blocks: dict[str, str] | None = None,
+) -> Path:
     """A GGUF file written by gguf-py's GGUFWriter: ``metadata`` values typed by gguf-py's own rules (ints as
-    uint32 for scalars, int32 in arrays), tensors stored in their numpy type (float32 or float16)."""
+    uint32 for scalars, int32 in arrays), tensors stored in their numpy type (float32 or float16), or as the
+    quantized blocks they are (uint8 arrays (rows, bytes per row)) of the ggml type ``blocks`` names for them."""
     gguf = need("gguf")
     writer = gguf.GGUFWriter(str(path), arch)
     kinds = gguf.GGUFValueType
@@ -102,7 +109,8 @@ def write_file(path: Path, arch: str, metadata: dict[str, Any], tensors: dict[st
         else:
             writer.add_key_value(key, value, kinds.STRING)
     for name, array in tensors.items():
-        writer.add_tensor(name, array)
+        kind = (blocks or {}).get(name)
+        writer.add_tensor(name, array, raw_dtype=None if kind is None else gguf.GGMLQuantizationType[kind])
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -18,6 +18,7 @@ ROOT = Path(qkv.__file__).parent
 
 FLOORS = [  # low to high; a module's floor is that of the longest prefix naming it
     ("foundations", ["qkv.errors", "qkv.io", "qkv.sharded", "qkv.version", "qkv.devices"]),
+    ("kernels in C, built on first use", ["qkv.native"]),
     ("tokenizers", ["qkv.tokenizers"]),
     ("layers", ["qkv.layers"]),
     ("GGUF, llama.cpp's format: the file, its blocks, names and tokenizer", ["qkv.gguf"]),

@@ -6,7 +6,8 @@ and the docs call, whatever the model is and wherever it lies.
     bundle = qkv.load("runs/shakespeare-int8")     # a folder written by `qkv quantize` (int8 layers and all)
     bundle = qkv.load("models/opus-mt-en-fr")      # a Hugging Face folder (GPT-2, BERT, Marian, Llama, ...)
     bundle = qkv.load("gpt2")                      # a Hub name, downloaded when online
-    bundle = qkv.load("SmolLM2-135M.Q4_1.gguf")    # a GGUF file (llama.cpp's format), dequantized to float32
+    bundle = qkv.load("SmolLM2-135M.Q4_1.gguf")    # a GGUF file (llama.cpp's format): its 4- and 8-bit blocks
+                                                   # as qkv int4 / int8 layers (dequantize=True: all float32)
     bundle.model, bundle.tokenizer, bundle.config  # a qkv model in eval mode, its tokenizer(s), its config
 
 What kind of model came back is a question for its family (:func:`qkv.models.family.family_of`), not for
@@ -35,7 +36,12 @@ from qkv.storage import MODEL_FILE
 
 
 def load(
-    path: str | Path, *, device: str | torch.device = "cpu", quantize: str | None = None, merge_adapters: bool = False
+    path: str | Path,
+    *,
+    device: str | torch.device = "cpu",
+    quantize: str | None = None,
+    merge_adapters: bool = False,
+    dequantize: bool = False,
 ) -> ModelBundle:
     """The model at ``path`` on ``device``, in eval mode, with its tokenizer(s) and config.
 
@@ -43,15 +49,17 @@ def load(
     folder written by ``qkv quantize``, a Hugging Face folder (a config.json with a ``model_type``), a GGUF
     file (recognised by its first bytes, :func:`qkv.pretrained.gguf.load_gguf`), or, when online, a Hub name such as
     ``gpt2`` or ``Helsinki-NLP/opus-mt-en-fr``. ``quantize="int8"`` (or "int4")
-    quantizes the loaded weights (:func:`qkv.quantization.quantize_model`). A LoRA adapter folder (a ``qkv train
-    --lora`` run, :mod:`qkv.adapter_dir`) opens as its base with the adapters; ``merge_adapters=True`` folds them
-    into the float base instead (W + (alpha / r) B A: plain layers, what ``qkv merge`` saves). Every problem with
-    the path or its files is a one-line :class:`~qkv.errors.QkvError`.
+    quantizes the loaded weights (:func:`qkv.quantization.quantize_model`). A GGUF file's Q4_0, Q4_1, Q4_K and
+    Q8_0 matrices load as qkv's int4 and int8 layers; ``dequantize=True`` makes every tensor float32 instead. A LoRA
+    adapter folder (a ``qkv train --lora`` run, :mod:`qkv.adapter_dir`) opens as its base with the adapters (a GGUF
+    base in float32, as it was trained); ``merge_adapters=True`` folds them into the float base instead
+    (W + (alpha / r) B A: plain layers, what ``qkv merge`` saves). Every problem with the path or its files is a
+    one-line :class:`~qkv.errors.QkvError`.
     """
     device = resolve_device(device, flag="device")  # "banana", or cuda without a GPU: one line, before the load
     if quantize is not None:
         check_scheme(quantize)  # before the (slow) load
-        bundle = load(path, device=device, merge_adapters=merge_adapters)
+        bundle = load(path, device=device, merge_adapters=merge_adapters, dequantize=True)  # from float weights
         quantize_model(bundle.model, quantize)
         return bundle
     if not isinstance(path, str | Path) or not str(path).strip():
@@ -63,7 +71,7 @@ def load(
     if folder.is_dir() and is_adapter_dir(folder):
         return _load_lora(folder, device, merge=merge_adapters)
     if folder.is_file():
-        return _load_file(folder, device)
+        return _load_file(folder, device, dequantize)
     if folder.exists():
         return load_pretrained(folder, device=device) if is_hugging_face_folder(folder) else _load_run(folder, device)
     name = str(path)
@@ -83,13 +91,13 @@ def is_hugging_face_folder(folder: str | Path) -> bool:
         return False
 
 
-def _load_file(path: Path, device: str | torch.device) -> ModelBundle:
+def _load_file(path: Path, device: str | torch.device, dequantize: bool = False) -> ModelBundle:
     """A model file: GGUF (by its magic bytes, whatever its name); any other file is one line saying what to give."""
     from qkv.gguf import is_gguf_file
     from qkv.pretrained.gguf import load_gguf
 
     if is_gguf_file(path):
-        return load_gguf(path, device=device)
+        return load_gguf(path, device=device, dequantize=dequantize)
     raise QkvError(
         f"{path} is a file, and the only model files qkv opens are GGUF files (llama.cpp's format): give a .gguf "
         "file, a run directory written by `qkv train` or a Hugging Face model folder"
@@ -120,7 +128,7 @@ def _load_lora(folder: Path, device: str | torch.device, *, merge: bool) -> Mode
             f"{folder}'s adapters adapt {base} (adapter_config.json's base_model_name_or_path), which does not "
             "exist: put the base model back there, or write its new path into adapter_config.json"
         )
-    bundle = load(base, device=device, quantize=None if merge else config.base_quantization)
+    bundle = load(base, device=device, quantize=None if merge else config.base_quantization, dequantize=True)
     if has_lora(bundle.model):  # the base is itself a LoRA run: its adapters merged into it first
         merge_lora(bundle.model)
     checkpoint = None

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from qkv.cli import main
-from qkv.cli.train import best_score
+from qkv.cli.train_report import best_score
 from tests.cli.conftest import gpt_and_translator
 from tests.cli.test_bad_input import GOOD_TEXT, assert_one_line_error, run_cli, train_args
 

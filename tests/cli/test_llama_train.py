@@ -32,7 +32,7 @@ def test_the_run_is_a_llama_with_the_flags_sizes(llama_run) -> None:
 def test_the_run_generates_text_and_every_engine_gives_the_same_tokens(llama_run, capsys) -> None:
     import torch
 
-    from qkv.cli.train import print_samples
+    from qkv.cli.train_report import print_samples
     from qkv.decoding import generate
     from qkv.model_dir import load_model_dir
 

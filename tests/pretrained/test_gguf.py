@@ -55,7 +55,7 @@ MEASURE = """
 import json, resource, sys, torch
 import qkv.pretrained.gguf
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-bundle = qkv.pretrained.gguf.load_gguf(sys.argv[1])
+bundle = qkv.pretrained.gguf.load_gguf(sys.argv[1], dequantize=True)
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 weights = sum(p.numel() * p.element_size() for p in bundle.model.parameters())
 print(json.dumps({"peak": (after - before) * 1024, "weights": weights}))

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 import torch
 
-from qkv.decoding.engine import TokenOutput
+from qkv.decoding.request import TokenOutput
 from qkv.server.jobs import prepare_completion
 from qkv.server.limits import Limits
 from qkv.server.metrics import Metrics

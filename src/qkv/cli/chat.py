@@ -53,7 +53,13 @@ def run(args: argparse.Namespace) -> int:
         raise QkvError(f"--max-new-tokens {params.max_new_tokens} leaves no room for an answer: give at least 1")
     template = read_template_file(args.chat_template) if args.chat_template else None
     args.device = use_device(args)
-    bundle = load_for_use(model_path(args), expect="language model", device=args.device, quantize=args.quantize)
+    bundle = load_for_use(
+        model_path(args),
+        expect="language model",
+        device=args.device,
+        quantize=args.quantize,
+        dequantize=args.dequantize,
+    )
     opening = [{"role": "system", "content": args.system}] if args.system else []
     chat_prompt(bundle, [*opening, {"role": "user", "content": "Hi"}], template=template)  # a template, or one line
     release_notes()  # the input is checked: the notes held so far (qkv.cli.held_notes) come now

@@ -10,13 +10,15 @@ from qkv.model_dir import ModelBundle
 from qkv.models.family import family_of
 
 
-def load_for_use(path: str, *, expect: str, device: str = "cpu", quantize: str | None = None) -> ModelBundle:
+def load_for_use(
+    path: str, *, expect: str, device: str = "cpu", quantize: str | None = None, dequantize: bool = False
+) -> ModelBundle:
     """Load a model with :func:`qkv.load` and check that its family has the role the verb needs.
 
     ``expect`` is a role (:data:`qkv.models.family.ROLES`): "language model", "translator" or "encoder"; a
     translator may be a Transformer or an RNNSearch.
     """
-    return check_role(load(path, device=device, quantize=quantize), path, expect=expect)
+    return check_role(load(path, device=device, quantize=quantize, dequantize=dequantize), path, expect=expect)
 
 
 def check_role(bundle: ModelBundle, path: str, *, expect: str) -> ModelBundle:
@@ -42,13 +44,20 @@ MODEL_HELP = (
 
 
 def add_quantize_argument(parser) -> None:
-    """--quantize SCHEME: run the model with int8 or int4 weights (quantized as it loads)."""
+    """--quantize SCHEME: run the model with int8 or int4 weights (quantized as it loads); --dequantize: a GGUF
+    file's quantized matrices as float32."""
     parser.add_argument(
         "--quantize",
         metavar="SCHEME",
         help="int8: quantize the weights as the model loads (weight-only int8, a scale per output channel; "
         "about 4x less weight memory); int4: the linear layers in groups of 32 weights (the unembedding int8; "
         "see docs/deploy.md)",
+    )
+    parser.add_argument(
+        "--dequantize",
+        action="store_true",
+        help="a .gguf file's Q4/Q8 matrices as float32 (its exact numbers, 6-8x the memory) instead of qkv's int4 "
+        "and int8 layers",
     )
 
 
@@ -70,8 +79,9 @@ def add_step_argument(parser) -> None:
         "--step",
         choices=STEPS,
         default="auto",
-        help="how each decoding step runs: auto (default: a CUDA graph on a GPU, the static-cache step elsewhere), "
-        "model (the model's own forward, the reference), static, compiled (torch.compile; slow to start), "
+        help="how each decoding step runs: auto (default: a CUDA graph on a GPU; on the CPU the native step where "
+        "it applies, else static), model (the model's own forward, the reference), native (the whole step in one "
+        "call to C, built once with the system's compiler), static, compiled (torch.compile; slow to start), "
         "graph or compiled-graph (CUDA only)",
     )
     add_alias(parser, "--engine", of="--step", dest="step", choices=STEPS)

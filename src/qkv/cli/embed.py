@@ -37,7 +37,9 @@ def run(args: argparse.Namespace) -> int:
         args.sentences, args.run_dir = [args.run_dir, *args.sentences], None
     if not args.sentences:
         raise QkvError('give one or more sentences to embed, e.g. qkv embed --model DIR "A man is eating."')
-    bundle = load_for_use(model_path(args), expect="encoder", device=use_device(args), quantize=args.quantize)
+    bundle = load_for_use(
+        model_path(args), expect="encoder", device=use_device(args), quantize=args.quantize, dequantize=args.dequantize
+    )
     from qkv.pretrained import embed_sentences
 
     vectors = embed_sentences(bundle, args.sentences)  # the model's own pooling (mean for qkv encoders)

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
                 "line) for BLEU and chrF"
             )
         raise QkvError("give a text FILE to evaluate on: qkv eval RUN_DIR FILE")
-    bundle = load(path, device=use_device(args), quantize=args.quantize)
+    bundle = load(path, device=use_device(args), quantize=args.quantize, dequantize=args.dequantize)
     if family_of(bundle.model).role == "translator":
         raise QkvError(
             f"{path} is a translator: it scores a test set, not a text file: qkv eval {path} --src SOURCES --ref "
@@ -80,7 +80,13 @@ def evaluate_translator_from_cli(args: argparse.Namespace) -> int:
 
     if not (args.src and args.ref):
         raise QkvError("give both --src (source sentences) and --ref (reference translations)")
-    bundle = load_for_use(model_path(args), expect="translator", device=use_device(args), quantize=args.quantize)
+    bundle = load_for_use(
+        model_path(args),
+        expect="translator",
+        device=use_device(args),
+        quantize=args.quantize,
+        dequantize=args.dequantize,
+    )
     translator = Translator.from_bundle(bundle)
     sources, references = _lines(args.src, "source file"), _lines(args.ref, "reference file")
     if len(sources) != len(references):

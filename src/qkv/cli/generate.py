@@ -47,7 +47,13 @@ def run(args: argparse.Namespace) -> int:
         raise QkvError("--num-samples must be at least 1")
     params = sampling_params(args)  # checked before the model loads
     args.device = use_device(args)
-    bundle = load_for_use(model_path(args), expect="language model", device=args.device, quantize=args.quantize)
+    bundle = load_for_use(
+        model_path(args),
+        expect="language model",
+        device=args.device,
+        quantize=args.quantize,
+        dequantize=args.dequantize,
+    )
     tokenizer, model = bundle.tokenizer, bundle.model
     release_notes()  # the input is checked: the notes held so far (qkv.cli.held_notes) come now
     compile_note(args.step)

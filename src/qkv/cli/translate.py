@@ -66,7 +66,13 @@ def run(args: argparse.Namespace) -> int:
         raise QkvError("--batch-size must be at least 1, and --max-len-a and --max-len-b not negative")
     if args.model and args.run_dir:  # `qkv translate --model X "sentence"`: the first sentence, not a run dir
         args.sentences, args.run_dir = [args.run_dir, *args.sentences], None
-    bundle = load_for_use(model_path(args), expect="translator", device=use_device(args), quantize=args.quantize)
+    bundle = load_for_use(
+        model_path(args),
+        expect="translator",
+        device=use_device(args),
+        quantize=args.quantize,
+        dequantize=args.dequantize,
+    )
     translator = Translator.from_bundle(bundle, step=args.step)
     compile_note(args.step)
     sentences = read_sentences(args)

@@ -5,8 +5,9 @@
 """
 
 from qkv.decoding.beam_search import Hypothesis, beam_search, greedy_decode, translate_batch
-from qkv.decoding.engine import Engine, Request, TokenOutput
+from qkv.decoding.engine import Engine
 from qkv.decoding.generate import TextStreamer, generate, stream
+from qkv.decoding.request import Request, TokenOutput
 from qkv.decoding.sampling import (
     min_p_filter,
     penalize,

@@ -30,13 +30,15 @@ prefilled afresh at each such step, which is the computation of the uncached pat
 uncached path for every step: the reference the cached one is tested against.
 
 **Strategies** (``step=``, :mod:`qkv.decoding.fast_step`): "model" runs the model's own forward over each row's
-slice of the pool; "static" the fixed-shape step of :mod:`qkv.decoding.decode_step` eagerly, over the filled
+slice of the pool; "native" the whole step in one call to C (:mod:`qkv.decoding.native_step`); "static" the
+fixed-shape step of :mod:`qkv.decoding.decode_step` eagerly, over the filled
 positions only; "compiled" and the CUDA-graph strategies run it over every slot, with fixed shapes (idle slots
 compute at position 0 and are ignored), so that one graph serves every step.
 """
 
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -44,41 +46,14 @@ import torch
 from torch import Tensor, nn
 
 from qkv.decoding.decode_step import gpt_step
-from qkv.decoding.fast_step import GRAPH_STEPS, CapturedStep, fast_step_for, resolve_step
+from qkv.decoding.fast_step import GRAPH_STEPS, CapturedStep, FastStep, fast_step_for, resolve_step
+from qkv.decoding.prompt_lookup import Lookup, checked_step, draft_for
+from qkv.decoding.request import Request, TokenOutput
 from qkv.decoding.sampling import penalize, sample_next
-from qkv.decoding.sampling_params import SamplingParams
 from qkv.errors import QkvError
 from qkv.layers.linear import onednn_rows
 from qkv.layers.softmax import log_softmax
 from qkv.models.memory import check_kv_pool, new_tokens_error
-
-
-@dataclass(eq=False)
-class Request:
-    """One text to continue: its prompt ids, how to choose its tokens, and which ids end it (``stop_ids``: the
-    end-of-sequence token, a chat template's end of turn; ignored with ``params.ignore_eos``). ``tag`` is the
-    caller's own handle; :attr:`cropped` is set when it joins: prompt tokens dropped to fit the context."""
-
-    prompt: list[int]
-    params: SamplingParams
-    stop_ids: frozenset[int] = frozenset()
-    generator: torch.Generator | None = None
-    tag: object = None
-    cropped: int = 0
-
-
-@dataclass(frozen=True, eq=False)
-class TokenOutput:
-    """What one step made for one request: its new ``token``, and with ``params.logprobs`` the token's
-    log-probability under the raw logits and the ``top`` alternatives ((id, logprob), ...); ``finish_reason``
-    "stop" (a stop id) or "length" (max_new_tokens) when it ended; ``error`` when it failed (then no token)."""
-
-    request: Request
-    token: int | None = None
-    logprob: float | None = None
-    top: tuple[tuple[int, float], ...] = ()
-    finish_reason: str | None = None
-    error: BaseException | None = None
 
 
 @dataclass(eq=False)
@@ -88,6 +63,7 @@ class _Row:
     made: int = 0
     counts: Tensor | None = None  # (V,) how often each token was generated (penalties only)
     seen: Tensor | None = None  # (V,) True where a token is in the text (repetition penalty only)
+    lookup: Lookup | None = None  # the text's n-grams (prompt lookup only: qkv.decoding.prompt_lookup)
 
 
 class Engine:
@@ -101,6 +77,7 @@ class Engine:
         weight = next(p for p in model.parameters() if p.is_floating_point())  # not an int8 matrix
         self.device, self.vocab_size = weight.device, model.config.vocab_size
         self.running: list[_Row] = []  # row i lives in slot i
+        self._fast: FastStep | None = None  # the model's fast step, looked up (and checked) when requests join
         self.buffer: Tensor | None = None
         self._captured: CapturedStep | None = None
         self._graph_key: tuple | None = None
@@ -174,6 +151,7 @@ class Engine:
             return outputs
         first = len(self.running)
         self.running.extend(joining)
+        self._fast = None  # checked again at the next step: the weights may have changed since the last request
         try:
             logits = self._prefill(first, [row.tokens for row in joining])  # (k, V)
         except Exception as error:  # noqa: BLE001 - the joining requests fail; the running ones go on
@@ -186,7 +164,8 @@ class Engine:
         return TokenOutput(request, error=QkvError("the prompt is empty: give at least one token"))
 
     def _row(self, request: Request, tokens: list[int]) -> _Row:
-        row = _Row(request, list(tokens))
+        lookup = Lookup(tokens, request.params.prompt_lookup) if request.params.prompt_lookup else None
+        row = _Row(request, list(tokens), lookup=lookup)
         if request.params.penalized:
             row.counts = torch.zeros(self.vocab_size, dtype=torch.int32, device=self.device)
             row.seen = torch.zeros(self.vocab_size, dtype=torch.bool, device=self.device)
@@ -220,12 +199,16 @@ class Engine:
 
     @torch.no_grad()
     def step(self) -> list[TokenOutput]:
-        """One token for every running request: one batched forward, then each row sampled alone."""
+        """One token for every running request (one or more with prompt lookup, each its own TokenOutput, in order):
+        one batched forward, then each row sampled alone."""
         n = len(self.running)
         if n == 0:
             return []
         rows = list(self.running)
         try:
+            drafts = [draft_for(self, row) for row in rows] if self.mode != "recompute" else []
+            if any(drafts):  # prompt lookup: drafted tokens checked in this step (qkv.decoding.prompt_lookup)
+                return checked_step(self, rows, drafts)
             if self.mode == "recompute":  # no cache: every step is a forward over each row's window
                 logits = self._forward_windows([row.tokens[-self.context :] for row in rows])
             else:
@@ -252,15 +235,27 @@ class Engine:
         tokens = [r.tokens[-1] if len(r.tokens) <= self.context else 0 for r in rows]
         if self.mode == "model":
             return self._model_step(tokens, positions)
+        if self.mode == "native":  # one call to C for the whole step (qkv.decoding.native_step)
+            position = torch.tensor(positions, dtype=torch.long)
+            ids = torch.tensor(tokens, dtype=torch.long)
+            return self._fast_step().native()(ids, position, self.buffer[:, :n])  # type: ignore[operator]
         if self.mode == "static":
             kv = self.buffer[:, :n].unbind(0)  # (n, 2, h_kv, L, d_k) per layer: views of the first n slots
             same = all(p == positions[0] for p in positions)
             position = torch.tensor(positions[:1] if same else positions, dtype=torch.long, device=self.device)
             ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
-            fast = fast_step_for(self.model)
+            fast = self._fast_step()
             with onednn_rows():  # a few rows: oneDNN on its own layout of the weights (qkv.layers.linear)
                 return gpt_step(self.model, fast.projections, ids, position, kv, max(positions) + 1)
         return self._fixed_step(tokens, positions)[:n]
+
+    def _fast_step(self) -> FastStep:
+        """The model's :class:`FastStep`: looked up once after requests join (comparing every parameter with the
+        one it was made from costs a few hundred microseconds, as much as a small model's step in C), then kept
+        while those requests run."""
+        if self._fast is None:
+            self._fast = fast_step_for(self.model)
+        return self._fast
 
     def _model_step(self, tokens: list[int], positions: list[int]) -> Tensor:
         """The reference: the model's own forward over each run of rows at one position."""
@@ -282,7 +277,7 @@ class Engine:
         c.tokens.zero_(), c.position.zero_()
         c.tokens[:n] = torch.tensor(tokens, dtype=torch.long)
         c.position[:n] = torch.tensor(positions, dtype=torch.long)
-        fast = fast_step_for(self.model)
+        fast = self._fast_step()
         if self.mode in GRAPH_STEPS:
             if c.graph is None:
                 c.capture(fast.step if self.mode == "graph" else fast.compiled())
@@ -308,9 +303,18 @@ class Engine:
                 self._drop(slot)
         return [outputs[slot] for slot in slots]
 
+    def _choose(self, row: _Row, logits: Tensor) -> TokenOutput:
+        """Row ``row``'s next token from its logits (1, V), or the error that ends it."""
+        try:
+            return self._sample([row], logits)[0]
+        except Exception as error:  # noqa: BLE001 - a bad request fails alone
+            return TokenOutput(row.request, error=error)
+
     def _sample(self, rows: list[_Row], logits: Tensor) -> list[TokenOutput]:
         params, generator = rows[0].request.params, rows[0].request.generator
-        if not bool(torch.isfinite(logits).all()):  # NaN anywhere poisons the softmax; inf is no probability
+        # NaN anywhere poisons the softmax; inf is no probability. One float64 sum finds both (finite logits of
+        # any float dtype cannot overflow it), a tenth of the cost of isfinite().all() on 49k logits.
+        if not math.isfinite(float(logits.sum(dtype=torch.float64))):
             raise QkvError(
                 "the model's logits are not finite (NaN or inf): its weights hold NaN or inf values, or "
                 "overflow in this precision; check the model file, or run in float32"
@@ -335,6 +339,8 @@ class Engine:
         request = row.request
         row.tokens.append(token)
         row.made += 1
+        if row.lookup is not None:
+            row.lookup.extend([token])
         if row.counts is not None and row.seen is not None:
             row.counts[token] += 1
             row.seen[token] = True

@@ -6,15 +6,19 @@ translators) asks for next-token logits one step at a time. The ``step`` argumen
 - ``"model"``: the model's own forward with its KV cache (:class:`qkv.layers.kv_cache.KVCache`): the
   reference every other strategy is tested against, and the path for any model whose family declares no fast
   step (:attr:`qkv.models.family.Family.decode_step`), or while activations are captured;
+- ``"native"``: a decoder-only model's whole step in one call to C (:mod:`qkv.decoding.native_step`, built
+  once per machine by :mod:`qkv.native`), float32 on the CPU with float32, int8 or int4 weights (the CPU's
+  default where it applies);
 - ``"static"``: the fixed-shape step of :mod:`qkv.decoding.decode_step` in eager mode over a static cache
-  allocated once (the CPU's default: no compilation to wait for);
+  allocated once (the CPU's default where the native step does not apply: no compilation to wait for);
 - ``"compiled"``: that step through ``torch.compile`` (one graph, no graph breaks, the same graph for
   every position);
 - ``"graph"``: that step (eager kernels) captured once as a CUDA graph and replayed for every token, so
   the GPU runs a whole step per launch (the default on CUDA; capture takes milliseconds);
 - ``"compiled-graph"``: the compiled step captured as a CUDA graph (fewer, fused kernels; compiling takes
   a while once per shape);
-- ``"auto"``: ``"graph"`` on CUDA, ``"static"`` elsewhere, ``"model"`` where the fast step does not apply.
+- ``"auto"``: ``"graph"`` on CUDA; on the CPU ``"native"`` where it applies (a decoder-only model in float32,
+  a C compiler at hand), else ``"static"``; ``"model"`` where no fast step applies.
 
 :class:`FastStep` keeps, per model, the stacked W_q/W_k/W_v copies of :func:`qkv.layers.fused.fuse_linears`,
 the compiled step and a pool of captured CUDA graphs; it is rebuilt when the model's parameters change (another
@@ -32,12 +36,13 @@ import torch
 from torch import Tensor, nn
 
 from qkv.decoding.decode_step import CrossAttention, gpt_step, transformer_step
+from qkv.decoding.native_step import NativeStep, native_decode_step, native_step
 from qkv.errors import QkvError
 from qkv.layers.capture import is_capturing
 from qkv.layers.fused import fuse_linears
 from qkv.models.family import family_of
 
-STEPS = ("auto", "model", "static", "compiled", "graph", "compiled-graph")
+STEPS = ("auto", "model", "native", "static", "compiled", "graph", "compiled-graph")
 GRAPH_STEPS = ("graph", "compiled-graph")
 COMPILE_BACKEND = "inductor"  # torch.compile's backend for the compiled strategies (tests use a quicker one)
 
@@ -51,8 +56,9 @@ def declared_step(model: nn.Module) -> str | None:
 
 
 def resolve_step(model: nn.Module, step: str = "auto") -> str:
-    """The strategy a step will use for ``model``: one of "model", "static", "compiled", "graph",
-    "compiled-graph". Unknown names, and the CUDA-graph strategies off CUDA, are a QkvError."""
+    """The strategy a step will use for ``model``: one of "model", "native", "static", "compiled", "graph",
+    "compiled-graph". Unknown names, the CUDA-graph strategies off CUDA, and "native" where it cannot run (with
+    the reason) are a QkvError."""
     if step not in STEPS:
         raise QkvError(f"step={step!r} is unknown: choose one of {', '.join(STEPS)}")
     device = next(model.parameters()).device
@@ -66,6 +72,12 @@ def resolve_step(model: nn.Module, step: str = "auto") -> str:
         return "model"  # taps need the model's own forward
     if kind == "one-pass":  # an encoder: one pass over whole sequences, no cache, no steps to compile or replay
         return "model" if step == "model" else "static"
+    if step == "native" or (step == "auto" and device.type == "cpu" and kind == "causal"):
+        found = fast_step_for(model).native() if kind == "causal" else "it runs decoder-only models (GPT, Llama)"
+        if isinstance(found, NativeStep):
+            return "native"
+        if step == "native":
+            raise QkvError(f"step='native' cannot run here: {found}; use step='static' (--step static)")
     if step == "auto":
         return "graph" if device.type == "cuda" else "static"
     return step
@@ -92,6 +104,7 @@ class FastStep:
         stack = model.encoder if self.kind == "one-pass" else model.decoder
         self.projections = [fuse_linears(b.self_attn.query, b.self_attn.key, b.self_attn.value) for b in stack.blocks]
         self._compiled: dict[str, Callable[..., Tensor]] = {}
+        self._native: NativeStep | str | None = None
         self._graphs: dict[tuple, list] = {}  # idle captured graphs (with their buffers) by shape
         self._lock = threading.Lock()
 
@@ -107,6 +120,9 @@ class FastStep:
         """Next-token logits (B, V) for ``token_ids`` (B,) at ``position`` (1,) or one per row (B,), with the
         static cache ``buffer`` (n_layers, B, 2, h_kv, L, d_k) and, for an encoder-decoder, the encoder's keys
         and values."""
+        if cross is None and token_ids.device.type == "cpu" and isinstance(self._native, NativeStep):
+            positions = position.expand(token_ids.shape[0])  # one position per row
+            return native_decode_step(token_ids, positions, buffer, self._native.handle)  # the step as one op
         kv = buffer.unbind(0)
         if cross is None:
             return gpt_step(self.model, self.projections, token_ids, position, kv, n_keys)
@@ -114,9 +130,19 @@ class FastStep:
         state = CrossAttention(keys, values, mask, group, empty)
         return transformer_step(self.model, self.projections, token_ids, position, kv, state, n_keys)
 
+    def native(self) -> NativeStep | str:
+        """The model's step in C (:mod:`qkv.decoding.native_step`), or the sentence saying why there is none."""
+        with self._lock:
+            if self._native is None:
+                self._native = native_step(self.model, self.projections)
+            return self._native
+
     def compiled(self, backend: str | None = None) -> Callable[..., Tensor]:
-        """:meth:`step` through ``torch.compile`` (fullgraph: a graph break is an error, not a slow path)."""
+        """:meth:`step` through ``torch.compile`` (fullgraph: a graph break is an error, not a slow path). Where
+        the native step runs, the compiled graph holds it as one operator (``qkv::native_decode_step``)."""
         backend = backend or COMPILE_BACKEND
+        if self.kind == "causal" and next(self.model.parameters()).device.type == "cpu":
+            self.native()  # made before tracing, so that the graph calls it
         with self._lock:
             if backend not in self._compiled:
                 self._compiled[backend] = torch.compile(self.step, backend=backend, fullgraph=True, dynamic=False)

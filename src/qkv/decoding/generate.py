@@ -13,6 +13,7 @@ finished: their later positions are filled with that id, and generation stops as
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import closing
 from typing import Any
@@ -20,8 +21,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from qkv.decoding.engine import Engine, Request
+from qkv.decoding.engine import Engine
 from qkv.decoding.fast_step import bucket, resolve_step
+from qkv.decoding.request import Request
 from qkv.decoding.sampling_params import SamplingParams
 from qkv.errors import QkvError
 from qkv.models.eval_mode import eval_mode
@@ -119,17 +121,27 @@ class TokenStream(Iterator[Tensor]):
         engine = Engine(self.model, batch, cache_length(self.model, mode, kept, new), step=step, use_cache=use_cache)
         rows = [Request(self.ids[b].tolist(), self.params, stops, generator, tag=b) for b in range(batch)]
         made = torch.zeros(batch, dtype=torch.long)
+        waiting: list[deque[int]] = [deque() for _ in range(batch)]  # a row's tokens not yet yielded
+        ended = [False] * batch
+
+        def take(outputs: list) -> None:  # one or more outputs per row (prompt lookup drafts several tokens)
+            for out in outputs:
+                if out.error is not None:
+                    raise out.error
+                waiting[out.request.tag].append(out.token)
+                ended[out.request.tag] |= out.finish_reason is not None
+
         with eval_mode(self.model, no_grad=False), closing(engine):  # eval mode until the stream ends or closes
-            outputs = engine.add(rows)
+            take(engine.add(rows))
             for _ in range(new):
-                for out in outputs:
-                    if out.error is not None:
-                        raise out.error
-                    made[out.request.tag] = out.token  # finished rows keep their last (end) id
+                while engine.running and not all(waiting[b] or ended[b] for b in range(batch)):
+                    take(engine.step())
+                for b in range(batch):
+                    if waiting[b]:
+                        made[b] = waiting[b].popleft()  # finished rows keep their last (end) id
                 yield made.to(self.ids.device, copy=True)
-                if not engine.running:
+                if not engine.running and not any(waiting):
                     return
-                outputs = engine.step()
 
     def __next__(self) -> Tensor:
         return next(self._steps)

@@ -26,9 +26,10 @@ import torch
 
 from qkv.chat_templates import chat_prompt
 from qkv.chat_templates.template import ChatTemplate
-from qkv.decoding.engine import Engine, Request
+from qkv.decoding.engine import Engine
 from qkv.decoding.fast_step import resolve_step
 from qkv.decoding.generate import cache_length
+from qkv.decoding.request import Request
 from qkv.decoding.sampling_params import SamplingParams
 from qkv.decoding.text import ChoiceText
 from qkv.errors import QkvError
@@ -80,17 +81,17 @@ class TextStream(Iterator[str]):
         with eval_mode(model, no_grad=False), closing(engine):
             outputs = engine.add([self._request])
             while outputs:
-                (output,) = outputs
-                if output.error is not None:
-                    raise output.error
-                pieces = text.accept(output) if output.token is not None else []
-                if output.token is not None:
-                    reply.token_ids.append(output.token)
-                if text.finish_reason is not None or output.finish_reason is not None:
-                    pieces += text.closing()
-                yield from self._emit(pieces)
-                if reply.finish_reason is not None:
-                    return
+                for output in outputs:  # one a step, or more with prompt lookup
+                    if output.error is not None:
+                        raise output.error
+                    pieces = text.accept(output) if output.token is not None else []
+                    if output.token is not None:
+                        reply.token_ids.append(output.token)
+                    if text.finish_reason is not None or output.finish_reason is not None:
+                        pieces += text.closing()
+                    yield from self._emit(pieces)
+                    if reply.finish_reason is not None:
+                        return
                 outputs = engine.step()
 
     def _emit(self, pieces) -> Iterator[str]:

@@ -15,7 +15,10 @@ vLLM and llama.cpp:
   occurrence from the logit of every token the generation has made so far (its new tokens, as vLLM counts);
 - ``max_new_tokens`` bounds the new tokens; ``stop`` holds strings that end the text (the text layer checks them:
   :mod:`qkv.decoding.stop`); ``ignore_eos`` keeps going past the end token; ``logprobs`` asks for the chosen
-  token's log-probability and that many top alternatives per step; ``seed`` makes the draws reproducible.
+  token's log-probability and that many top alternatives per step; ``seed`` makes the draws reproducible;
+- ``prompt_lookup`` k > 0 drafts up to k tokens a step from the text itself, checked by the model in that step
+  (:mod:`qkv.decoding.prompt_lookup`): the same greedy text, in fewer steps when the text repeats what it was
+  given. Greedy decoding only, without penalties.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None
     seed: int | None = None
+    prompt_lookup: int = 0
 
     def __post_init__(self) -> None:
         self._check()
@@ -73,6 +77,7 @@ class SamplingParams:
         self._check_counts()
         self._check_filters()
         self._check_penalties()
+        self._check_prompt_lookup()
 
     def _check_counts(self) -> None:
         if not _is_whole(self.max_new_tokens) or self.max_new_tokens < 0:
@@ -101,6 +106,15 @@ class SamplingParams:
             raise QkvError(f"top_p={self.top_p!r} must be in (0, 1]: use e.g. 0.9, or 1/None to keep every token")
         if self.min_p is not None and (not _is_number(self.min_p) or not 0 <= self.min_p <= 1):
             raise QkvError(f"min_p={self.min_p!r} must be in [0, 1]: use e.g. 0.05, or 0/None to keep every token")
+
+    def _check_prompt_lookup(self) -> None:
+        if not _is_whole(self.prompt_lookup) or self.prompt_lookup < 0:
+            raise QkvError(f"prompt_lookup={self.prompt_lookup!r} must be a whole number >= 0: drafted tokens a step")
+        if self.prompt_lookup and (self.temperature >= GREEDY_BELOW or self.penalized):
+            raise QkvError(
+                f"prompt_lookup={self.prompt_lookup} checks drafted tokens against greedy decoding: use temperature=0 "
+                "without penalties, or prompt_lookup=0"
+            )
 
     def _check_penalties(self) -> None:
         if not _is_number(self.repetition_penalty) or self.repetition_penalty <= 0:

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from qkv.decoding.engine import TokenOutput
 from qkv.decoding.generate import TextStreamer
+from qkv.decoding.request import TokenOutput
 from qkv.decoding.stop import StopText
 from qkv.tokenizers.base import Tokenizer
 from qkv.tokenizers.token_text import token_text

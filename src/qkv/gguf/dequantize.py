@@ -83,7 +83,7 @@ def dequantize_q4_1(blocks: Tensor, out: Tensor) -> None:
     out.mul_(_f16(blocks, 0)).add_(_f16(blocks, 1))
 
 
-def _k_scales(packed: Tensor) -> tuple[Tensor, Tensor]:
+def k_scales(packed: Tensor) -> tuple[Tensor, Tensor]:
     """The 12 scale bytes of Q4_K / Q5_K -> 8 six-bit scales and 8 six-bit mins, float32 (n, 8, 1) each.
 
     Bytes 0-3 hold scales 0-3 (low 6 bits), bytes 4-7 mins 0-3; bytes 8-11 hold scales 4-7 (low nibble) and
@@ -104,8 +104,8 @@ def _k_low_bits(words: Tensor, out: Tensor) -> None:
 
 def dequantize_q4_k(blocks: Tensor, out: Tensor) -> None:
     """Q4_K, 256 numbers in 144 bytes: d, dmin (f16), 12 bytes of 6-bit scales s and mins m for 8 sub-blocks
-    of 32 (:func:`_k_scales`), 128 bytes of 4-bit q (:func:`_k_low_bits`); x = d s q - dmin m."""
-    scales, mins = _k_scales(blocks[:, 4:16])
+    of 32 (:func:`k_scales`), 128 bytes of 4-bit q (:func:`_k_low_bits`); x = d s q - dmin m."""
+    scales, mins = k_scales(blocks[:, 4:16])
     q = out.view(-1, 8, 32)
     _k_low_bits(_words(blocks)[:, 8:72], q)
     q.mul_(_f16(blocks, 0)[..., None] * scales).sub_(_f16(blocks, 1)[..., None] * mins)
@@ -114,7 +114,7 @@ def dequantize_q4_k(blocks: Tensor, out: Tensor) -> None:
 def dequantize_q5_k(blocks: Tensor, out: Tensor) -> None:
     """Q5_K, 256 numbers in 176 bytes: as Q4_K (d, dmin, 12 scale bytes, 128 bytes of low 4 bits), with 32
     bytes qh between the scales and the low bits: bit j of qh[l] is the fifth bit of number l of sub-block j."""
-    scales, mins = _k_scales(blocks[:, 4:16])
+    scales, mins = k_scales(blocks[:, 4:16])
     q = out.view(-1, 8, 32)
     _k_low_bits(_words(blocks)[:, 24:88], q)
     shifts = torch.arange(8, dtype=torch.uint8).view(1, 8, 1)

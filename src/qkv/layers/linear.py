@@ -38,13 +38,22 @@ BATCH_ROWS = 256  # inside onednn_rows(): oneDNN's packed product beats MKL's GE
 LARGE_MATRIX = 1 << 18  # 1 MB of float32: smaller matrices stay in cache and gain nothing
 
 
+@torch.compiler.assume_constant_result
+def _threads() -> int:
+    """torch's thread count; a constant of a compiled graph (read when the graph is made)."""
+    return torch.get_num_threads()
+
+
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """``F.linear(x, weight, bias)``: (..., d_in) -> (..., d_out), memory-parallel for a few vectors."""
-    if torch.compiler.is_compiling():  # a compiled graph picks its own kernels (and get_num_threads breaks it)
-        return F.linear(x, weight, bias)
-    if frozen_product_applies(x, weight):  # training above a frozen matrix (LoRA's base): oneDNN's packed copy
+    """``F.linear(x, weight, bias)``: (..., d_in) -> (..., d_out), memory-parallel for a few vectors.
+
+    Under ``torch.compile`` a few vectors keep the batched product (Inductor's own choice for them, MKL's GEMM,
+    reads the matrix at about half the speed), with the thread count fixed when the graph is made; oneDNN's
+    packed products are left out (their copies live outside the graph)."""
+    compiling = torch.compiler.is_compiling()
+    if not compiling and frozen_product_applies(x, weight):  # training above a frozen matrix (LoRA's base)
         return FrozenProduct.apply(x, weight, bias)
-    blocks = torch.get_num_threads()
+    blocks = _threads()
     n_out, n_in = weight.shape
     rows = x.numel() // n_in if n_in else 0
     if (
@@ -55,7 +64,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         or not weight.is_contiguous()
     ):
         return F.linear(x, weight, bias)
-    if rows > 1 and getattr(_state, "onednn", False) and x.dtype == weight.dtype == torch.float32 and _onednn_linear():
+    onednn = not compiling and getattr(_state, "onednn", False)
+    if rows > 1 and onednn and x.dtype == weight.dtype == torch.float32 and _onednn_linear():
         x2 = x.reshape(rows, n_in)
         if rows == 2:
             x2 = F.pad(x2, (0, 0, 0, 2))  # (4, n_in): oneDNN's kernel for two rows is slower than for four

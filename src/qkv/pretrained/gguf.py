@@ -6,8 +6,10 @@
 general.architecture picks the name table (:func:`architectures`: each family's ``gguf`` module, in its own
 folder, e.g. :mod:`qkv.models.llama.gguf`); that module reads the config from the
 metadata. The model is built without initialising its weights (:func:`unfilled_model`: memory reserved, not
-yet touched), and each GGUF tensor is dequantized straight into its float32 parameter, after which its pages
-of the file are released: the process holds one float copy of the weights, and a few megabytes more.
+yet touched). A matrix stored as Q4_0, Q4_1, Q4_K or Q8_0 blocks replaces its float layer by a qkv int4 or int8
+layer holding the file's numbers (:mod:`qkv.pretrained.gguf_layers`), so the model keeps about the file's size
+and runs on qkv's quantized kernels; every other tensor (and every one with ``dequantize=True``) is dequantized
+straight into its float32 parameter. Either way the tensor's pages of the file are released afterwards.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from qkv.models import GPTConfig
 from qkv.models.description import GGUFConversion
 from qkv.models.family import build_model, families
 from qkv.models.memory import check_fits
+from qkv.pretrained.gguf_layers import keep_quantized
 from qkv.storage import check_finite, model_tensors
 
 
@@ -118,12 +121,16 @@ def _values(file: GGUFFile, row: Row, name: str, params: list[torch.Tensor]) -> 
     return values
 
 
-def fill_model(model: nn.Module, file: GGUFFile, rows: list[Row], ignored: tuple[str, ...] = ()) -> nn.Module:
-    """Dequantize every tensor of ``file`` into ``model`` (built by :func:`unfilled_model`) through ``rows``; a
-    tensor no row names, a missing tensor or a shape that differs is one line naming the GGUF tensor."""
+def fill_model(
+    model: nn.Module, file: GGUFFile, rows: list[Row], ignored: tuple[str, ...] = (), *, dequantize: bool = True
+) -> nn.Module:
+    """Fill ``model`` (built by :func:`unfilled_model`) with every tensor of ``file`` through ``rows``: its
+    quantized matrices as int4 and int8 layers unless ``dequantize``, the rest dequantized into the parameters.
+    A tensor no row names, a missing tensor or a shape that differs is one line naming the GGUF tensor."""
     compiled = [(row.pattern(), row) for row in rows]
     shared, params = _shared_names(model), dict(model.named_parameters(remove_duplicate=False))
     done: set[str] = set()
+    kept: list[nn.Module] = []
     for name in file.tensors:
         found = _match(compiled, name)
         if found is None:
@@ -134,6 +141,12 @@ def fill_model(model: nn.Module, file: GGUFFile, rows: list[Row], ignored: tuple
         targets = [fill(target, block) for target in row.qkv]
         if any(target not in params for target in targets):
             raise QkvError(f"tensor {name} has no place in the model the metadata describes (block_count?)")
+        layers = None if dequantize else keep_quantized(model, file.raw(name), row, targets)
+        if layers is not None:
+            kept += layers
+            done.update(alias for target in targets for alias in shared[target])
+            file.release(name)
+            continue
         values = _values(file, row, name, [params[t] for t in targets])
         for target, value in zip(targets, values, strict=True):
             if value.shape != params[target].shape:
@@ -145,8 +158,16 @@ def fill_model(model: nn.Module, file: GGUFFile, rows: list[Row], ignored: tuple
                 params[target].data.copy_(value)
             done.update(shared[target])
         file.release(name)
+    done.update(_quantized_names(model, kept))
     _check_complete(model, rows, done)
     return model
+
+
+def _quantized_names(model: nn.Module, layers: list[nn.Module]) -> set[str]:
+    """The names of the quantized layers' levels and scales (filled from their blocks), under every module
+    holding them (a tied embedding holds the unembedding's)."""
+    tensors = {id(p) for layer in layers for name, p in layer.named_parameters() if name != "bias"}
+    return {name for name, p in model.named_parameters(remove_duplicate=False) if id(p) in tensors}
 
 
 def _check_complete(model: nn.Module, rows: list[Row], done: set[str]) -> None:
@@ -163,8 +184,10 @@ def _check_complete(model: nn.Module, rows: list[Row], done: set[str]) -> None:
         raise QkvError(f"no tensor of the file fills qkv {name}: the file is incomplete")
 
 
-def load_gguf(path: str | Path, *, device: str | torch.device = "cpu") -> ModelBundle:
-    """A GGUF file as a qkv model (eval mode, float32, on ``device``) with its tokenizer and chat template."""
+def load_gguf(path: str | Path, *, device: str | torch.device = "cpu", dequantize: bool = False) -> ModelBundle:
+    """A GGUF file as a qkv model (eval mode, on ``device``) with its tokenizer and chat template: its Q4_0, Q4_1,
+    Q4_K and Q8_0 matrices as int4 and int8 layers, the rest float32; every tensor float32 with ``dequantize``
+    (the file's exact numbers, as transformers reads them)."""
     file = read_gguf(path)
     module = architecture(file)
     try:
@@ -176,7 +199,8 @@ def load_gguf(path: str | Path, *, device: str | torch.device = "cpu") -> ModelB
             )
         check_fits(config, device)  # block_count 10^8: the figure, before anything is built
         with single_thread():
-            model = fill_model(unfilled_model(config), file, module.rows(config, file.architecture), module.IGNORED)
+            rows = module.rows(config, file.architecture)
+            model = fill_model(unfilled_model(config), file, rows, module.IGNORED, dequantize=dequantize)
         check_finite(model_tensors(model), "the file", "the file is damaged; download or convert it again")
     except QkvError as error:
         raise QkvError(f"{file.path}: {error}") from None

@@ -55,6 +55,7 @@ from qkv.errors import QkvError
 from qkv.layers.fused import ConcatenatedProjections, fuse_linears
 from qkv.quantization import dynamic
 from qkv.quantization.gguf_blocks import dequantize_q8_0
+from qkv.quantization.int4_linear import bfloat16_gemm
 
 Q_MAX = 127  # symmetric int8: -127..127 (-128 is left out so that -Q is representable)
 ACTIVATIONS = ("float", "int8")  # weight-only, or x quantized per vector too (W8A8)
@@ -100,18 +101,22 @@ def kernel_applies(x: Tensor, q: Tensor) -> bool:
 
 
 def _dequantized_product(x: Tensor, q: Tensor, scale: Tensor, bias: Tensor | None) -> Tensor:
-    """x Q^T * s + b with Q widened to x's dtype a slice of output rows at a time. (..., K) -> (..., N)."""
+    """x Q^T * s + b with Q widened a slice of output rows at a time. (..., K) -> (..., N).
+
+    Q is widened to x's dtype, except for more than :data:`KERNEL_ROWS` float32 vectors (a prompt) on a CPU with
+    bfloat16 products (AVX-512 BF16, AMX): there x and Q go to bfloat16, which holds every int8 level exactly and
+    multiplies about twice as fast as float32; as on the kernel path, x is rounded to bfloat16 and the sums come
+    back as bfloat16, then scaled in float32."""
     n_out, n_in = q.shape
     step = max(1, DEQUANTIZE_SLICE // max(n_in, 1))
-    scale, bias = scale.to(x.dtype), None if bias is None else bias.to(x.dtype)
-    if step >= n_out:
-        out = F.linear(x, q.to(x.dtype)) * scale
-        return out if bias is None else out + bias
+    many = x.numel() > KERNEL_ROWS * n_in and x.dtype == torch.float32 and x.device.type == "cpu"
+    wide = torch.bfloat16 if many and bfloat16_gemm() else x.dtype
+    xs, scale, bias = x.to(wide), scale.to(x.dtype), None if bias is None else bias.to(x.dtype)
     pieces = []
     for start in range(0, n_out, step):
-        part = F.linear(x, q[start : start + step].to(x.dtype)) * scale[start : start + step]
+        part = torch.mul(F.linear(xs, q[start : start + step].to(wide)), scale[start : start + step])  # in x's dtype
         pieces.append(part if bias is None else part + bias[start : start + step])
-    return torch.cat(pieces, dim=-1)
+    return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=-1)
 
 
 def int8_linear(x: Tensor, q: Tensor, scale: Tensor, bias: Tensor | None = None, ones: Tensor | None = None) -> Tensor:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from qkv.chat_templates import ChatTemplate, chat_prompt
-from qkv.decoding.engine import Request
+from qkv.decoding.request import Request
 from qkv.decoding.sampling_params import SamplingParams
 from qkv.errors import QkvError
 from qkv.model_dir import ModelBundle

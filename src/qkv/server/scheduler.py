@@ -25,7 +25,8 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 
-from qkv.decoding.engine import Engine, Request, TokenOutput
+from qkv.decoding.engine import Engine
+from qkv.decoding.request import Request, TokenOutput
 from qkv.server.errors import ServiceError
 from qkv.server.jobs import CompletionJob
 from qkv.server.limits import Gate

@@ -25,7 +25,8 @@ from qkv.training.config import TrainConfig
 from qkv.training.distributed import broadcast_object, shutdown_distributed
 from qkv.training.plot import plot_losses
 from qkv.training.run import Session, check_same_data, load_run_config, new_run_dir, save_run_config, start_session
-from qkv.training.trainer import Task, Trainer, TrainResult, resume_available
+from qkv.training.tasks.protocol import Task
+from qkv.training.trainer import Trainer, TrainResult, resume_available
 
 
 @dataclass

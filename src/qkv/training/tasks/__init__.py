@@ -1,5 +1,5 @@
 """Training tasks: what to learn from which data. Each module turns the settings into a model, batches, a
-loss and an evaluation (a :class:`~qkv.training.trainer.Task`), and shares the trainer, run directory and
+loss and an evaluation (a :class:`~qkv.training.tasks.protocol.Task`), and shares the trainer, run directory and
 checkpoints with the others.
 
 - :mod:`~qkv.training.tasks.language_model`: a GPT predicts the next token (``--task lm``);

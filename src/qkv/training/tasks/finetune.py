@@ -36,13 +36,13 @@ from qkv.training.launch import Prepared
 from qkv.training.run import Session, fingerprint
 from qkv.training.tasks.chat import ChatTask
 from qkv.training.tasks.lm_task import LanguageModelTask, check_seq_len
-from qkv.training.trainer import Task
+from qkv.training.tasks.protocol import Task
 
 
 def open_base(config: TrainConfig, device: torch.device) -> ModelBundle:
     """The model to fine-tune, on ``device``: every weight trainable, or (``config.lora``) frozen, in int8 if
     asked, with LoRA adapters added. A LoRA run given as the base has its adapters merged first."""
-    bundle = load(config.init_from, device=device, quantize=config.quantize_base)
+    bundle = load(config.init_from, device=device, quantize=config.quantize_base, dequantize=True)  # GGUF: float32
     model = bundle.model
     family_of(model).require_role(LANGUAGE_MODEL, "--from (fine-tuning)")
     if has_lora(model):

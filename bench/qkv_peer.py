@@ -1,0 +1,141 @@
+"""qkv in a process of its own, driven over stdin/stdout by bench/llamacpp.py (the llama.cpp side is
+bench/llamacpp_peer.py): the same requests, answered by qkv's decoding engine.
+
+Widths, each made once from the shipped Q4_1 file and kept:
+
+- ``fp32``: ``qkv.load(file, dequantize=True)``, the file's numbers in float32 (llama.cpp's F32 file holds the same);
+- ``int8``, ``w8a8``: fp32 quantized by ``quantize_model(model, "int8")`` (a scale per output channel), weight-only,
+  and with int8 activations (``set_activations(model, "int8")``);
+- ``int4``: ``qkv.load(file)``, the file's own Q4_1 blocks as int4 layers (the same numbers as llama.cpp's Q4_1);
+- ``int4-q4_0``: ``qkv.load`` of the Q4_0 file llama.cpp's quantizer made.
+
+Requests (one JSON object per line) as bench/llamacpp_peer.py's, with ``width`` instead of ``file``, plus
+``{"op": "export", "file": OUT, "type": "f32" | "f16"}`` (qkv's ``export_gguf`` of fp32) and
+``{"op": "encode", "text": ...}``. ``score`` runs the windows teacher-forced through the decode step generation
+uses (the native step where it runs), all windows as one batch, one position per step.
+
+    python bench/qkv_peer.py THREADS Q4_1_FILE Q4_0_FILE STEP    # started by bench/llamacpp.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import torch
+
+
+class Widths:
+    """The models of each width, made on first use."""
+
+    def __init__(self, q4_1: str, q4_0: str) -> None:
+        self.files, self.models, self.bundle = {"int4": q4_1, "int4-q4_0": q4_0}, {}, None
+
+    def fp32(self):
+        import qkv
+
+        if self.bundle is None:
+            self.bundle = qkv.load(self.files["int4"], dequantize=True)
+        return self.bundle
+
+    def __getitem__(self, width: str) -> torch.nn.Module:
+        if width not in self.models:
+            import qkv
+            from qkv.quantization import quantize_model, set_activations
+
+            if width == "fp32":
+                model = self.fp32().model
+            elif width in ("int8", "w8a8"):
+                model = quantize_model(qkv.load(self.files["int4"], dequantize=True).model, "int8")
+                set_activations(model, "int8" if width == "w8a8" else "float")
+            else:
+                model = qkv.load(self.files[width]).model
+            self.models[width] = model
+        return self.models[width]
+
+
+def decode(model, prompts: list[list[int]], new: int, step: str) -> dict:
+    from qkv.decoding import Engine, Request, SamplingParams
+
+    engine = Engine(model, len(prompts), max(map(len, prompts)) + new, step=step)
+    params = SamplingParams(max_new_tokens=new, temperature=0.0, ignore_eos=True)
+    requests = [Request(list(p), params) for p in prompts]
+    made = {id(r): [] for r in requests}
+    start = time.perf_counter()
+    outputs = engine.add(requests)
+    prefilled = time.perf_counter()
+    while outputs:
+        for out in outputs:
+            if out.error is not None:
+                raise out.error
+            made[id(out.request)].append(out.token)
+        outputs = engine.step()
+    done = time.perf_counter()
+    return {"ids": [made[id(r)] for r in requests], "prefill_s": prefilled - start, "decode_s": done - prefilled,
+            "mode": engine.mode}  # fmt: skip
+
+
+def prefill(model, ids: list[int], step: str) -> dict:
+    from qkv.decoding import Engine, Request, SamplingParams
+
+    engine = Engine(model, 1, len(ids) + 1, step=step)
+    start = time.perf_counter()
+    engine.add([Request(list(ids), SamplingParams(max_new_tokens=1, temperature=0.0))])
+    return {"seconds": time.perf_counter() - start}
+
+
+def score(model, windows: list[list[int]], step: str) -> dict:
+    """Teacher-forced next-token NLL and argmax of every window, one position per decode step."""
+    from qkv.decoding.decode_step import gpt_step
+    from qkv.decoding.fast_step import fast_step_for, resolve_step
+
+    ids = torch.tensor(windows)  # (B, W): the windows share their positions
+    batch, width = ids.shape
+    config, fast = model.config, fast_step_for(model)
+    cache = model.new_cache(width).allocate(batch, config.n_kv_heads, config.head_dim, dtype=torch.float32,
+                                            device="cpu")  # fmt: skip
+    native = resolve_step(model, step) == "native"
+    nll, argmax = 0.0, []
+    with torch.no_grad():
+        for t in range(width - 1):
+            position = torch.full((batch,), t, dtype=torch.long)
+            if native:
+                logits = fast.native()(ids[:, t], position, cache)
+            else:
+                logits = gpt_step(model, fast.projections, ids[:, t], position[:1], cache.unbind(0), t + 1)
+            logp = torch.log_softmax(logits.double(), dim=-1)
+            nll -= logp.gather(1, ids[:, t + 1, None]).sum().item()
+            argmax.append(logits.argmax(dim=-1))
+    return {"nll": nll, "count": batch * (width - 1), "argmax": torch.stack(argmax, dim=1).tolist()}
+
+
+def export(bundle, out: str, kind: str) -> None:
+    from qkv.export.gguf import export_gguf
+
+    export_gguf(bundle.model, bundle.tokenizer, out, gguf_type=kind, chat_template=bundle.chat_template)
+
+
+def main(threads: int, q4_1: str, q4_0: str, step: str) -> None:
+    torch.set_num_threads(threads)
+    widths = Widths(q4_1, q4_0)
+    print(json.dumps({"ready": torch.__version__}), flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        op = request["op"]
+        if op == "export":
+            export(widths.fp32(), request["file"], request["type"])
+            answer: dict = {"ok": True}
+        elif op == "encode":
+            answer = {"ids": widths.fp32().tokenizer.encode(request["text"])}
+        elif op == "decode":
+            answer = decode(widths[request["width"]], request["prompts"], request["new"], step)
+        elif op == "prefill":
+            answer = prefill(widths[request["width"]], request["ids"], step)
+        else:
+            answer = score(widths[request["width"]], request["windows"], step)
+        print(json.dumps(answer), flush=True)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4])

@@ -1,0 +1,250 @@
+"""The decode step of a decoder-only model in one call to C: the "native" step strategy.
+
+:mod:`qkv.decoding.decode_step` computes a step with PyTorch operations, about 15 per block; on a model of
+many small blocks (SmolLM2-135M: 30 blocks of width 576) dispatching them costs as much as reading the weights.
+:mod:`qkv.native`'s ``decode_step.c`` computes the same step (norms, W_q W_k W_v as one product, RoPE, the cache
+write, attention over the cache, W_o, the feed-forward plain or gated, the final norm, W_U) in one call with one
+parallel region; only the embedding lookup stays here (a table lookup, whatever the embedding's kind).
+
+:func:`describe` turns a model into the C structs (``Model``, ``Layer``, ``Mat``, ``Norm``: pointers into the
+model's own tensors, kept alive by the :class:`NativeStep`), or says why it cannot:
+
+- each matrix is one of float32 (``nn.Linear``, :class:`~qkv.layers.linear.Linear`, the unembedding), int8
+  (:class:`~qkv.quantization.int8_linear.Int8Linear`: weight-only, or with int8 activations, computed with VNNI
+  where the CPU has it) or int4 (:class:`~qkv.quantization.int4_linear.Int4Linear`, groups of 32 to 256); the
+  products keep x in float32 except for int8 activations, so int8 and int4 come out at least as exact as
+  PyTorch's kernels (which round x to bfloat16);
+- the blocks are pre-LN (RMSNorm or LayerNorm), self-attention only, with or without RoPE, biases, grouped
+  keys and values, or a sliding window; the feed-forward plain or gated with one of qkv's activations;
+- the model is float32 on the CPU.
+
+Anything else (post-LN, float64 or bfloat16, a projection of mixed kinds, a GPU) runs the PyTorch step.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import weakref
+
+import torch
+from torch import Tensor, nn
+
+from qkv import native
+from qkv.decoding.decode_step import embed_step
+from qkv.layers.embedding import Unembedding
+from qkv.layers.feedforward import ACTIVATION_FUNCTIONS, FeedForward, GatedFeedForward
+from qkv.layers.linear import Linear
+from qkv.quantization.int4_linear import Int4Linear
+from qkv.quantization.int8_linear import Int8Linear
+
+MAT_F32, MAT_I8, MAT_I8A8, MAT_I4 = 0, 1, 2, 3
+NORM_NONE, NORM_RMS, NORM_LAYER = 0, 1, 2
+BLOCK = 32  # values of x rounded to int8 with one scale (int8 activations, int4 products)
+ACTIVATIONS = {"relu": 0, "gelu": 1, "gelu_tanh": 2, "silu": 3, "relu2": 4}
+P = ctypes.c_void_p
+
+
+class Mat(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int32), ("n", ctypes.c_int32), ("k", ctypes.c_int32), ("group", ctypes.c_int32),
+                ("w", P), ("scale", P), ("s16", P), ("m16", P), ("bias", P)]  # fmt: skip
+
+
+class Norm(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int32), ("eps", ctypes.c_float), ("weight", P), ("bias", P)]
+
+
+class Layer(ctypes.Structure):
+    _fields_ = [("norm1", Norm), ("norm2", Norm), ("qkv", Mat), ("out", Mat), ("gate", Mat), ("up", Mat),
+                ("down", Mat), ("window", ctypes.c_int32)]  # fmt: skip
+
+
+class Model(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int32) for name in ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim",
+                                                     "d_ff", "vocab", "act", "rope", "rope_len")]  # fmt: skip
+    _fields_ += [("cos", P), ("sin", P), ("final_norm", Norm), ("unembed", Mat), ("layers", ctypes.POINTER(Layer))]
+
+
+_handles = itertools.count()
+_steps: weakref.WeakValueDictionary[int, NativeStep] = weakref.WeakValueDictionary()  # handle -> step (for the op)
+
+
+class Unsupported(Exception):
+    """Why a model cannot run the native step (one sentence)."""
+
+
+class NativeStep:
+    """A model described to the C step, and the step: logits for one new token per row."""
+
+    def __init__(self, model: nn.Module, projections: list[nn.Module]) -> None:
+        self.model, self._keep = model, []  # the tensors the structs point into
+        self.struct = self._describe(model, projections)
+        self.handle = next(_handles)  # how the op qkv::native_decode_step finds this step (torch.compile)
+        _steps[self.handle] = self
+
+    def bind(self, lib: ctypes.CDLL) -> NativeStep:
+        """Use the step of the loaded library ``lib``."""
+        self._call = lib.qkv_decode_step
+        self._call.restype = ctypes.c_int
+        self._call.argtypes = [ctypes.POINTER(Model), ctypes.c_int32, P, P, P, ctypes.c_int32, P, ctypes.c_int32, P,
+                               ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, P, ctypes.c_int32]  # fmt: skip
+        return self
+
+    def __call__(
+        self,
+        token_ids: Tensor,
+        positions: Tensor,
+        kv: Tensor,
+        slots: Tensor | None = None,
+        outputs: Tensor | None = None,
+    ) -> Tensor:
+        """Logits (B, V) for ``token_ids`` (B,) at ``positions`` (B,) int64, with the cache ``kv``
+        (n_layers, S, 2, h_kv, L, d_k), a view of the engine's pool: row b reads and writes cache row ``slots[b]``
+        (default b). Rows may share a cache row at distinct positions (several new tokens of one text: each sees
+        the keys of those before it, as if they had come one step at a time). With ``outputs`` (n,), the logits
+        (n, V) of those rows only (a prompt's last token)."""
+        batch, length = token_ids.shape[0], kv.shape[4]
+        layout = (kv.shape[3] * length * kv.shape[5], length * kv.shape[5], kv.shape[5], 1)
+        if kv.dtype != torch.float32 or kv.stride()[2:] != layout:
+            raise ValueError("the cache must be float32 with each row's (2, h_kv, L, d_k) contiguous")
+        slots = torch.arange(batch) if slots is None else slots.to(torch.int64).contiguous()
+        positions = positions.to(torch.int64).contiguous()
+        if positions.shape != (batch,) or slots.shape != (batch,):
+            raise ValueError(f"{batch} tokens need {batch} positions and slots")
+        pairs = slots.tolist(), positions.tolist()
+        if (
+            max(pairs[1]) >= min(length, self.rope_len)
+            or min(pairs[1]) < 0
+            or not 0 <= min(pairs[0]) <= max(pairs[0]) < kv.shape[1]
+        ):
+            raise ValueError(f"positions {pairs[1]} or slots {pairs[0]} do not fit a cache of {tuple(kv.shape)}")
+        shared = len(set(pairs[0])) < batch
+        if shared and len(set(zip(*pairs, strict=True))) < batch:
+            raise ValueError("rows that share a cache row need distinct positions")
+        if outputs is not None:
+            outputs = outputs.to(torch.int64).contiguous()
+            if outputs.numel() and not 0 <= int(outputs.min()) <= int(outputs.max()) < batch:
+                raise ValueError(f"outputs {outputs.tolist()} are not rows of {batch}")
+        x = embed_step(self.model.embedding, token_ids, positions).to(torch.float32).contiguous()  # (B, d_model)
+        logits = torch.empty(batch if outputs is None else outputs.numel(), self.struct.vocab)
+        failed = self._call(ctypes.byref(self.struct), batch, x.data_ptr(), positions.data_ptr(), slots.data_ptr(),
+                            int(shared), None if outputs is None else outputs.data_ptr(),
+                            0 if outputs is None else outputs.numel(), kv.data_ptr(), kv.stride(0), kv.stride(1),
+                            length, logits.data_ptr(), torch.get_num_threads())  # fmt: skip
+        if failed:
+            raise MemoryError("the native decode step could not allocate its scratch memory")
+        return logits
+
+    # ------------------------------------------------------------------------------ describing the model
+
+    def _ptr(self, tensor: Tensor | None, dtype: torch.dtype) -> int | None:
+        if tensor is None:
+            return None
+        if tensor.dtype != dtype or tensor.device.type != "cpu":
+            raise Unsupported(f"a tensor is {tensor.dtype} on {tensor.device}, not {dtype} on the CPU")
+        tensor = tensor.detach().contiguous()
+        self._keep.append(tensor)
+        return tensor.data_ptr()
+
+    def _mat(self, module: nn.Module) -> Mat:
+        f32 = torch.float32
+        bias = self._ptr(getattr(module, "bias", None), f32)
+        if type(module) in (nn.Linear, Linear, Unembedding):
+            n, k = module.weight.shape
+            return Mat(MAT_F32, n, k, 0, self._ptr(module.weight, f32), None, None, None, bias)
+        if type(module) is Int8Linear:
+            n, k = module.qweight.shape
+            q, scale = self._ptr(module.qweight, torch.int8), self._ptr(module.weight_scale, f32)
+            kind = MAT_I8A8 if module.activations == "int8" and k % BLOCK == 0 else MAT_I8
+            return Mat(kind, n, k, 0, q, scale, None, None, bias)
+        if type(module) is Int4Linear:
+            n, k = module.out_features, module.in_features
+            s, m = self._ptr(module.weight_scale, torch.float16), self._ptr(module.weight_min, torch.float16)
+            return Mat(MAT_I4, n, k, module.group_size, self._ptr(module.qweight, torch.uint8), None, s, m, bias)
+        raise Unsupported(f"a {type(module).__name__} layer (the native step multiplies float32, int8 and int4 ones)")
+
+    def _norm(self, module: nn.Module) -> Norm:
+        if isinstance(module, nn.Identity):
+            return Norm(NORM_NONE, 0.0, None, None)
+        if isinstance(module, nn.RMSNorm):
+            eps = torch.finfo(torch.float32).eps if module.eps is None else module.eps
+            return Norm(NORM_RMS, eps, self._ptr(module.weight, torch.float32), None)
+        if isinstance(module, nn.LayerNorm):
+            weight, bias = self._ptr(module.weight, torch.float32), self._ptr(module.bias, torch.float32)
+            return Norm(NORM_LAYER, module.eps, weight, bias)
+        raise Unsupported(f"a {type(module).__name__} norm")
+
+    def _layer(self, block: nn.Module, projection: nn.Module) -> Layer:
+        if getattr(block, "cross_attn", None) is not None:
+            raise Unsupported("a block with cross-attention")
+        if not (block.self_attn_sublayer.norm_first and block.ffn_sublayer.norm_first):
+            raise Unsupported("post-LN blocks (the native step is written for pre-LN ones)")
+        ffn = block.feed_forward
+        if type(ffn) not in (FeedForward, GatedFeedForward):
+            raise Unsupported(f"a {type(ffn).__name__} feed-forward")
+        window = block.self_attn.window or 0
+        gate = self._mat(ffn.gate) if type(ffn) is GatedFeedForward else Mat()
+        norms = self._norm(block.self_attn_sublayer.norm), self._norm(block.ffn_sublayer.norm)
+        mats = self._mat(projection), self._mat(block.self_attn.out_proj)
+        return Layer(*norms, *mats, gate, self._mat(ffn.linear1), self._mat(ffn.linear2), window)
+
+    def _describe(self, model: nn.Module, projections: list[nn.Module]) -> Model:
+        config, blocks = model.config, model.decoder.blocks
+        if next(model.parameters()).device.type != "cpu":
+            raise Unsupported("the model is not on the CPU")
+        activation = blocks[0].feed_forward.activation if len(blocks) else None
+        names = [name for name, fn in ACTIVATION_FUNCTIONS.items() if fn is activation]
+        if len(blocks) and not names:
+            raise Unsupported("an activation the native step does not know")
+        layers = (Layer * len(blocks))(*(self._layer(b, p) for b, p in zip(blocks, projections, strict=True)))
+        self._keep.append(layers)
+        rotary = model.rotary
+        self.rope_len = rotary.cos.shape[0] if rotary is not None else 1 << 62
+        cos, sin = (self._ptr(rotary.cos, torch.float32), self._ptr(rotary.sin, torch.float32)) if rotary else (0, 0)
+        d_ff = blocks[0].feed_forward.linear1.out_features if len(blocks) else 0
+        return Model(len(blocks), config.d_model, config.n_heads, config.n_kv_heads, config.head_dim, d_ff,
+                     config.vocab_size, ACTIVATIONS[names[0]] if names else 0, int(rotary is not None),
+                     rotary.cos.shape[0] if rotary else 0, cos, sin, self._norm(model.decoder.final_norm),
+                     self._mat(model.unembedding), layers)  # fmt: skip
+
+
+@torch.library.custom_op("qkv::native_decode_step", mutates_args=("kv",), device_types="cpu")
+def native_decode_step(token_ids: Tensor, positions: Tensor, kv: Tensor, handle: int) -> Tensor:
+    """The native step ``handle`` (:attr:`NativeStep.handle`) as one operator: what a compiled step
+    (``torch.compile``) calls, so that its graph holds the whole step as one node. (B,) tokens and positions."""
+    return _steps[handle](token_ids, positions, kv)
+
+
+@native_decode_step.register_fake
+def _(token_ids: Tensor, positions: Tensor, kv: Tensor, handle: int) -> Tensor:
+    return token_ids.new_empty((token_ids.shape[0], _steps[handle].struct.vocab), dtype=torch.float32)
+
+
+def native_product(layer: nn.Module, x: Tensor) -> Tensor:
+    """``layer(x)`` for x (B, K) float32 computed by the C step's product for the layer's kind (a float32, int8 or
+    int4 linear layer), on torch's threads: for tests and benchmarks of the kernels alone."""
+    lib = native.library()
+    if lib is None:
+        raise RuntimeError(f"the C kernels are unavailable ({native.unavailable_reason()})")
+    holder = NativeStep.__new__(NativeStep)
+    holder._keep = []
+    mat = holder._mat(layer)
+    x = x.to(torch.float32).contiguous()
+    y = torch.empty(x.shape[0], mat.n)
+    lib.qkv_product.argtypes = [ctypes.POINTER(Mat), ctypes.c_int32, P, P, ctypes.c_int32]
+    if lib.qkv_product(ctypes.byref(mat), x.shape[0], x.data_ptr(), y.data_ptr(), torch.get_num_threads()):
+        raise MemoryError("the native product could not allocate its scratch memory")
+    return y
+
+
+def native_step(model: nn.Module, projections: list[nn.Module]) -> NativeStep | str:
+    """The :class:`NativeStep` of ``model`` (a GPT or Llama, with W_q W_k W_v fused as ``projections``), or a
+    sentence saying why it cannot run one."""
+    try:
+        step = NativeStep(model, projections)
+    except Unsupported as why:
+        return f"the native step cannot run this model: {why}"
+    lib = native.library()
+    if lib is None:
+        return f"the C kernels are unavailable ({native.unavailable_reason()})"
+    return step.bind(lib)

@@ -1,0 +1,257 @@
+/* One decoding step of a decoder-only Transformer (GPT, Llama), B rows of one new token each, in one call.
+
+   The Python step (qkv/decoding/decode_step.py) computes the same numbers with ~15 PyTorch operations per
+   block; on a small model (SmolLM2-135M: 30 blocks of 576 wide) their dispatch costs as much as reading the
+   weights. Here the whole step is one OpenMP parallel region. The threads meet at five barriers per block,
+   between phases that need each other's results, and within a phase they take work (64 rows of a matrix, or
+   one row's key/value head) as they come for it, so a thread the system pauses holds up at most one piece:
+
+     each thread: h = norm1(x), rounded for the products      (every thread its own copy: no barrier)
+     [q k v] = W_qkv h (+ b)                                   rows of W_qkv               | barrier
+     RoPE on q, k; k, v written at the row's position; attention over the cache; rounded  (rows x kv heads) | barrier
+     x += W_o a (+ b)                                          rows of W_o                 | barrier
+     each thread: h = norm2(x);  f = act(W_g h) * (W_1 h)  or  act(W_1 h), rounded          rows of W_g, W_1 | barrier
+     x += W_2 f (+ b)                                          rows of W_2                 | barrier
+   then the final norm and logits = W_U h (+ b), rows of W_U.
+
+   The cache is the engine's (n_layers, slots, 2, h_kv, L, d_k) float32 pool. Products: products.h; attention:
+   attention.h. */
+
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "products.h"
+#include "attention.h"
+
+#define CHUNK 64  /* rows of a matrix taken at a time: a multiple of 64, so a chunk's outputs are whole block pairs */
+
+enum { NORM_NONE = 0, NORM_RMS = 1, NORM_LAYER = 2 };
+enum { ACT_RELU = 0, ACT_GELU = 1, ACT_GELU_TANH = 2, ACT_SILU = 3, ACT_RELU2 = 4 };
+
+typedef struct {
+    int32_t kind;
+    float eps;
+    const float *weight, *bias;  /* (d,) or NULL */
+} Norm;
+
+typedef struct {
+    Norm norm1, norm2;
+    Mat qkv, out, gate, up, down;  /* gate.n == 0: a plain feed-forward act(W_1 h) */
+    int32_t window;                /* 0: none */
+} Layer;
+
+typedef struct {
+    int32_t n_layers, d_model, n_heads, n_kv_heads, head_dim, d_ff, vocab, act;
+    int32_t rope, rope_len;        /* rope: 1 = rotate pairs (i, i + d_k / 2) by cos/sin (rope_len, d_k) */
+    const float *cos, *sin;
+    Norm final_norm;
+    Mat unembed;
+    const Layer *layers;
+} Model;
+
+static void normalize(const Norm *n, const float *x, float *h, int64_t d) {
+    if (n->kind == NORM_NONE) {
+        memcpy(h, x, d * sizeof *x);
+        return;
+    }
+    float mean = 0.0f;
+    if (n->kind == NORM_LAYER) {
+        for (int64_t j = 0; j < d; j++) mean += x[j];
+        mean /= (float)d;
+    }
+    float sq = 0.0f;
+    for (int64_t j = 0; j < d; j++) sq += (x[j] - mean) * (x[j] - mean);
+    float inv = 1.0f / sqrtf(sq / (float)d + n->eps);
+    for (int64_t j = 0; j < d; j++) {
+        float v = (x[j] - mean) * inv;
+        if (n->weight) v *= n->weight[j];
+        if (n->bias) v += n->bias[j];
+        h[j] = v;
+    }
+}
+
+/* f = act(f) (or act(g) * f, gated) over entries n0 .. n1-1 of B rows of width ff: one loop per function. */
+static void activate_rows(int act, const float *g, float *f, int B, int64_t ff, int64_t n0, int64_t n1) {
+#define ACTIVATE(expression)                                                                                    \
+    for (int b = 0; b < B; b++)                                                                               \
+        for (int64_t i = b * ff + n0; i < b * ff + n1; i++) {                                                 \
+            float v = g ? g[i] : f[i];                                                                        \
+            f[i] = (expression) * (g ? f[i] : 1.0f);                                                          \
+        }
+    switch (act) {
+    case ACT_RELU: ACTIVATE(v > 0.0f ? v : 0.0f) break;
+    case ACT_GELU: ACTIVATE(0.5f * v * (1.0f + erff(v * 0.70710678118654752f))) break;
+    case ACT_GELU_TANH: ACTIVATE(0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)))) break;
+    case ACT_SILU: ACTIVATE(v / (1.0f + expf(-v))) break;
+    default: ACTIVATE((v > 0.0f ? v : 0.0f) * (v > 0.0f ? v : 0.0f)) break;
+    }
+#undef ACTIVATE
+}
+
+static int rounds_x(const Mat *m) { return m && m->n > 0 && (m->kind == MAT_I8A8 || m->kind == MAT_I4); }
+
+/* The input from vector b0 on. */
+static Input from(const Input *in, int b0) {
+    Input part = *in;
+    part.x += b0 * in->ldx, part.absq += b0 * in->stride, part.swapped += b0 * in->stride;
+    part.signs += b0 * (in->stride / 64), part.scales += b0 * (in->stride / 64 * LANES);
+    part.sums += b0 * (in->stride / BLOCK);
+    return part;
+}
+
+/* Rows n0 .. n1-1 of y (+)= W x for all B vectors, MAX_ROWS vectors at a time. */
+static void product_range(const Mat *m, const Input *in, int B, float *y, int64_t ldy, int64_t n0, int64_t n1,
+                          int add) {
+    for (int b0 = 0; b0 < B; b0 += MAX_ROWS) {
+        Input part = from(in, b0);
+        product(m, &part, B - b0 < MAX_ROWS ? B - b0 : MAX_ROWS, y + b0 * ldy, ldy, n0, n1, add);
+    }
+}
+
+/* y (+)= W x, its rows in chunks handed to the threads as they come (no barrier at the end). */
+static void product_chunks(const Mat *m, const Input *in, int B, float *y, int64_t ldy, int add) {
+    const int64_t chunks = (m->n + CHUNK - 1) / CHUNK;
+#pragma omp for schedule(dynamic) nowait
+    for (int64_t c = 0; c < chunks; c++)
+        product_range(m, in, B, y, ldy, c * CHUNK, c * CHUNK + CHUNK < m->n ? c * CHUNK + CHUNK : m->n, add);
+}
+
+/* Every thread: h = norm(x) for B rows (rows[b] of x, or row b when rows is NULL), prepared for the products
+   a and b2 (or NULL). */
+static void norm_rows(const Norm *n, const float *x, const int64_t *rows, Input *mine, float *h, int B, int64_t d,
+                      const Mat *a, const Mat *b2) {
+    mine->x = h, mine->ldx = d;
+    for (int b = 0; b < B; b++) {
+        normalize(n, x + (rows ? rows[b] : b) * d, h + b * d, d);
+        if (rounds_x(a) || rounds_x(b2)) prepare_input(mine, b, d);
+    }
+}
+
+/* The prepared input's arrays for B vectors of up to kmax values: their bytes, and the Input over them. */
+static size_t input_bytes(int B, int64_t kmax) {
+    int64_t stride = (kmax + 63) / 64 * 64;
+    return (size_t)B * (2 * stride + stride / 64 * (sizeof(uint64_t) + LANES * sizeof(float)) + stride / BLOCK * sizeof(float));
+}
+
+static Input input_at(void *memory, int B, int64_t kmax) {
+    int64_t stride = (kmax + 63) / 64 * 64;
+    Input in = {.stride = stride};
+    float *f = memory;
+    in.scales = f, f += B * (stride / 64 * LANES);
+    in.sums = f, f += B * (stride / BLOCK);
+    in.signs = (uint64_t *)f;
+    in.absq = (uint8_t *)(in.signs + B * (stride / 64));
+    in.swapped = (int8_t *)(in.absq + B * stride);
+    return in;
+}
+
+/* Attention of every row and key/value head; each task rounds its heads' outputs for W_o when their blocks are
+   its own (group d_k a multiple of 64), else one pass over the rows does it after a barrier. Rows that share a
+   cache row (several new tokens of one text) first all write their keys and values, then attend. */
+static void attention_phase(const Model *m, const Layer *layer, int B, const float *qkv, int64_t width, float *kv,
+                            const int64_t *slots, int shared, int64_t row_stride, int64_t L, const int64_t *pos,
+                            Input *att_in, float *scores, float *q) {
+    const int group = m->n_heads / m->n_kv_heads, span = group * m->head_dim, d = m->d_model;
+    const Heads heads = {d, m->n_kv_heads, group, m->head_dim, layer->window, m->rope ? m->cos : NULL, m->sin};
+    const int round = rounds_x(&layer->out), own = span % 64 == 0;
+    if (shared) {
+#pragma omp for schedule(static) collapse(2)
+        for (int b = 0; b < B; b++)
+            for (int g = 0; g < m->n_kv_heads; g++)
+                write_kv(&heads, qkv + b * width, kv + slots[b] * row_stride, L, pos[b], g);
+    }
+#pragma omp for schedule(dynamic) collapse(2) nowait
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < m->n_kv_heads; g++) {
+            float *row = kv + slots[b] * row_stride;
+            if (!shared) write_kv(&heads, qkv + b * width, row, L, pos[b], g);
+            attend(&heads, qkv + b * width, row, L, pos[b], g, (float *)att_in->x + b * d, scores, q);
+            if (round && own)  /* the last head group also rounds the zero blocks past d */
+                prepare_blocks(att_in, b, d, g * span / BLOCK,
+                               g == m->n_kv_heads - 1 ? att_in->stride / BLOCK : (g + 1) * span / BLOCK);
+        }
+#pragma omp barrier
+    if (round && !own) {
+#pragma omp for schedule(static)
+        for (int b = 0; b < B; b++) prepare_input(att_in, b, d);
+    }
+}
+
+/* The feed-forward's first half for rows of W_g / W_1 in chunks: f = act(W_g h) * (W_1 h) or act(W_1 h), each
+   chunk's outputs rounded for W_2 by the thread that made them. */
+static void feed_forward_phase(const Model *m, const Layer *layer, int B, const Input *mine, float *gate,
+                               Input *f_in) {
+    const int64_t ff = m->d_ff, chunks = (ff + CHUNK - 1) / CHUNK;
+    float *f = (float *)f_in->x;
+#pragma omp for schedule(dynamic) nowait
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t n0 = c * CHUNK, n1 = n0 + CHUNK < ff ? n0 + CHUNK : ff;
+        if (layer->gate.n) product_range(&layer->gate, mine, B, gate, ff, n0, n1, 0);
+        product_range(&layer->up, mine, B, f, ff, n0, n1, 0);
+        activate_rows(m->act, layer->gate.n ? gate : NULL, f, B, ff, n0, n1);
+        if (rounds_x(&layer->down))
+            for (int b = 0; b < B; b++) prepare_blocks(f_in, b, ff, n0 / BLOCK, n1 == ff ? f_in->stride / BLOCK : n1 / BLOCK);
+    }
+#pragma omp barrier
+}
+
+/* The step. Row b feeds the token whose embedding is x0[b] at position pos[b] of cache row slots[b]; rows may
+   share a cache row (shared != 0), at distinct positions: one text's new tokens, each seeing those before it.
+   logits (n_out, vocab) are those of rows outputs[0 .. n_out - 1] (outputs NULL: of every row, B of them). */
+int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *pos, const int64_t *slots,
+                    int32_t shared, const int64_t *outputs, int32_t n_out, float *cache, int64_t layer_stride,
+                    int64_t row_stride, int64_t L, float *logits, int32_t threads) {
+    const int64_t d = m->d_model, dk = m->head_dim, ff = m->d_ff, group = m->n_heads / m->n_kv_heads;
+    const int64_t width = d + 2 * (int64_t)m->n_kv_heads * dk;
+    /* shared: x, qkv, att, gate, f, and the prepared att and f; each thread's: h, scores, q, its prepared h */
+    size_t common = (size_t)B * (d + width + d + 2 * ff) * sizeof(float) + input_bytes(B, d) + input_bytes(B, ff);
+    size_t own = ((size_t)B * d + group * (L + dk)) * sizeof(float) + input_bytes(B, d);
+    char *memory = malloc(common + (size_t)threads * own);
+    if (!memory) return 1;
+    float *x = (float *)memory, *qkv = x + B * d, *att = qkv + B * width, *gate = att + B * d, *f = gate + B * ff;
+    Input att_in = input_at(f + B * ff, B, d), f_in = input_at((char *)(f + B * ff) + input_bytes(B, d), B, ff);
+    att_in.x = att, att_in.ldx = d, f_in.x = f, f_in.ldx = ff;
+    memcpy(x, x0, (size_t)B * d * sizeof(float));
+
+#pragma omp parallel num_threads(threads)
+    {
+        char *mem = memory + common + (size_t)omp_get_thread_num() * own;
+        float *h = (float *)mem, *scores = h + B * d, *q = scores + group * L;
+        Input mine = input_at(q + group * dk, B, d);
+        for (int l = 0; l < m->n_layers; l++) {
+            const Layer *layer = &m->layers[l];
+            norm_rows(&layer->norm1, x, NULL, &mine, h, B, d, &layer->qkv, NULL);
+            product_chunks(&layer->qkv, &mine, B, qkv, width, 0);
+#pragma omp barrier
+            attention_phase(m, layer, B, qkv, width, cache + l * layer_stride, slots, shared, row_stride, L, pos, &att_in,
+                            scores, q);
+            product_chunks(&layer->out, &att_in, B, x, d, 1);
+#pragma omp barrier
+            norm_rows(&layer->norm2, x, NULL, &mine, h, B, d, &layer->up, layer->gate.n ? &layer->gate : NULL);
+            feed_forward_phase(m, layer, B, &mine, gate, &f_in);
+            product_chunks(&layer->down, &f_in, B, x, d, 1);
+#pragma omp barrier
+        }
+        norm_rows(&m->final_norm, x, outputs, &mine, h, outputs ? n_out : B, d, &m->unembed, NULL);
+        product_chunks(&m->unembed, &mine, outputs ? n_out : B, logits, m->vocab, 0);
+    }
+    free(memory);
+    return 0;
+}
+
+/* y = W x (+ b) for B vectors x (B, k) into y (B, n): one product alone, as the step computes it (tests). */
+int qkv_product(const Mat *m, int32_t B, const float *x, float *y, int32_t threads) {
+    void *memory = malloc(input_bytes(B, m->k));
+    if (!memory) return 1;
+    Input in = input_at(memory, B, m->k);
+    in.x = x, in.ldx = m->k;
+    for (int b = 0; b < B; b++)
+        if (rounds_x(m)) prepare_input(&in, b, m->k);
+#pragma omp parallel num_threads(threads)
+    product_chunks(m, &in, B, y, m->n, 0);
+    free(memory);
+    return 0;
+}

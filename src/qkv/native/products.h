@@ -1,0 +1,349 @@
+/* Matrix products y = W x + b for B input vectors (B <= MAX_ROWS) over one thread's slice of W's rows.
+
+   Decoding reads every weight once per step to do 2 B flops with it, so these loops stream W once, from the
+   first row of the slice to the last, and use each weight loaded for all B vectors. Four kinds of matrix
+   (struct Mat, kind):
+
+     MAT_F32   float32 W (n, k)                                     y = W x
+     MAT_I8    int8 Q (n, k), float32 scale s (n,)                  y = s (Q x)                    x in float32
+     MAT_I8A8  the same Q and s                                     y = s sum_c d_c (Q_c xq_c)     x in int8 blocks
+     MAT_I4    4-bit levels (n, k / 2 bytes: column 2j in the low    y = sum_c s_c d_c (Q_c xq_c)
+               nibble of byte j, 2j + 1 in the high one), float16       + sum_g m_g sum(x_g)
+               scale s and minimum m per group of `group` columns
+
+   The last two round x to int8 in blocks c of 32 values, xq_c = round(x_c / d_c) with d_c = max|x_c| / 127,
+   as llama.cpp's Q8 products do: a block's rounding error is at most d_c / 2, so one large activation
+   (small models have a few, in fixed channels) spoils only its own block. The integer dot products of a
+   block are exact (AVX-512 VNNI, 64 byte products per instruction); each block's sum is then scaled in
+   float32. The mins of MAT_I4 multiply the float32 sums of x, exactly.
+
+   The inputs are prepared once per vector (struct Input, prepare_input): x itself; its blocks' scales d, its
+   int8 levels in column order as |xq| and a sign mask (MAT_I8A8: VNNI multiplies unsigned bytes by signed
+   ones, so the sign moves onto the weight), and in the order of the 4-bit bytes, each block's 16 even
+   columns then its 16 odd ones (MAT_I4, whose levels 0..15 are the unsigned side); the float sums of each
+   block. Without AVX-512 VNNI the same sums are computed by plain loops. */
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define HAVE_VNNI 1
+#else
+#define HAVE_VNNI 0
+#endif
+
+#define LANES 16
+#define MAX_ROWS 8
+#define BLOCK 32
+#ifndef PREFETCH_ROWS
+#define PREFETCH_ROWS 4  /* rows of W ahead that a product asks the memory for (the hardware's prefetch lags) */
+#endif
+
+typedef float vf __attribute__((vector_size(64)));
+
+enum { MAT_F32 = 0, MAT_I8 = 1, MAT_I8A8 = 2, MAT_I4 = 3 };
+
+typedef struct {
+    int32_t kind, n, k, group;
+    const void *w;          /* float32 (n, k) | int8 (n, k) | uint8 (n, k / 2) */
+    const float *scale;     /* int8 kinds: (n,) */
+    const uint16_t *s16;    /* MAT_I4: float16 (n, k / group) */
+    const uint16_t *m16;
+    const float *bias;      /* (n,) or NULL */
+} Mat;
+
+typedef struct {            /* B vectors of k <= kmax values, in every form a product reads */
+    const float *x;         /* (B, ldx) */
+    int64_t ldx;
+    int64_t stride;         /* row stride of the byte arrays: kmax rounded up to 64 */
+    uint8_t *absq;          /* (B, stride) |xq| in column order (MAT_I8A8) */
+    uint64_t *signs;        /* (B, stride / 64) bit j: xq_j < 0 */
+    int8_t *swapped;        /* (B, stride) xq, each block's even columns, then its odd ones (MAT_I4) */
+    float *scales;          /* (B, stride / 64 * 16) per 64 columns: d of the first block x8, the second x8 */
+    float *sums;            /* (B, stride / 32) float sum of each block */
+} Input;
+
+static inline vf load_f(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
+
+static inline float hsum(vf v) {
+    vf t = v + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    t += __builtin_shufflevector(t, t, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+    t += __builtin_shufflevector(t, t, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    return t[0] + t[1];
+}
+
+static inline float half_to_float(uint16_t h) {
+    _Float16 f;
+    memcpy(&f, &h, sizeof f);
+    return (float)f;
+}
+
+/* 16 int8 widened to float: one instruction with AVX-512, a loop the compiler vectorises elsewhere (GCC
+   scalarises __builtin_convertvector's widening). */
+static inline vf load_i8(const int8_t *p) {
+#if defined(__AVX512F__)
+    return (vf)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+#else
+    float t[LANES];
+    vf v;
+    for (int i = 0; i < LANES; i++) t[i] = (float)p[i];
+    memcpy(&v, t, sizeof v);
+    return v;
+#endif
+}
+
+/* ------------------------------------------------------------------------------------- preparing inputs */
+
+/* Block c of 32 values (zeros past k): its int8 levels into the arrays of vector b. */
+static inline void round_block(const Input *in, int b, int64_t c, const float *xc, float inv) {
+    int64_t at = c * BLOCK;
+    uint8_t *absq = in->absq + b * in->stride + at;
+    int8_t *swapped = in->swapped + b * in->stride + at;
+    uint64_t *signs = in->signs + b * (in->stride / 64) + at / 64;
+#if defined(__AVX512BW__)
+    __m512i lo = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xc), _mm512_set1_ps(inv)));  /* nearest, ties even */
+    __m512i hi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xc + LANES), _mm512_set1_ps(inv)));
+    __m128i q0 = _mm512_cvtepi32_epi8(lo), q1 = _mm512_cvtepi32_epi8(hi);
+    __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
+    _mm256_storeu_si256((__m256i *)absq, _mm256_abs_epi8(q));
+    uint64_t negative = (uint32_t)_mm256_movemask_epi8(q);
+    *signs = (*signs & ~(0xFFFFFFFFull << (at % 64))) | negative << (at % 64);
+    const __m512i evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i odds = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    _mm_storeu_si128((__m128i *)swapped, _mm512_cvtepi32_epi8(_mm512_permutex2var_epi32(lo, evens, hi)));
+    _mm_storeu_si128((__m128i *)(swapped + LANES), _mm512_cvtepi32_epi8(_mm512_permutex2var_epi32(lo, odds, hi)));
+#else
+    for (int j = 0; j < BLOCK; j++) {
+        int q = (int)lrintf(xc[j] * inv);
+        absq[j] = (uint8_t)(q < 0 ? -q : q);
+        if (q < 0) *signs |= 1ull << ((at + j) % 64);
+        else *signs &= ~(1ull << ((at + j) % 64));
+        swapped[(j % 2) * (BLOCK / 2) + j / 2] = (int8_t)q;
+    }
+#endif
+}
+
+/* Round blocks c0 .. c1-1 of vector b (k values, k a multiple of 32; blocks past k are zeros) to int8: their
+   parts of in->absq, signs, swapped, scales and sums. c0 even: a pair of blocks shares a vector of scales. */
+static void prepare_blocks(Input *in, int b, int64_t k, int64_t c0, int64_t c1) {
+    const float *x = in->x + b * in->ldx;
+    float *scales = in->scales + b * (in->stride / 64 * LANES), *sums = in->sums + b * (in->stride / BLOCK);
+    static const float zeros[BLOCK];
+    for (int64_t c = c0; c < c1; c++) {
+        const float *xc = c * BLOCK < k ? x + c * BLOCK : zeros;
+        float top = 0.0f, sum = 0.0f;
+        for (int j = 0; j < BLOCK; j++) top = fmaxf(top, fabsf(xc[j])), sum += xc[j];
+        float d = top / 127.0f, inv = top > 0.0f ? 127.0f / top : 0.0f;
+        round_block(in, b, c, xc, inv);
+        for (int j = 0; j < LANES / 2; j++) scales[(c / 2) * LANES + (c % 2) * (LANES / 2) + j] = d;
+        sums[c] = sum;
+    }
+}
+
+/* All of vector b's blocks (to the end of the stride). */
+static void prepare_input(Input *in, int b, int64_t k) { prepare_blocks(in, b, k, 0, in->stride / BLOCK); }
+
+/* ------------------------------------------------------------------------------------ one row, B vectors */
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* A row w of a float32 (or, with I8, int8) matrix times B vectors: out (B). Two chains of sums per vector (an
+   FMA's latency exceeds a load's), in the same order whatever B is: a vector's result never depends on the others
+   (so several tokens of one text in one step get the numbers they would get one step at a time). */
+INLINE void row_float(const void *w, const int I8, int64_t k, const Input *in, int B, float *out) {
+#define WEIGHTS(j) (I8 ? load_i8((const int8_t *)w + (j)) : load_f((const float *)w + (j)))
+#define WEIGHT(j) (I8 ? (float)((const int8_t *)w)[j] : ((const float *)w)[j])
+    vf acc0[MAX_ROWS], acc1[MAX_ROWS];
+    for (int b = 0; b < B; b++) acc0[b] = acc1[b] = (vf){0};
+    int64_t j = 0;
+    for (; j + 2 * LANES <= k; j += 2 * LANES) {
+        __builtin_prefetch((const char *)w + (I8 ? 1 : 4) * (j + PREFETCH_ROWS * k), 0, 1);
+        if (!I8) __builtin_prefetch((const float *)w + j + LANES + PREFETCH_ROWS * k, 0, 1);  /* two lines of floats */
+        vf a = WEIGHTS(j), c = WEIGHTS(j + LANES);
+        for (int b = 0; b < B; b++) {
+            acc0[b] += a * load_f(in->x + b * in->ldx + j);
+            acc1[b] += c * load_f(in->x + b * in->ldx + j + LANES);
+        }
+    }
+    if (j + LANES <= k) {
+        vf a = WEIGHTS(j);
+        for (int b = 0; b < B; b++) acc0[b] += a * load_f(in->x + b * in->ldx + j);
+        j += LANES;
+    }
+    for (int b = 0; b < B; b++) {
+        float sum = hsum(acc0[b] + acc1[b]);
+        for (int64_t t = j; t < k; t++) sum += WEIGHT(t) * in->x[b * in->ldx + t];
+        out[b] = sum;
+    }
+#undef WEIGHTS
+#undef WEIGHT
+}
+
+#if HAVE_VNNI
+/* The k bytes from p, zero past k (k a multiple of 32): the weights of 64 columns, or of the last 32. */
+static inline __m512i load_bytes(const void *p, int64_t left) {
+    return left >= 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, p);
+}
+#endif
+
+INLINE void row_i8a8(const int8_t *w, int64_t k, const Input *in, int B, float *out) {
+#if HAVE_VNNI
+    __m512 acc[MAX_ROWS];
+    for (int b = 0; b < B; b++) acc[b] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < k; j += 64) {
+        __builtin_prefetch(w + j + PREFETCH_ROWS * k, 0, 1);
+        __m512i wv = load_bytes(w + j, k - j);
+        for (int b = 0; b < B; b++) {
+            __mmask64 negative = in->signs[b * (in->stride / 64) + j / 64];
+            __m512i signed_w = _mm512_mask_sub_epi8(wv, negative, _mm512_setzero_si512(), wv);
+            __m512i x = _mm512_loadu_si512((const void *)(in->absq + b * in->stride + j));
+            __m512i dots = _mm512_dpbusd_epi32(_mm512_setzero_si512(), x, signed_w);  /* lanes 0-7, 8-15: a block */
+            __m512 d = _mm512_loadu_ps(in->scales + b * (in->stride / 64 * LANES) + j / 64 * LANES);
+            acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots), d, acc[b]);
+        }
+    }
+    for (int b = 0; b < B; b++) out[b] = _mm512_reduce_add_ps(acc[b]);
+#else
+    for (int b = 0; b < B; b++) {
+        const uint8_t *absq = in->absq + b * in->stride;
+        const uint64_t *signs = in->signs + b * (in->stride / 64);
+        const float *scales = in->scales + b * (in->stride / 64 * LANES);
+        float total = 0.0f;
+        for (int64_t c = 0; c < k / BLOCK; c++) {
+            int32_t dot = 0;
+            for (int64_t j = c * BLOCK; j < (c + 1) * BLOCK; j++) {
+                int32_t q = (signs[j / 64] >> (j % 64)) & 1 ? -(int32_t)absq[j] : (int32_t)absq[j];
+                dot += q * (int32_t)w[j];
+            }
+            total += (float)dot * scales[(c / 2) * LANES + (c % 2) * (LANES / 2)];
+        }
+        out[b] = total;
+    }
+#endif
+}
+
+/* The float16 scales of blocks c and c + 1 (groups c >> shift and (c + 1) >> shift), as floats [s_c x8, s_c+1 x8]. */
+#if HAVE_VNNI
+static inline __m512 pair_scales(const uint16_t *s16, int64_t c, int shift, int64_t blocks) {
+    const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    uint32_t both = (uint32_t)s16[c >> shift] | (c + 1 < blocks ? (uint32_t)s16[(c + 1) >> shift] << 16 : 0u);
+    return _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128((int)both))));
+}
+#endif
+
+INLINE void row_i4(const uint8_t *w, const uint16_t *s16, const uint16_t *m16, int64_t k, int shift,
+                   const Input *in, int B, float *out) {
+    const int64_t blocks = k / BLOCK;
+#if HAVE_VNNI
+    __m512 acc[MAX_ROWS];
+    for (int b = 0; b < B; b++) acc[b] = _mm512_setzero_ps();
+    /* 128-bit lanes of the 32 bytes of two blocks: [A, A, B, B]; shifting the second of each pair by 4 and
+       masking leaves [low nibbles of A, high of A, low of B, high of B] = the columns [even A, odd A, ...]. */
+    const __m512i shifts = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0), nibble = _mm512_set1_epi8(15);
+    for (int64_t c = 0; c < blocks; c += 2) {
+        __builtin_prefetch(w + c * 16 + PREFETCH_ROWS * k / 2, 0, 1);
+        __m256i bytes = c + 1 < blocks ? _mm256_loadu_si256((const __m256i *)(w + c * 16))
+                                       : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(w + c * 16)));
+        __m512i raw = _mm512_castsi256_si512(bytes);
+        __m512i levels = _mm512_and_si512(_mm512_srlv_epi64(_mm512_shuffle_i64x2(raw, raw, 0x50), shifts), nibble);
+        __m512 s = pair_scales(s16, c, shift, blocks);
+        for (int b = 0; b < B; b++) {
+            __m512i x = _mm512_loadu_si512((const void *)(in->swapped + b * in->stride + c * BLOCK));
+            __m512i dots = _mm512_dpbusd_epi32(_mm512_setzero_si512(), levels, x);
+            __m512 d = _mm512_loadu_ps(in->scales + b * (in->stride / 64 * LANES) + c / 2 * LANES);
+            acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots), _mm512_mul_ps(s, d), acc[b]);
+        }
+    }
+    for (int b = 0; b < B; b++) out[b] = _mm512_reduce_add_ps(acc[b]);
+#else
+    for (int b = 0; b < B; b++) {
+        const int8_t *swapped = in->swapped + b * in->stride;
+        const float *scales = in->scales + b * (in->stride / 64 * LANES);
+        float total = 0.0f;
+        for (int64_t c = 0; c < blocks; c++) {
+            int32_t dot = 0;
+            for (int j = 0; j < BLOCK / 2; j++) {
+                uint8_t byte = w[c * 16 + j];
+                dot += (byte & 15) * swapped[c * BLOCK + j] + (byte >> 4) * swapped[c * BLOCK + 16 + j];
+            }
+            total += (float)dot * scales[(c / 2) * LANES + (c % 2) * (LANES / 2)] * half_to_float(s16[c >> shift]);
+        }
+        out[b] = total;
+    }
+#endif
+    for (int b = 0; b < B; b++) {  /* + sum_g m_g sum(x_g) */
+        const float *sums = in->sums + b * (in->stride / BLOCK);
+        float low = 0.0f;
+        int64_t c = 0;
+#if defined(__AVX512F__)
+        if (shift == 0) {
+            __m512 lows = _mm512_setzero_ps();
+            for (; c + LANES <= blocks; c += LANES)
+                lows = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(m16 + c))),
+                                       _mm512_loadu_ps(sums + c), lows);
+            low = _mm512_reduce_add_ps(lows);
+        }
+#endif
+        for (; c < blocks; c++) low += half_to_float(m16[c >> shift]) * sums[c];
+        out[b] += low;
+    }
+}
+
+/* ------------------------------------------------------------------------------------- a slice of rows */
+
+/* y[b * ldy + i] = (or +=, with add) row i of W x + b, for vector b < B. */
+INLINE void store(const Mat *m, int64_t i, const float *out, int B, float *y, int64_t ldy, int add) {
+    float bias = m->bias ? m->bias[i] : 0.0f;
+    for (int b = 0; b < B; b++) {
+        float *dst = y + b * ldy + i;
+        *dst = add ? *dst + (out[b] + bias) : out[b] + bias;
+    }
+}
+
+/* Rows n0 .. n1-1 of y = W x + b for B vectors. */
+INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t ldy, int64_t n0, int64_t n1,
+                         int add) {
+    float out[MAX_ROWS];
+    const int64_t k = m->k, groups = m->group ? k / m->group : 0;
+    const int shift = m->group ? __builtin_ctz((unsigned)(m->group / BLOCK)) : 0;  /* groups of 32 << shift */
+    for (int64_t i = n0; i < n1; i++) {
+        switch (m->kind) {
+        case MAT_F32:
+            row_float((const float *)m->w + i * k, 0, k, in, B, out);
+            break;
+        case MAT_I8:
+            row_float((const int8_t *)m->w + i * k, 1, k, in, B, out);
+            for (int b = 0; b < B; b++) out[b] *= m->scale[i];
+            break;
+        case MAT_I8A8:
+            row_i8a8((const int8_t *)m->w + i * k, k, in, B, out);
+            for (int b = 0; b < B; b++) out[b] *= m->scale[i];
+            break;
+        default:
+            row_i4((const uint8_t *)m->w + i * (k / 2), m->s16 + i * groups, m->m16 + i * groups, k, shift, in, B,
+                   out);
+        }
+        store(m, i, out, B, y, ldy, add);
+    }
+}
+
+#define FOR_ROWS(B, call)                                                                                     \
+    switch (B) {                                                                                              \
+    case 1: { const int rows_ = 1; call; } break;                                                             \
+    case 2: { const int rows_ = 2; call; } break;                                                             \
+    case 3: { const int rows_ = 3; call; } break;                                                             \
+    case 4: { const int rows_ = 4; call; } break;                                                             \
+    case 5: { const int rows_ = 5; call; } break;                                                             \
+    case 6: { const int rows_ = 6; call; } break;                                                             \
+    case 7: { const int rows_ = 7; call; } break;                                                             \
+    default: { const int rows_ = 8; call; } break;                                                            \
+    }
+
+/* product_rows with B a constant in each case (the loops over B unrolled, the accumulators in registers). */
+static void product(const Mat *m, const Input *in, int B, float *y, int64_t ldy, int64_t n0, int64_t n1, int add) {
+    FOR_ROWS(B, product_rows(m, in, rows_, y, ldy, n0, n1, add))
+}

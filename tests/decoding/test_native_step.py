@@ -1,0 +1,283 @@
+"""The native step (the decode step in one call to C) against the Python step in float64: the same logits and the
+same cache writes for every kind of weight and every model variant it takes, the same tokens as the model's own
+forward when decoding, the same numbers on one thread and two, and a clean fall back when it cannot run."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from qkv import native
+from qkv.decoding import Engine, Request, SamplingParams, generate
+from qkv.decoding.decode_step import gpt_step
+from qkv.decoding.fast_step import fast_step_for, resolve_step
+from qkv.decoding.native_step import native_product
+from qkv.errors import QkvError
+from qkv.models import GPT, GPTConfig, LlamaConfig
+from qkv.models.llama import Llama
+from qkv.quantization import Int4Linear, Int8Linear, quantize_model, set_activations
+from tests.decoding.test_fast_step import tiny_transformer
+
+BLOCK = 32
+
+MODELS = {  # every branch of the C step: norms, feed-forwards, RoPE or learned positions, biases, head widths
+    "llama": lambda: Llama(
+        LlamaConfig(
+            vocab_size=97,
+            d_model=64,
+            n_heads=4,
+            n_kv_heads=2,
+            d_ff=96,
+            n_layers=2,
+            context_length=48,
+            tie_embeddings=True,
+            init_std=0.3,
+        )
+    ),  # fmt: skip
+    "qwen2, window": lambda: Llama(
+        LlamaConfig(
+            vocab_size=97,
+            d_model=64,
+            n_heads=4,
+            n_kv_heads=1,
+            d_ff=64,
+            n_layers=2,
+            context_length=48,
+            qkv_bias=True,
+            sliding_window=5,
+            init_std=0.3,
+        )
+    ),  # fmt: skip
+    "gpt": lambda: GPT(
+        GPTConfig(vocab_size=97, d_model=64, n_heads=4, d_ff=128, n_layers=2, context_length=48, init_std=0.3)
+    ),  # fmt: skip
+    "wide heads": lambda: Llama(
+        LlamaConfig(
+            vocab_size=97, d_model=256, n_heads=2, n_kv_heads=1, d_ff=128, n_layers=1, context_length=48, init_std=0.1
+        )
+    ),  # fmt: skip
+}
+SCHEMES = ("float32", "int8", "int8 activations", "int4")
+
+
+@pytest.fixture(autouse=True)
+def _library():
+    if native.library() is None:
+        pytest.skip(f"the C kernels are unavailable: {native.unavailable_reason()}")
+
+
+def make(name: str, scheme: str) -> nn.Module:
+    torch.manual_seed(3)
+    model = MODELS[name]().eval()
+    with torch.no_grad():  # norm gains and biases other than 1 and 0, so that one left out changes the numbers
+        for param_name, p in model.named_parameters():
+            if param_name.endswith(("norm.weight", "bias")):
+                p.uniform_(0.5, 1.5)
+    if scheme != "float32":
+        quantize_model(model, "int4" if scheme == "int4" else "int8")
+        set_activations(model, "int8" if scheme == "int8 activations" else "float")
+    return model
+
+
+def rounded(x: torch.Tensor) -> torch.Tensor:
+    """x rounded to int8 in blocks of 32 as the C step does (float32: the same ties), back in x's dtype."""
+    blocks = x.float().reshape(*x.shape[:-1], -1, BLOCK)
+    top = blocks.abs().amax(-1, keepdim=True)
+    levels = torch.round(blocks * torch.where(top > 0, 127 / top, torch.zeros_like(top)))
+    return (levels * (top / 127)).reshape(x.shape).to(x.dtype)
+
+
+class Reference(nn.Module):
+    """A quantized layer's arithmetic in float64: its dequantized weights, and x rounded where the C step rounds it
+    (int8 activations; int4 rounds x for s q and keeps it for the minimums m)."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        super().__init__()
+        self.layer, self.weight = layer, layer.weight.double()
+        self.bias = None if layer.bias is None else layer.bias.double()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if isinstance(self.layer, Int4Linear):
+            m = self.layer.weight_min.double().repeat_interleave(self.layer.group_size, dim=1)
+            y = rounded(x) @ (self.weight - m).T + x @ m.T
+        else:
+            y = (rounded(x) if self.layer.activations == "int8" else x) @ self.weight.T
+        return y if self.bias is None else y + self.bias
+
+
+def float64_reference(model: nn.Module) -> nn.Module:
+    reference = copy.deepcopy(model)
+    for module in list(reference.modules()):
+        for child_name, child in list(module.named_children()):
+            if isinstance(child, (Int8Linear, Int4Linear)):
+                setattr(module, child_name, Reference(child))
+    return reference.double()
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8, 11])
+@pytest.mark.parametrize("kind", ["float32", "int8", "int8 activations", "int4 g32", "int4 g128"])
+def test_each_product_computes_the_layers_numbers(kind: str, rows: int) -> None:
+    """One product of each kind, against its arithmetic in float64 (rows beyond 8 take a second pass); the
+    widths leave a block of 32 and a row of 16 over, and x has one large value, as small models' do."""
+    torch.manual_seed(0)
+    weight, bias = torch.randn(40, 384), torch.randn(40)
+    x = torch.randn(rows, 384)
+    x[:, 5] = 40.0
+    if kind == "float32":
+        layer: nn.Module = nn.Linear(384, 40)
+        layer.weight.data, layer.bias.data = weight, bias
+        theirs = x.double() @ weight.double().T + bias.double()
+    elif kind.startswith("int8"):
+        layer = Int8Linear.from_float(weight, bias)
+        layer.activations = "int8" if kind.endswith("activations") else "float"
+        theirs = Reference(layer)(x.double())
+    else:
+        layer = Int4Linear.from_float(weight, bias, group_size=int(kind.split("g")[1]))
+        theirs = Reference(layer)(x.double())
+    ours = native_product(layer, x)
+    assert (ours.double() - theirs).abs().max().item() <= 1e-5 * theirs.abs().max().item()
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_the_native_step_computes_the_python_steps_numbers(name: str, scheme: str) -> None:
+    """The whole step against the Python step on the float64 arithmetic of the layers. Where x is rounded to
+    int8 (int8 activations, int4), an input a rounding error away from a level's edge (a few in each step of
+    these random models) rounds to the neighbouring level in one and not the other, moving that value by a
+    block's step and what follows by more; those schemes get a tolerance of 3%. Each product alone is
+    compared exactly above."""
+    model = make(name, scheme)
+    reference = float64_reference(model)
+    config = model.config
+    cache = torch.randn(config.n_layers, 3, 2, config.n_kv_heads, 16, config.head_dim)
+    tokens, positions = torch.tensor([5, 0, 96]), torch.tensor([0, 7, 15])  # rows at their own positions
+    theirs_cache = cache.double()
+    with torch.no_grad():
+        theirs = gpt_step(reference, fast_step_for(reference).projections, tokens, positions, theirs_cache.unbind(0))
+        ours = fast_step_for(model).native()(tokens, positions, cache)
+    scale, tolerance = theirs.abs().max().item(), 2e-5 if scheme in ("float32", "int8") else 3e-2
+    assert (ours.double() - theirs).abs().max().item() <= tolerance * scale
+    assert torch.allclose(cache.double(), theirs_cache, atol=tolerance * 10, rtol=tolerance)  # keys, values
+
+
+@pytest.mark.parametrize("scheme", ("float32", "int4"))
+def test_two_threads_give_the_numbers_of_one(scheme: str) -> None:
+    model = make("llama", scheme)
+    cache = torch.randn(2, 2, 2, 2, 16, 16)
+    tokens, positions = torch.tensor([1, 2]), torch.tensor([3, 9])
+    results = []
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            c = cache.clone()
+            results.append((fast_step_for(model).native()(tokens, positions, c), c))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_tokens_of_one_text_in_one_call_get_the_numbers_of_one_at_a_time(scheme: str) -> None:
+    """Seven tokens of one text in one call (rows sharing a cache row: a prompt, or drafted tokens to check) give
+    exactly the logits and cache of seven steps, and ``outputs`` picks rows' logits; a window of 5 hides the
+    older keys from the later rows."""
+    model = make("qwen2, window", scheme)
+    config, step = model.config, fast_step_for(model).native()
+    tokens, positions, slot = torch.tensor([3, 9, 14, 27, 40, 2, 5]), torch.arange(3, 10), torch.full((7,), 1)
+    alone, together = (torch.randn(config.n_layers, 2, 2, config.n_kv_heads, 16, config.head_dim),) * 2
+    together = together.clone()
+    one_at_a_time = torch.cat([step(tokens[i : i + 1], positions[i : i + 1], alone, slot[:1]) for i in range(7)])
+    assert torch.equal(step(tokens, positions, together, slot), one_at_a_time) and torch.equal(together, alone)
+    last = step(tokens, positions, together.clone(), slot, outputs=torch.tensor([6, 2]))
+    assert torch.equal(last, one_at_a_time[[6, 2]])
+    with pytest.raises(ValueError, match="distinct positions"):
+        step(tokens[:2], torch.tensor([4, 4]), together, slot[:2])
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2, window", "gpt"])
+def test_decoding_with_the_native_step_gives_the_models_own_tokens(name: str) -> None:
+    """Greedy and sampled, rows of different lengths joining together, and past the context (the window
+    refilled): the tokens of the model's own forward."""
+    model = make(name, "float32")
+    prompts = [[3, 4, 5], [7] * 11, [1, 2]]
+    for settings in (dict(temperature=0.0), dict(temperature=0.8, top_k=20, seed=5)):
+        for new in (10, 50):  # 11 + 50 tokens: past the context of 48
+            params = SamplingParams(max_new_tokens=new, **settings)
+            ours, theirs = (decode(model, step, prompts, params) for step in ("native", "model"))
+            assert ours == theirs, (settings, new)
+
+
+def decode(model: nn.Module, step: str, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
+    """Every request's new tokens, the requests joining one engine together."""
+    engine = Engine(model, len(prompts), model.config.context_length, step=step)
+    requests = [Request(prompt, params) for prompt in prompts]
+    made: dict[int, list[int]] = {id(r): [] for r in requests}
+    outputs = engine.add(requests)
+    while outputs:
+        for out in outputs:
+            assert out.error is None, out.error
+            made[id(out.request)].append(out.token)
+        outputs = engine.step()
+    return [made[id(r)] for r in requests]
+
+
+def test_auto_picks_the_native_step_where_it_runs_and_says_why_not_elsewhere() -> None:
+    assert resolve_step(make("llama", "float32")) == "native"
+    assert resolve_step(make("llama", "int4")) == "native"
+    double = make("llama", "float32").double()
+    assert resolve_step(double) == "static"
+    with pytest.raises(QkvError, match=r"step='native' cannot run here: .*float64.*use step='static'"):
+        resolve_step(double, "native")
+    with pytest.raises(QkvError, match="decoder-only"):
+        resolve_step(tiny_transformer().float(), "native")
+    post_ln = GPT(GPTConfig(vocab_size=20, d_model=32, n_heads=2, n_layers=1, context_length=16, norm_first=False))
+    assert resolve_step(post_ln) == "static"
+
+
+def test_without_a_compiler_the_step_falls_back_to_pytorch(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("QKV_CACHE", str(tmp_path))  # nothing cached here
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    native.forget()
+    try:
+        assert native.library() is None and "no C compiler" in native.unavailable_reason()
+        model = make("llama", "float32")
+        assert resolve_step(model) == "static"
+        ours = generate(model, [[1, 2, 3]], max_new_tokens=5, temperature=0)
+        assert torch.equal(ours, generate(model, [[1, 2, 3]], max_new_tokens=5, temperature=0, step="model"))
+        monkeypatch.setenv("QKV_NATIVE", "0")
+        native.forget()
+        assert native.library() is None and "QKV_NATIVE=0" in native.unavailable_reason()
+    finally:
+        native.forget()
+
+
+def test_the_library_is_built_once_and_loaded_from_the_cache(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("QKV_CACHE", str(tmp_path))
+    first = native.build()
+    assert first.parent == tmp_path / "native" and first.is_file()
+    stamp = first.stat().st_mtime_ns
+    calls = []
+    real_run = native.subprocess.run
+    monkeypatch.setattr(native.subprocess, "run", lambda args, **kw: calls.append(args) or real_run(args, **kw))
+    assert native.build() == first and first.stat().st_mtime_ns == stamp
+    assert all("--version" in args for args in calls)  # the compiler was asked its version, never to build
+
+
+def test_a_compiled_step_holds_the_native_step_as_one_operator(quick_compile, monkeypatch) -> None:
+    """torch.compile of the step where the native step runs: one graph, no breaks, calling
+    qkv::native_decode_step, and the model's own tokens."""
+    from qkv.decoding import native_step as native_module
+
+    calls = []
+    real = native_module.NativeStep.__call__
+    monkeypatch.setattr(
+        native_module.NativeStep, "__call__", lambda self, *a, **k: calls.append(1) or real(self, *a, **k)
+    )
+    model = make("llama", "float32")
+    params = SamplingParams(max_new_tokens=12, temperature=0.0)
+    assert decode(model, "compiled", [[3, 4, 5], [9, 9]], params) == decode(model, "model", [[3, 4, 5], [9, 9]], params)
+    assert calls and not quick_compile["graph_break"]

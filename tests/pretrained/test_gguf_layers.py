@@ -1,0 +1,123 @@
+"""GGUF matrices kept quantized as they load: Q4_0, Q4_1 and Q4_K as int4 layers holding the numbers gguf-py
+dequantizes (Q4_K within its scales' float16 rounding), Q8_0 as int8 within half a row's scale, the tied Q8_0
+embedding as the int8 unembedding, Q6_K and float tensors as float32; ``dequantize=True`` keeps the old all-float
+load. The real SmolLM2 file keeps its 210 Q4_1 matrices and its size."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+import qkv
+from qkv.pretrained.gguf import load_gguf
+from qkv.quantization import Int4Linear, Int8Linear, Int8TokenEmbedding, weight_bytes
+from tests.gguf_files import byte_level_tokenizer_metadata, need, random_tensors, write_file
+
+D, FF = 256, 512  # Q4_K's blocks hold 256 weights: every matrix's rows are a whole number of them
+TYPES = {  # GGUF tensor -> the type it is written in, and the qkv layer it must become
+    "token_embd.weight": ("Q8_0", Int8TokenEmbedding),  # tied to W_U (no output.weight)
+    "blk.0.attn_q.weight": ("Q4_0", Int4Linear),  # rows permuted for llama.cpp's RoPE: unpermuted as blocks
+    "blk.0.attn_k.weight": ("Q4_1", Int4Linear),
+    "blk.0.attn_v.weight": ("Q8_0", Int8Linear),
+    "blk.0.attn_output.weight": ("F16", nn.Linear),
+    "blk.0.ffn_gate.weight": ("Q4_K", Int4Linear),
+    "blk.0.ffn_up.weight": ("Q6_K", nn.Linear),  # more than 4 bits: kept float
+    "blk.0.ffn_down.weight": ("F32", nn.Linear),
+}
+
+
+def k_quant_blocks(rows: int, cols: int, kind: str, seed: int) -> np.ndarray:
+    """Random but valid Q4_K / Q6_K blocks (gguf-py cannot quantize to them): random bytes, sane float16 scales."""
+    rng = np.random.default_rng(seed)
+    size = {"Q4_K": 144, "Q6_K": 210}[kind]
+    blocks = rng.integers(0, 256, size=(rows * cols // 256, size), dtype=np.uint8)
+    scales = (rng.random((blocks.shape[0], 2)) * 2e-3 + 1e-4).astype(np.float16).view(np.uint8)
+    if kind == "Q4_K":
+        blocks[:, 0:4] = scales  # d, dmin
+    else:
+        blocks[:, 208:210] = scales[:, :2]  # d
+    return blocks.reshape(rows, -1)
+
+
+def mixed_file(tmp_path):
+    gguf = need("gguf")
+    tokenizer = byte_level_tokenizer_metadata()
+    vocab = len(tokenizer["tokenizer.ggml.tokens"])
+    shapes = {"token_embd.weight": (vocab, D), "output_norm.weight": (D,), "blk.0.attn_norm.weight": (D,),
+              "blk.0.ffn_norm.weight": (D,), "blk.0.attn_q.weight": (D, D), "blk.0.attn_k.weight": (128, D),
+              "blk.0.attn_v.weight": (128, D), "blk.0.attn_output.weight": (D, D), "blk.0.ffn_gate.weight": (FF, D),
+              "blk.0.ffn_up.weight": (FF, D), "blk.0.ffn_down.weight": (D, FF)}  # fmt: skip
+    tensors, blocks = random_tensors(shapes), {}
+    for i, (name, (kind, _)) in enumerate(TYPES.items()):
+        if kind in ("Q4_0", "Q4_1", "Q8_0"):
+            tensors[name] = gguf.quants.quantize(tensors[name], gguf.GGMLQuantizationType[kind])
+        elif kind in ("Q4_K", "Q6_K"):
+            tensors[name] = k_quant_blocks(*shapes[name], kind, seed=i)
+        elif kind == "F16":
+            tensors[name] = tensors[name].astype(np.float16)
+        blocks.update({name: kind} if kind.startswith("Q") else {})
+    metadata = {"llama.block_count": 1, "llama.context_length": 32, "llama.embedding_length": D,
+                "llama.feed_forward_length": FF, "llama.attention.head_count": 4, "llama.attention.head_count_kv": 2,
+                "llama.attention.layer_norm_rms_epsilon": 1e-5, **tokenizer}  # fmt: skip
+    return write_file(tmp_path / "mixed.gguf", "llama", metadata, tensors, blocks)
+
+
+QKV_NAMES = {
+    "blk.0.attn_q.weight": "decoder.blocks.0.self_attn.query",
+    "blk.0.attn_k.weight": "decoder.blocks.0.self_attn.key",
+    "blk.0.attn_v.weight": "decoder.blocks.0.self_attn.value",
+    "blk.0.attn_output.weight": "decoder.blocks.0.self_attn.out_proj",
+    "blk.0.ffn_gate.weight": "decoder.blocks.0.feed_forward.gate",
+    "blk.0.ffn_up.weight": "decoder.blocks.0.feed_forward.linear1",
+    "blk.0.ffn_down.weight": "decoder.blocks.0.feed_forward.linear2",
+    "token_embd.weight": "embedding.token_embedding",
+}
+
+
+def test_each_block_type_loads_as_its_layer_with_the_files_numbers(tmp_path) -> None:
+    path = mixed_file(tmp_path)
+    kept, exact = load_gguf(path).model, load_gguf(path, dequantize=True).model
+    for name, (kind, layer_type) in TYPES.items():
+        layer, float_layer = kept.get_submodule(QKV_NAMES[name]), exact.get_submodule(QKV_NAMES[name])
+        assert isinstance(layer, layer_type), name
+        assert not isinstance(float_layer, (Int4Linear, Int8Linear, Int8TokenEmbedding)), name
+        ours, theirs = layer.weight, float_layer.weight
+        if kind in ("Q4_0", "Q4_1", "F16", "F32", "Q6_K"):
+            assert torch.equal(ours, theirs), name  # W_q's rows unpermuted as whole rows of blocks
+        elif kind == "Q4_K":  # s = d sc and m = -dmin mn rounded to float16
+            s = layer.weight_scale.float().repeat_interleave(32, dim=1)
+            m = layer.weight_min.float().repeat_interleave(32, dim=1)
+            assert ((ours - theirs).abs() <= (15 * s.abs() + m.abs()) * 2**-11 + 1e-7).all(), name
+        else:  # Q8_0: re-rounded to one scale per row
+            row_scale = theirs.abs().amax(dim=1, keepdim=True) / 127
+            assert ((ours - theirs).abs() <= row_scale / 2 + 1e-6).all(), name
+    assert isinstance(kept.unembedding, Int8Linear)
+    assert kept.embedding.token_embedding.qweight is kept.unembedding.qweight  # the tie survives
+    ids = torch.tensor([[5, 17, 99, 3]])
+    with torch.no_grad():
+        assert torch.allclose(kept(ids), exact(ids), atol=0.05 * exact(ids).abs().max().item())
+
+
+def test_dequantize_is_the_old_all_float_load_and_qkv_load_passes_it(tmp_path) -> None:
+    path = mixed_file(tmp_path)
+    model = qkv.load(path, dequantize=True).model
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert not any(isinstance(m, (Int4Linear, Int8Linear)) for m in model.modules())
+    assert any(isinstance(m, Int4Linear) for m in qkv.load(path).model.modules())
+
+
+def test_the_real_file_keeps_its_q4_1_blocks(smollm2) -> None:
+    kept = load_gguf(smollm2)
+    int4 = [m for m in kept.model.modules() if isinstance(m, Int4Linear)]
+    assert len(int4) == 210 and all(m.group_size == 32 for m in int4)  # 30 blocks x 7 matrices
+    assert isinstance(kept.model.unembedding, Int8Linear)
+    assert 90e6 < weight_bytes(kept.model) < 100e6  # the file is 98 MB; float32 would be 538 MB
+    exact = load_gguf(smollm2, dequantize=True).model
+    for name in ("decoder.blocks.0.self_attn.query", "decoder.blocks.29.feed_forward.linear2"):
+        assert torch.equal(kept.model.get_submodule(name).weight, exact.get_submodule(name).weight)
+    ids = torch.tensor([kept.tokenizer.encode("The three primary colors are red, yellow and")])
+    with torch.no_grad():
+        ours, theirs = kept.model(ids)[0, -1], exact(ids)[0, -1]
+    assert ours.argmax() == theirs.argmax()
+    assert (ours - theirs).abs().max() <= 0.05 * theirs.abs().max()  # bfloat16 x, the int8 embedding
