@@ -77,7 +77,7 @@ def test_other_processes_wait_for_the_first_one(tmp_path: Path, monkeypatch: pyt
 
 def run_qkv(args: list[str], *, nproc: int | None = None) -> subprocess.CompletedProcess:
     launcher = (
-        [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "-m"]
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m"]
         if nproc
         else [
             sys.executable,

@@ -16,7 +16,7 @@ TEXT = "the quick brown fox jumps over the lazy dog. " * 200
 
 def run_qkv(args: list[str], *, nproc: int | None = None) -> subprocess.CompletedProcess:
     launcher = (
-        [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "-m"]
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m"]
         if nproc
         else [sys.executable, "-m"]
     )
