@@ -65,12 +65,12 @@ def test_a_chat_is_rendered_by_the_template_and_ends_at_its_end_of_turn(smol_bun
 
     messages = [{"role": "user", "content": "Hi"}]
     body = ChatCompletionRequest(
-        messages=messages, max_completion_tokens=7, max_tokens=99, logprobs=True, top_logprobs=2
-    )
+        messages=messages, max_completion_tokens=7, max_tokens=7, logprobs=True, top_logprobs=2
+    )  # both names with one value: fine (different values are refused: test_what_a_chat_may_not_ask_for)
     made = prepare_chat(body, smol_bundle, None, Limits(max_tokens=100), "cpu")
     expected = chat_prompt(smol_bundle, messages)
     assert made.choices[0].prompt.ids == expected.ids and made.choices[0].request.stop_ids == set(expected.stop_ids)
-    assert made.params.max_new_tokens == 7 and made.params.logprobs == 2  # max_completion_tokens wins
+    assert made.params.max_new_tokens == 7 and made.params.logprobs == 2
     default = prepare_chat(ChatCompletionRequest(messages=messages), smol_bundle, None, Limits(max_tokens=33), "cpu")
     assert default.params.max_new_tokens == 33 and default.params.logprobs is None
 
@@ -81,6 +81,7 @@ def test_a_chat_is_rendered_by_the_template_and_ends_at_its_end_of_turn(smol_bun
         (dict(tool_choice="required"), "tool_choice is not supported"),
         (dict(response_format={"type": "json_object"}), "response_format is not supported"),
         (dict(top_logprobs=2), "top_logprobs needs logprobs: true"),
+        (dict(max_tokens=99, max_completion_tokens=7), "max_tokens=99 and max_completion_tokens=7 differ"),
         (dict(messages=[{"role": "user", "content": [{"type": "image_url"}]}]), "image_url"),
     ],
 )
