@@ -280,7 +280,7 @@ def _prune(root: Path, step: int, keep: int | None) -> None:
             shutil.rmtree(path, ignore_errors=True)
     if keep is None:
         return
-    done = [p for p in step_dirs(root) if step_of(p) <= step]  # type: ignore[operator]
+    done = [p for p in step_dirs(root) if (n := step_of(p)) is not None and n <= step]  # step_dirs: all numbered
     for path in done[:-keep]:
         shutil.rmtree(path, ignore_errors=True)
 

@@ -168,6 +168,7 @@ class TrainConfig:
             value = getattr(self, name)
             if not _whole(value) or value < 1:
                 raise QkvError(f"{n(name)} must be a positive whole number, got {value!r}")
+        assert self.min_lr is not None  # __post_init__ sets lr / 10 for none
         if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
             raise QkvError(
                 f"learning rates must satisfy 0 <= {n('min_lr')} <= {n('lr')} and {n('lr')} > 0 "
@@ -215,11 +216,11 @@ class TrainConfig:
                 f"{n('vocab_size')} applies to word and bpe tokenizers: drop it or add {n('tokenizer', 'bpe')}"
             )
         if self.arch is not None and self.arch not in TASK_ARCHS.get(self.task, ()):
-            choices = TASK_ARCHS.get(self.task)
+            archs = TASK_ARCHS.get(self.task)
             raise QkvError(
                 f"{n('arch', self.arch, bad=True)} is not an architecture of {n('task', self.task)}: choose one of "
-                f"{', '.join(choices)}"
-                if choices
+                f"{', '.join(archs)}"
+                if archs
                 else f"{n('arch', self.arch, bad=True)}: {n('task', self.task)} trains one kind of model: "
                 f"drop {n('arch')}"
             )
@@ -347,7 +348,7 @@ def arch_defaults(task: str, arch: str | None) -> dict[str, Any]:
         return {}
     from qkv.models.family import families
 
-    family = families().get(arch)  # type: ignore[arg-type]
+    family = families().get(arch)
     return dict(family.train_defaults) if family is not None else {}
 
 
@@ -370,7 +371,7 @@ def check_arch(config: TrainConfig) -> None:
 _TYPE_WORDS = {"int": "a whole number", "float": "a number", "str": "a string", "bool": "true or false"}
 
 
-def check_type(name: str, value: Any, annotation: str) -> None:
+def check_type(name: str, value: Any, annotation: object) -> None:
     """QkvError naming the setting when ``value`` does not have the field's type (a TOML ``lr = "fast"``)."""
     wanted = [part.strip() for part in str(annotation).split("|")]
     if value is None and "None" in wanted:
@@ -384,8 +385,8 @@ def check_type(name: str, value: Any, annotation: str) -> None:
     }.get(base, isinstance(value, dict) if base.startswith("dict") else True)
     if not ok:
         finite = base == "float" and isinstance(value, float)  # nan or inf: a number, but not one to train with
-        wanted = "a finite number" if finite else _TYPE_WORDS.get(base, "a table")
-        raise QkvError(f"setting {name} = {value!r} must be {wanted}: fix it in the TOML file or flag")
+        words = "a finite number" if finite else _TYPE_WORDS.get(base, "a table")
+        raise QkvError(f"setting {name} = {value!r} must be {words}: fix it in the TOML file or flag")
 
 
 def scaled_warmup(steps: int, warmup: int) -> int:

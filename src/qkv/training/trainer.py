@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -46,7 +47,7 @@ from qkv.training.strategy import (
     shard_optimizer_state,
     use_compile,
 )
-from qkv.training.tasks.protocol import Task
+from qkv.training.tasks.protocol import Task, UpdatingTask
 
 
 class Trainer:
@@ -169,6 +170,7 @@ class Trainer:
     # --- the loop ---------------------------------------------------------------------------------------------
     def _set_lr(self) -> float:
         cfg = self.config
+        assert cfg.min_lr is not None  # TrainConfig.__post_init__ sets lr / 10 for none
         d_model = getattr(getattr(self.model, "config", None), "d_model", 512)
         lr = learning_rate(
             self.state.step,
@@ -187,7 +189,7 @@ class Trainer:
         """Forward and backward over ``grad_accum`` micro-batches; returns the mean loss and token count."""
         if self.task_updates:  # the task applies its own step (see Task)
             batch = self.task.train_batch(self.dist.rank, self.dist.world_size)
-            loss, n_tokens = self.task.update(self.model, batch)
+            loss, n_tokens = cast(UpdatingTask, self.task).update(self.model, batch)
             return loss.detach().float(), n_tokens
         accum = self.config.grad_accum
         total_loss, total_tokens = torch.zeros((), device=self.device), 0
