@@ -149,6 +149,15 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Check values and combinations; QkvError names the setting (the flag on the command line) and the fix."""
+        self._validate_choices()
+        self._validate_numbers()
+        self._validate_data_settings()
+        self._validate_word2vec()
+        self._validate_model_values()
+        check_finetune(self, _DEFAULTS)
+
+    def _validate_choices(self) -> None:
+        """Each setting with named options holds one of them."""
         n = setting
         for name, choices in (
             ("task", TASKS),
@@ -163,6 +172,10 @@ class TrainConfig:
                 raise QkvError(
                     f"{n(name, getattr(self, name), bad=True)} is unknown: choose one of {', '.join(choices)}"
                 )
+
+    def _validate_numbers(self) -> None:
+        """Counts are positive whole numbers; rates, fractions, betas, the seed and the limits are in range."""
+        n = setting
         positive = ("steps", "batch_size", "grad_accum", "eval_interval", "eval_batches", "log_interval")
         for name in positive + ("checkpoint_interval", "keep_checkpoints", "muon_ns_steps"):
             value = getattr(self, name)
@@ -200,6 +213,10 @@ class TrainConfig:
             raise QkvError(f"{n('max_time')} is in minutes and must be above 0, got {self.max_time}")
         if self.grad_clip < 0 or self.weight_decay < 0:
             raise QkvError(f"{n('grad_clip')} and {n('weight_decay')} must not be negative")
+
+    def _validate_data_settings(self) -> None:
+        """The data, tokenizer and architecture settings fit the task and each other."""
+        n = setting
         if self.task == "lm" and (self.val_data or self.max_tokens):
             raise QkvError(
                 f"{n('val_data')} and {n('max_tokens')} are for {n('task', 'translate')}: drop them for a "
@@ -230,9 +247,6 @@ class TrainConfig:
                 f"[model] {vocab[0]} comes from the tokenizer trained on the data: drop it (for word and bpe "
                 f"tokenizers, set {n('vocab_size')} instead)"
             )
-        self._validate_word2vec()
-        self._validate_model_values()
-        check_finetune(self, _DEFAULTS)
 
     def _validate_model_values(self) -> None:
         """The [model] overrides make a valid config of the preset's family (``rope_base`` 0 or inf, ``n_kv_heads``

@@ -216,18 +216,7 @@ def prepare_word2vec(
     check_fits(model_config, session.device)  # before allocating anything
     model = Word2Vec(model_config).to(session.device)
 
-    def step_size(step: int) -> float:
-        assert config.min_lr is not None  # TrainConfig.__post_init__ sets lr / 10 for none
-        return learning_rate(
-            step,
-            schedule=config.schedule,
-            lr=config.lr,
-            min_lr=config.min_lr,
-            warmup=config.warmup_steps,
-            total=config.steps,
-            d_model=model_config.d_model,
-        )
-
+    step_size = step_sizes(config, model_config.d_model)
     task = Word2VecTask(batches, eval_batches=config.eval_batches, device=session.device, step_size=step_size)
     vocabulary = int((counts > 0).sum())
     return Prepared(
@@ -244,6 +233,26 @@ def prepare_word2vec(
             + (f" ({config.epochs} epochs)" if config.epochs is not None else ""),
         ],
     )
+
+
+def step_sizes(config: TrainConfig, d_model: int) -> Callable[[int], float]:
+    """The learning rate at each step (``config.steps`` as they stand now: after ``--epochs`` set them), for the
+    SGD step the task writes out."""
+    min_lr = config.min_lr
+    assert min_lr is not None  # TrainConfig.__post_init__ sets lr / 10 for none
+
+    def step_size(step: int) -> float:
+        return learning_rate(
+            step,
+            schedule=config.schedule,
+            lr=config.lr,
+            min_lr=min_lr,
+            warmup=config.warmup_steps,
+            total=config.steps,
+            d_model=d_model,
+        )
+
+    return step_size
 
 
 def train_word2vec(
