@@ -39,7 +39,15 @@ def runs(tmp_path_factory) -> Path:
     (out / "text.txt").write_text(worker.TEXT)
     (out / "random.txt").write_text(worker.RANDOM_TEXT)
     prepare(str(out / "random.txt"), out / worker.PREPARED, quiet=True)
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER), str(out)]
+    launcher = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        str(WORKER),
+        str(out),
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     done = subprocess.run(launcher, capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
