@@ -27,7 +27,7 @@ gradient buckets and communication still overlaps the backward) and after FSDP's
 from __future__ import annotations
 
 import contextlib
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -35,6 +35,9 @@ from torch import Tensor, nn
 
 from qkv.sharded import is_sharded, placed_like, whole
 from qkv.training.distributed import DistInfo
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import FSDPModule
 
 
 def use_compile(setting: str, device: torch.device) -> bool:
@@ -89,7 +92,7 @@ class TrainingModel:
         if self.ddp is not None and not enabled:
             return self.ddp.no_sync()
         if self.strategy == "fsdp":
-            self.plain.set_requires_gradient_sync(enabled)  # type: ignore[operator]
+            cast("FSDPModule", self.plain).set_requires_gradient_sync(enabled)  # fully_shard made it one
         return contextlib.nullcontext()
 
 
