@@ -8,7 +8,9 @@ that resumed data is unchanged, the trainer, the loss curve at the end.
 
 from __future__ import annotations
 
+import gc
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,42 +91,64 @@ def run_training(
     say.enabled = is_main and not quiet  # type: ignore[attr-defined]  # tasks show their own progress bars too
 
     try:
-        resume_dir = Path(resume) if resume is not None else None
-        saved_data = load_run_config(resume_dir)[1] if resume_dir is not None else None
-        prepared = prepare(config, resume_dir, session, say)
-        if resume_dir is not None:
-            assert saved_data is not None  # read above for every resumed run
-            check_same_data(prepared.data_info, saved_data, resume_dir)
-            run_dir = resume_dir
-        else:
-            run_dir = _new_run_dir(config, prepared, session)
-        _announce(prepared, session, run_dir, say)
-        trainer = Trainer(
-            prepared.model,
-            prepared.task,
-            config,
-            run_dir,
-            device=session.device,
-            precision=session.precision,
-            save_best=_best_saver(prepared, run_dir),
-            dist=session.dist,
-            quiet=quiet,
-            on_step=on_step,
-            checkpointed=prepared.checkpointed,
-            evaluate_first=prepared.evaluate_first,
-        )
-        if resume_dir is not None:
-            _pick_up(trainer, run_dir, config, is_main, say)
-        try:
-            result = trainer.fit()
-        except OSError as error:  # a full or read-only disk while writing metrics, the best model or a checkpoint
-            raise disk_error(error, run_dir) from None
-        if is_main:
-            plot_losses(run_dir, required=False)  # a run stopped before its first log line has no curve
-        return result
+        return _train(config, prepare, session, say, resume=resume, quiet=quiet, on_step=on_step)
+    except BaseException as error:
+        traceback.clear_frames(error.__traceback__)  # the failed run's model and trainer go before the group does
+        raise
     finally:
         if not caller_group:
+            # The DDP wrapper's reducer holds the process group; freed after the group was destroyed, it would
+            # destroy gloo's group inside its own destructor, holding the GIL that gloo's worker thread waits for
+            # (a hang at exit). So the trainer and the model are gone (cycles collected) before the group.
+            gc.collect()
             shutdown_distributed()
+
+
+def _train(
+    config: TrainConfig,
+    prepare: Prepare,
+    session: Session,
+    say: Callable[[str], None],
+    *,
+    resume: str | Path | None,
+    quiet: bool,
+    on_step: Callable | None,
+) -> TrainResult:
+    """The run itself: prepare the model and data, make or reopen its folder, fit, draw the loss curve."""
+    is_main = session.dist.is_main
+    resume_dir = Path(resume) if resume is not None else None
+    saved_data = load_run_config(resume_dir)[1] if resume_dir is not None else None
+    prepared = prepare(config, resume_dir, session, say)
+    if resume_dir is not None:
+        assert saved_data is not None  # read above for every resumed run
+        check_same_data(prepared.data_info, saved_data, resume_dir)
+        run_dir = resume_dir
+    else:
+        run_dir = _new_run_dir(config, prepared, session)
+    _announce(prepared, session, run_dir, say)
+    trainer = Trainer(
+        prepared.model,
+        prepared.task,
+        config,
+        run_dir,
+        device=session.device,
+        precision=session.precision,
+        save_best=_best_saver(prepared, run_dir),
+        dist=session.dist,
+        quiet=quiet,
+        on_step=on_step,
+        checkpointed=prepared.checkpointed,
+        evaluate_first=prepared.evaluate_first,
+    )
+    if resume_dir is not None:
+        _pick_up(trainer, run_dir, config, is_main, say)
+    try:
+        result = trainer.fit()
+    except OSError as error:  # a full or read-only disk while writing metrics, the best model or a checkpoint
+        raise disk_error(error, run_dir) from None
+    if is_main:
+        plot_losses(run_dir, required=False)  # a run stopped before its first log line has no curve
+    return result
 
 
 def _new_run_dir(config: TrainConfig, prepared: Prepared, session: Session) -> Path:
