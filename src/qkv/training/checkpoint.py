@@ -206,6 +206,28 @@ def save_training_checkpoint(
         raise QkvError(f"step={step!r} must be a whole number >= 0")
     if keep is not None and keep < 1:
         raise QkvError(f"keep={keep} must be at least 1 (or None to keep every checkpoint)")
+    text, tensors = _checkpoint_document(step, trainer_state, optimizer, optimizer_state, scaler, generators)
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    name = step_dir_name(step)
+    previous = _write_step_dir(root, name, model, model_state, tensors, text)
+    atomic_write_json(root / LATEST_FILE, {"step": step, "dir": name})  # from here on, resume uses the new folder
+    if previous is not None:
+        shutil.rmtree(previous, ignore_errors=True)
+    _prune(root, step, keep)
+    return root / name
+
+
+def _checkpoint_document(
+    step: int,
+    trainer_state: dict[str, Any],
+    optimizer: torch.optim.Optimizer | None,
+    optimizer_state: dict[str, Any] | None,
+    scaler: Any,
+    generators: dict[str, torch.Generator] | None,
+) -> tuple[str, dict[str, Tensor]]:
+    """The state file's JSON text and the tensors it refers to (the optimizer file): the trainer's state, the
+    optimizer's (its own state dict, or ``optimizer_state``), the scaler's and every random generator's."""
     tensors: dict[str, Tensor] = {}
     document = {
         "format": FORMAT,
@@ -223,10 +245,20 @@ def save_training_checkpoint(
         text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
     except (TypeError, ValueError) as error:
         raise TypeError(f"trainer_state must hold only JSON data (numbers, strings, lists, dicts): {error}") from None
+    return text, tensors
 
-    root = Path(run_dir) / CHECKPOINTS_DIR
-    root.mkdir(parents=True, exist_ok=True)
-    name = step_dir_name(step)
+
+def _write_step_dir(
+    root: Path,
+    name: str,
+    model: nn.Module,
+    model_state: dict[str, Tensor] | None,
+    tensors: dict[str, Tensor],
+    text: str,
+) -> Path | None:
+    """Write the step folder ``root/name`` whole or not at all: into a temporary folder, renamed when complete
+    (the state file last: its presence marks a complete folder). A folder of the same step is moved aside and
+    returned, for the caller to delete once the new one is recorded as the latest; on failure it is put back."""
     final, previous = root / name, None
     temporary = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=root))
     os.chmod(temporary, 0o755)
@@ -243,11 +275,7 @@ def save_training_checkpoint(
         if previous is not None and not final.exists():
             os.replace(previous, final)
         raise
-    atomic_write_json(root / LATEST_FILE, {"step": step, "dir": name})  # from here on, resume uses `final`
-    if previous is not None:
-        shutil.rmtree(previous, ignore_errors=True)
-    _prune(root, step, keep)
-    return final
+    return previous
 
 
 def clean_leftovers(run_dir: str | Path) -> list[Path]:
@@ -280,7 +308,7 @@ def _prune(root: Path, step: int, keep: int | None) -> None:
             shutil.rmtree(path, ignore_errors=True)
     if keep is None:
         return
-    done = [p for p in step_dirs(root) if step_of(p) <= step]  # type: ignore[operator]
+    done = [p for p in step_dirs(root) if (n := step_of(p)) is not None and n <= step]  # step_dirs: all numbered
     for path in done[:-keep]:
         shutil.rmtree(path, ignore_errors=True)
 

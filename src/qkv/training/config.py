@@ -149,6 +149,15 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Check values and combinations; QkvError names the setting (the flag on the command line) and the fix."""
+        self._validate_choices()
+        self._validate_numbers()
+        self._validate_data_settings()
+        self._validate_word2vec()
+        self._validate_model_values()
+        check_finetune(self, _DEFAULTS)
+
+    def _validate_choices(self) -> None:
+        """Each setting with named options holds one of them."""
         n = setting
         for name, choices in (
             ("task", TASKS),
@@ -163,11 +172,16 @@ class TrainConfig:
                 raise QkvError(
                     f"{n(name, getattr(self, name), bad=True)} is unknown: choose one of {', '.join(choices)}"
                 )
+
+    def _validate_numbers(self) -> None:
+        """Counts are positive whole numbers; rates, fractions, betas, the seed and the limits are in range."""
+        n = setting
         positive = ("steps", "batch_size", "grad_accum", "eval_interval", "eval_batches", "log_interval")
         for name in positive + ("checkpoint_interval", "keep_checkpoints", "muon_ns_steps"):
             value = getattr(self, name)
             if not _whole(value) or value < 1:
                 raise QkvError(f"{n(name)} must be a positive whole number, got {value!r}")
+        assert self.min_lr is not None  # __post_init__ sets lr / 10 for none
         if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
             raise QkvError(
                 f"learning rates must satisfy 0 <= {n('min_lr')} <= {n('lr')} and {n('lr')} > 0 "
@@ -199,6 +213,10 @@ class TrainConfig:
             raise QkvError(f"{n('max_time')} is in minutes and must be above 0, got {self.max_time}")
         if self.grad_clip < 0 or self.weight_decay < 0:
             raise QkvError(f"{n('grad_clip')} and {n('weight_decay')} must not be negative")
+
+    def _validate_data_settings(self) -> None:
+        """The data, tokenizer and architecture settings fit the task and each other."""
+        n = setting
         if self.task == "lm" and (self.val_data or self.max_tokens):
             raise QkvError(
                 f"{n('val_data')} and {n('max_tokens')} are for {n('task', 'translate')}: drop them for a "
@@ -215,11 +233,11 @@ class TrainConfig:
                 f"{n('vocab_size')} applies to word and bpe tokenizers: drop it or add {n('tokenizer', 'bpe')}"
             )
         if self.arch is not None and self.arch not in TASK_ARCHS.get(self.task, ()):
-            choices = TASK_ARCHS.get(self.task)
+            archs = TASK_ARCHS.get(self.task)
             raise QkvError(
                 f"{n('arch', self.arch, bad=True)} is not an architecture of {n('task', self.task)}: choose one of "
-                f"{', '.join(choices)}"
-                if choices
+                f"{', '.join(archs)}"
+                if archs
                 else f"{n('arch', self.arch, bad=True)}: {n('task', self.task)} trains one kind of model: "
                 f"drop {n('arch')}"
             )
@@ -229,9 +247,6 @@ class TrainConfig:
                 f"[model] {vocab[0]} comes from the tokenizer trained on the data: drop it (for word and bpe "
                 f"tokenizers, set {n('vocab_size')} instead)"
             )
-        self._validate_word2vec()
-        self._validate_model_values()
-        check_finetune(self, _DEFAULTS)
 
     def _validate_model_values(self) -> None:
         """The [model] overrides make a valid config of the preset's family (``rope_base`` 0 or inf, ``n_kv_heads``
@@ -347,7 +362,7 @@ def arch_defaults(task: str, arch: str | None) -> dict[str, Any]:
         return {}
     from qkv.models.family import families
 
-    family = families().get(arch)  # type: ignore[arg-type]
+    family = families().get(arch)
     return dict(family.train_defaults) if family is not None else {}
 
 
@@ -370,7 +385,7 @@ def check_arch(config: TrainConfig) -> None:
 _TYPE_WORDS = {"int": "a whole number", "float": "a number", "str": "a string", "bool": "true or false"}
 
 
-def check_type(name: str, value: Any, annotation: str) -> None:
+def check_type(name: str, value: Any, annotation: object) -> None:
     """QkvError naming the setting when ``value`` does not have the field's type (a TOML ``lr = "fast"``)."""
     wanted = [part.strip() for part in str(annotation).split("|")]
     if value is None and "None" in wanted:
@@ -384,8 +399,8 @@ def check_type(name: str, value: Any, annotation: str) -> None:
     }.get(base, isinstance(value, dict) if base.startswith("dict") else True)
     if not ok:
         finite = base == "float" and isinstance(value, float)  # nan or inf: a number, but not one to train with
-        wanted = "a finite number" if finite else _TYPE_WORDS.get(base, "a table")
-        raise QkvError(f"setting {name} = {value!r} must be {wanted}: fix it in the TOML file or flag")
+        words = "a finite number" if finite else _TYPE_WORDS.get(base, "a table")
+        raise QkvError(f"setting {name} = {value!r} must be {words}: fix it in the TOML file or flag")
 
 
 def scaled_warmup(steps: int, warmup: int) -> int:

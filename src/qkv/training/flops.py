@@ -15,16 +15,17 @@ of d_k numbers and sums T values of d_k numbers, whichever key/value head it sha
 from __future__ import annotations
 
 import time
+from typing import cast
 
 import torch
 
-from qkv.models.gpt import GPT
+from qkv.models.gpt import GPT, GPTConfig
 
 
 def training_flops_per_token(model: GPT) -> float:
     """6 N + 12 L d T for a GPT or a Llama (N: parameters that take part in matmuls; see the module
     docstring)."""
-    config = model.config
+    config = cast(GPTConfig, model.config)  # Model.config is typed as the base ModelConfig
     n = model.num_parameters()
     positional = getattr(model.embedding.positional_encoding, "weight", None)
     if isinstance(positional, torch.nn.Parameter):

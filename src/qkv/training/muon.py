@@ -90,7 +90,7 @@ def muon_update(optimizer: torch.optim.Optimizer, group: dict, *, share: bool = 
             if "momentum_buffer" not in state:
                 state["momentum_buffer"] = torch.zeros_like(p)
             buffers.append(state["momentum_buffer"])
-        grads = [p.grad for p in params]
+        grads = [p.grad for p in params if p.grad is not None]  # all of them: by_shape holds those with a grad
         # Multi-tensor ("foreach") kernels: a few launches for the whole stack instead of three per matrix.
         torch._foreach_mul_(buffers, momentum)
         torch._foreach_add_(buffers, grads)  # M = mu M + G

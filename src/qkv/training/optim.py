@@ -14,7 +14,7 @@ recommend.
 from __future__ import annotations
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch.optim.adamw import adamw
 
 from qkv.training.muon import muon_update
@@ -24,7 +24,8 @@ OPTIMIZERS = ("muon", "adamw", "sgd")
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Two AdamW groups: tensors with >= 2 dimensions decay, the rest do not. Tied tensors appear once."""
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for parameter in model.parameters():  # parameters() yields a tied tensor once
         if parameter.requires_grad:
             (decay if parameter.dim() >= 2 else no_decay).append(parameter)
@@ -34,9 +35,9 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     ]
 
 
-def linear_weights(model: nn.Module) -> list[nn.Parameter]:
+def linear_weights(model: nn.Module) -> list[Tensor]:
     """The weight matrices of every nn.Linear (the blocks' projections; embeddings are not nn.Linear)."""
-    seen: dict[int, nn.Parameter] = {}
+    seen: dict[int, Tensor] = {}
     for module in model.modules():
         if isinstance(module, nn.Linear) and module.weight.requires_grad:
             seen.setdefault(id(module.weight), module.weight)

@@ -27,7 +27,7 @@ gradient buckets and communication still overlaps the backward) and after FSDP's
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.distributed as dist
@@ -35,6 +35,9 @@ from torch import Tensor, nn
 
 from qkv.sharded import is_sharded, placed_like, whole
 from qkv.training.distributed import DistInfo
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import FSDPModule
 
 
 def use_compile(setting: str, device: torch.device) -> bool:
@@ -81,14 +84,15 @@ class TrainingModel:
             self.ddp = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
             step_model = self.ddp
         self.compiled = compile
-        self.step_model = torch.compile(step_model) if compile else step_model
+        # torch.compile of a module returns an OptimizedModule (a module); its stubs say a plain callable.
+        self.step_model = cast(nn.Module, torch.compile(step_model)) if compile else step_model
 
     def gradient_sync(self, enabled: bool):
         """A context in which backward does (or, for all but the last micro-batch, does not) sync gradients."""
         if self.ddp is not None and not enabled:
             return self.ddp.no_sync()
         if self.strategy == "fsdp":
-            self.plain.set_requires_gradient_sync(enabled)  # type: ignore[operator]
+            cast("FSDPModule", self.plain).set_requires_gradient_sync(enabled)  # fully_shard made it one
         return contextlib.nullcontext()
 
 
@@ -124,7 +128,9 @@ def full_model_state(model: nn.Module) -> dict[str, Tensor] | None:
         if id(tensor) not in gathered:
             gathered[id(tensor)] = _whole(tensor, keep)
         if keep:
-            state[name] = gathered[id(tensor)]  # type: ignore[assignment]
+            kept = gathered[id(tensor)]
+            assert kept is not None  # _whole keeps every tensor on the main process
+            state[name] = kept
     return state if keep else None
 
 

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -38,7 +39,7 @@ from qkv.training.metrics import MetricsLog
 from qkv.training.optim import make_optimizer
 from qkv.training.progress import TrainingProgress
 from qkv.training.schedule import FIT_AFTER, duration, fit_to_time, learning_rate
-from qkv.training.state import TrainingDiverged, TrainResult, TrainState
+from qkv.training.state import LoopState, TrainingDiverged, TrainResult, TrainState
 from qkv.training.strategy import (
     TrainingModel,
     full_model_state,
@@ -46,7 +47,7 @@ from qkv.training.strategy import (
     shard_optimizer_state,
     use_compile,
 )
-from qkv.training.tasks.protocol import Task
+from qkv.training.tasks.protocol import Task, UpdatingTask
 
 
 class Trainer:
@@ -169,6 +170,7 @@ class Trainer:
     # --- the loop ---------------------------------------------------------------------------------------------
     def _set_lr(self) -> float:
         cfg = self.config
+        assert cfg.min_lr is not None  # TrainConfig.__post_init__ sets lr / 10 for none
         d_model = getattr(getattr(self.model, "config", None), "d_model", 512)
         lr = learning_rate(
             self.state.step,
@@ -187,7 +189,7 @@ class Trainer:
         """Forward and backward over ``grad_accum`` micro-batches; returns the mean loss and token count."""
         if self.task_updates:  # the task applies its own step (see Task)
             batch = self.task.train_batch(self.dist.rank, self.dist.world_size)
-            loss, n_tokens = self.task.update(self.model, batch)
+            loss, n_tokens = cast(UpdatingTask, self.task).update(self.model, batch)
             return loss.detach().float(), n_tokens
         accum = self.config.grad_accum
         total_loss, total_tokens = torch.zeros((), device=self.device), 0
@@ -284,6 +286,87 @@ class Trainer:
         self.metrics.write({"step": 0, **self.state.before})
         progress.note("before training: " + "  ".join(f"{k} {v:.4f}" for k, v in self.state.before.items()))
 
+    def _step(self, loop: LoopState, progress: TrainingProgress) -> str | None:
+        """One optimizer step and what follows it (reading the losses, the metrics row, an evaluation, a
+        checkpoint); why the loop stops here ("time limit", "early stop", "interrupted"), or None."""
+        cfg = self.config
+        assert cfg.checkpoint_interval is not None  # TrainConfig.__post_init__ defaults it to eval_interval
+        step_start = time.perf_counter()
+        lr = self._set_lr()
+        loss, n_tokens = self._train_step()
+        self._optimizer_step()
+        self.state.step += 1
+        step = self.state.step
+        n_tokens *= self.dist.world_size
+        self.state.tokens += n_tokens
+        loop.window.add(loss, lr, n_tokens)
+        out_of_time = cfg.max_time is not None and any_rank(
+            time.perf_counter() - loop.session_start >= cfg.max_time * 60, self.dist, self.device
+        )
+        last_step = step == cfg.steps or out_of_time
+        log = step % cfg.log_interval == 0 or last_step
+        evaluate = step % cfg.eval_interval == 0 or last_step
+        save = step % cfg.checkpoint_interval == 0 or last_step
+        compiled_first = self.training_model.compiled and step == loop.first_step
+        if log or evaluate or save or compiled_first:
+            last = self._read_losses(loop.window)
+            loop.shown_loss = loop.shown_loss if last is None else last
+            loop.speed = loop.window.tokens_per_s
+        self.state.elapsed += time.perf_counter() - step_start
+        self._time_step(loop, step, step_start, compiled_first, progress)
+        progress.update(step, loss=loop.shown_loss, lr=lr, tokens_per_s=loop.speed)
+        if log:
+            mean_loss = mean_over_ranks(loop.window.mean_loss, self.dist, self.device)
+            self.metrics.write({"step": step, "train_loss": mean_loss, "lr": lr, "tokens_per_s": loop.speed})
+            loop.window = LossWindow(first_step=step + 1)
+        if self.on_step is not None:
+            self.on_step(self, step, loss)
+        return self._after_step(loop, evaluate=evaluate, save=save, out_of_time=out_of_time, log=log, progress=progress)
+
+    def _time_step(
+        self, loop: LoopState, step: int, step_start: float, compiled_first: bool, progress: TrainingProgress
+    ) -> None:
+        """The clocks after a step: timing starts after the first step (compiling, warming caches); after
+        ``FIT_AFTER`` timed steps, --max-time fits the schedule; the first compiled step's time is noted."""
+        if step == loop.first_step:
+            loop.timed_from = time.perf_counter()
+        elif step - loop.first_step == FIT_AFTER:
+            self._fit_schedule(step, step - loop.first_step, time.perf_counter() - loop.timed_from,
+                               time.perf_counter() - loop.session_start, progress)  # fmt: skip
+        if compiled_first:
+            self.compile_seconds = time.perf_counter() - step_start
+            progress.note(f"torch.compile: the first step took {self.compile_seconds:.1f} s (compiling)")
+
+    def _after_step(
+        self, loop: LoopState, *, evaluate: bool, save: bool, out_of_time: bool, log: bool, progress: TrainingProgress
+    ) -> str | None:
+        """Evaluate and save as due, then stop for the time limit, early stopping or a requested stop (each
+        leaving a checkpoint); the reason, or None to go on."""
+        cfg = self.config
+        stop_early = self._after_eval(self.evaluate(), progress) if evaluate else False
+        if save:
+            self._keep_window(loop.window)
+            self.save_checkpoint()
+        if out_of_time and not stop_early:
+            assert cfg.max_time is not None  # out_of_time only under a limit
+            progress.note(f"--max-time {duration(cfg.max_time)} reached at step {self.state.step}: stopping")
+            return "time limit"
+        if stop_early:
+            progress.note(f"no improvement in {cfg.early_stop} evaluations: stopping early")
+            self._keep_window(loop.window)
+            self.save_checkpoint()
+            return "early stop"
+        # Under torchrun the processes agree on stopping at logging steps (a collective).
+        if self.dist.enabled and not log:
+            return None
+        if any_rank(self._stop_requested, self.dist, self.device):
+            self._read_losses(loop.window)  # nothing not finite goes into the checkpoint
+            self._keep_window(loop.window)
+            path = self.save_checkpoint()
+            progress.note(f"interrupted at step {self.state.step}: checkpoint saved to {path}")
+            return "interrupted"
+        return None
+
     def fit(self) -> TrainResult:
         """Train from ``self.state.step`` to ``config.steps`` (call :meth:`resume` first to continue)."""
         cfg = self.config
@@ -294,94 +377,19 @@ class Trainer:
             self._evaluate_before(progress)
         self.model.train()
         stopped = "finished"
-        # A resumed run continues the averaging window it saved, so its metrics rows equal an uninterrupted run's.
-        window = LossWindow(
-            first_step=self.state.step + 1, loss_sum=self.state.window_loss_sum, steps=self.state.window_steps
-        )
-        first_step, shown_loss, speed = self.state.step + 1, float("nan"), 0.0
-        session_start = timed_from = time.perf_counter()
+        loop = LoopState.starting(self.state, time.perf_counter())  # a resumed run continues its loss window
         try:
             with stop_on_signals(self):  # the first Ctrl-C stops after this step, with a checkpoint
                 while self.state.step < cfg.steps:
-                    step_start = time.perf_counter()
-                    lr = self._set_lr()
-                    loss, n_tokens = self._train_step()
-                    self._optimizer_step()
-                    self.state.step += 1
-                    step = self.state.step
-                    n_tokens *= self.dist.world_size
-                    self.state.tokens += n_tokens
-                    window.add(loss, lr, n_tokens)
-                    out_of_time = cfg.max_time is not None and any_rank(
-                        time.perf_counter() - session_start >= cfg.max_time * 60, self.dist, self.device
-                    )
-                    last_step = step == cfg.steps or out_of_time
-                    log = step % cfg.log_interval == 0 or last_step
-                    evaluate = step % cfg.eval_interval == 0 or last_step
-                    save = step % cfg.checkpoint_interval == 0 or last_step
-                    compiled_first = self.training_model.compiled and step == first_step
-                    if log or evaluate or save or compiled_first:
-                        last = self._read_losses(window)
-                        shown_loss = shown_loss if last is None else last
-                        speed = window.tokens_per_s
-                    self.state.elapsed += time.perf_counter() - step_start
-                    if step == first_step:
-                        timed_from = time.perf_counter()  # the first step (compiling, warming caches) is not timed
-                    elif step - first_step == FIT_AFTER:
-                        self._fit_schedule(step, step - first_step, time.perf_counter() - timed_from,
-                                           time.perf_counter() - session_start, progress)  # fmt: skip
-                    if compiled_first:
-                        self.compile_seconds = time.perf_counter() - step_start
-                        progress.note(f"torch.compile: the first step took {self.compile_seconds:.1f} s (compiling)")
-                    progress.update(step, loss=shown_loss, lr=lr, tokens_per_s=speed)
-                    if log:
-                        mean_loss = mean_over_ranks(window.mean_loss, self.dist, self.device)
-                        self.metrics.write({"step": step, "train_loss": mean_loss, "lr": lr, "tokens_per_s": speed})
-                        window = LossWindow(first_step=step + 1)
-                    if self.on_step is not None:
-                        self.on_step(self, step, loss)
-                    stop_early = False
-                    if evaluate:
-                        stop_early = self._after_eval(self.evaluate(), progress)
-                    if save:
-                        self._keep_window(window)
-                        self.save_checkpoint()
-                    if out_of_time and not stop_early:
-                        stopped = "time limit"
-                        progress.note(f"--max-time {duration(cfg.max_time)} reached at step {step}: stopping")
-                        break
-                    if stop_early:
-                        stopped = "early stop"
-                        progress.note(f"no improvement in {cfg.early_stop} evaluations: stopping early")
-                        self._keep_window(window)
-                        self.save_checkpoint()
-                        break
-                    # Under torchrun the processes agree on stopping at logging steps (a collective).
-                    if self.dist.enabled and not log:
-                        continue
-                    if any_rank(self._stop_requested, self.dist, self.device):
-                        self._read_losses(window)  # nothing not finite goes into the checkpoint
-                        self._keep_window(window)
-                        stopped = "interrupted"
-                        path = self.save_checkpoint()
-                        progress.note(f"interrupted at step {self.state.step}: checkpoint saved to {path}")
+                    reason = self._step(loop, progress)
+                    if reason is not None:
+                        stopped = reason
                         break
         finally:
             progress.close()
         if self.dist.is_main:
             self.metrics.write_csv()
-        return TrainResult(
-            self.state.step,
-            stopped,
-            self.state.best,
-            self.state.last_eval,
-            self.run_dir,
-            tokens=self.state.tokens,
-            train_seconds=self.state.elapsed,
-            compile_seconds=self.compile_seconds,
-            metric=self.task.metric,
-            before=self.state.before,
-        )
+        return self.state.result(stopped, self.run_dir, compile_seconds=self.compile_seconds, metric=self.task.metric)
 
 
 def resume_available(run_dir: str | Path) -> bool:

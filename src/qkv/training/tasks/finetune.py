@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -29,6 +30,7 @@ from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.model_dir import QUANTIZATION_FILE, ModelBundle, save_model_dir
 from qkv.models.family import LANGUAGE_MODEL, family_of
+from qkv.models.gpt import GPTConfig
 from qkv.models.lora import AdapterWeights, LoRASettings, adapted_targets, apply_lora, has_lora, merge_lora
 from qkv.training.config import TrainConfig
 from qkv.training.finetune_settings import DEFAULT_SEQ_LEN, lora_alpha, lora_target_names
@@ -42,6 +44,7 @@ from qkv.training.tasks.protocol import Task
 def open_base(config: TrainConfig, device: torch.device) -> ModelBundle:
     """The model to fine-tune, on ``device``: every weight trainable, or (``config.lora``) frozen, in int8 if
     asked, with LoRA adapters added. A LoRA run given as the base has its adapters merged first."""
+    assert config.init_from is not None  # fine-tuning is the task of runs given --from
     bundle = load(config.init_from, device=device, quantize=config.quantize_base, dequantize=True)  # GGUF: float32
     model = bundle.model
     family_of(model).require_role(LANGUAGE_MODEL, "--from (fine-tuning)")
@@ -66,7 +69,7 @@ def prepare_finetune(
 ) -> Prepared:
     """The pretrained model (LoRA applied), its data and what the run folder saves (see the module docstring)."""
     bundle = open_base(config, session.device)
-    model, model_config = bundle.model, bundle.config
+    model, model_config = bundle.model, cast(GPTConfig, bundle.config)  # a language model's (open_base checks)
     seq_len = check_seq_len(
         config.seq_len or min(model_config.context_length, DEFAULT_SEQ_LEN), model_config.context_length
     )
@@ -101,16 +104,17 @@ def _data(config: TrainConfig, bundle: ModelBundle, seq_len: int, session: Sessi
     """The task (plain text or conversations), the data's fingerprint and the summary line."""
     tokenizer = bundle.tokenizer
     if is_chat_file(config.data):
+        assert config.data is not None  # is_chat_file is False for none
         if bundle.chat_template is None:
             raise QkvError(
                 f"{config.data} holds conversations, and {config.init_from} has no chat template to render them "
                 "with: fine-tune a chat model, or give plain text"
             )
-        conversations, sha256 = read_conversations(config.data)  # type: ignore[arg-type]
+        conversations, sha256 = read_conversations(config.data)
         examples = encode_conversations(bundle, conversations, seq_len, where=str(config.data))
         pad = next((i for i in (tokenizer.pad_id, tokenizer.eos_id) if i is not None), 0)
         chats = ChatBatches(examples, pad_id=pad, val_fraction=config.val_fraction, seed=config.seed)
-        task = ChatTask(
+        task: Task = ChatTask(
             chats,
             batch_size=config.batch_size,
             eval_batches=config.eval_batches,
@@ -121,7 +125,7 @@ def _data(config: TrainConfig, bundle: ModelBundle, seq_len: int, session: Sessi
             f"data: {len(chats.train)} conversations to train on ({chats.n_train_tokens:,} assistant tokens), "
             f"{len(chats.val)} held out ({chats.n_val_tokens:,}), rendered with the model's chat template"
         )
-        return task, {"name": Path(config.data).name, "source": str(config.data), "sha256": sha256}, line  # type: ignore[arg-type]
+        return task, {"name": Path(config.data).name, "source": str(config.data), "sha256": sha256}, line
     source = open_source(config.data, text_field=config.text_field)
     text = source.read_text()  # one encode call: a pretrained tokenizer may treat a text's start specially
     ids = encode_corpus(text, tokenizer)
@@ -156,7 +160,8 @@ def _savers(config: TrainConfig, bundle: ModelBundle) -> tuple[Callable, Callabl
         if config.lora:
             (run_dir / QUANTIZATION_FILE).unlink(missing_ok=True)  # an int8 base is rebuilt from the base, not here
             settings = LoRASettings(config.lora, lora_alpha(config), config.lora_dropout, adapted_targets(model))
-            save_adapter_config(run_dir, model, settings, base=base_path(config.init_from))  # type: ignore[arg-type]
+            assert config.init_from is not None  # open_base loaded the base from it
+            save_adapter_config(run_dir, model, settings, base=base_path(config.init_from))
 
     def save_best(run_dir: Path, trained: nn.Module, weights: dict[str, Tensor] | None) -> None:
         if config.lora:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 from qkv.data.cache import prepared_for_training
 from qkv.data.lm import TokenBatches
@@ -26,6 +27,7 @@ from qkv.data.prepare import PreparedData
 from qkv.errors import QkvError
 from qkv.model_dir import CONFIG_FILE, TOKENIZER_FILE
 from qkv.models import GPTConfig, make_config
+from qkv.models.base import Model
 from qkv.models.config import BaseConfig
 from qkv.models.family import LANGUAGE_MODEL, build_model, family_of
 from qkv.models.memory import check_fits
@@ -67,19 +69,11 @@ def prepare_language_model(
     )
     tokenizer = data.tokenizer()
     _check_tokenizer(data, config, run_tokenizer, resume_dir)
-    if resume_dir is not None:
-        model_config = BaseConfig.load(resume_dir / CONFIG_FILE)
-    else:
-        model_config = make_config(config.preset, vocab_size=tokenizer.vocab_size, **config.model)
-    if family_of(model_config).role != LANGUAGE_MODEL:
-        raise QkvError(
-            f"preset {config.preset!r} is {family_of(model_config).title}, not a language model: "
-            f"choose a preset of a {' or '.join(TASK_ARCHS['lm'])} model (see `qkv train --help`)"
-        )
+    model_config = _model_config(config, resume_dir, tokenizer.vocab_size)
     seq_len = check_seq_len(config.seq_len or model_config.context_length, model_config.context_length)
     batches = TokenBatches(data.shards(), context_length=seq_len, val_fraction=config.val_fraction, seed=config.seed)
     check_fits(model_config, session.device, batch_size=config.batch_size)  # before allocating anything
-    model = build_model(model_config).to(session.device)  # GPTConfig -> GPT, LlamaConfig -> Llama
+    model = cast(Model, build_model(model_config).to(session.device))  # GPTConfig -> GPT, LlamaConfig -> Llama
     task = LanguageModelTask(
         batches,
         batch_size=config.batch_size,
@@ -105,6 +99,21 @@ def prepare_language_model(
             f"tokens, mapped from {data.folder}",
         ],
     )
+
+
+def _model_config(config: TrainConfig, resume_dir: Path | None, vocab_size: int) -> GPTConfig:
+    """The language model's config: the resumed run's, or the preset's with the tokenizer's ``vocab_size`` and
+    the architecture flags; a QkvError when the preset is not a language model's."""
+    if resume_dir is not None:
+        model_config = BaseConfig.load(resume_dir / CONFIG_FILE)
+    else:
+        model_config = make_config(config.preset, vocab_size=vocab_size, **config.model)
+    if family_of(model_config).role != LANGUAGE_MODEL:
+        raise QkvError(
+            f"preset {config.preset!r} is {family_of(model_config).title}, not a language model: "
+            f"choose a preset of a {' or '.join(TASK_ARCHS['lm'])} model (see `qkv train --help`)"
+        )
+    return cast(GPTConfig, model_config)  # a language model's: a GPTConfig (or a LlamaConfig, one of its kind)
 
 
 def _heads(config: GPTConfig) -> str:

@@ -33,6 +33,7 @@ def language_model_loss(
     head = getattr(unwrap_model(model), "unembedding", None)
     whole = isinstance(head, Unembedding) and not is_sharded(head.weight)
     if fused and label_smoothing == 0 and whole and not is_capturing():
+        assert isinstance(head, Unembedding)  # ``whole`` holds only for one
         return linear_cross_entropy(model(x, unembed=False), head.weight, head.bias, y, ignore_index=IGNORE)
     return next_token_loss(model(x), y, label_smoothing=label_smoothing)
 

@@ -24,12 +24,18 @@ class Task(Protocol):
 
     def evaluate(self, model: nn.Module) -> dict[str, float]: ...
 
-    # Optional: ``update(model, batch) -> (loss, n_tokens)`` applies the task's own optimizer step (Word2Vec's
-    # SGD with its gradient written out). The trainer uses it in one process; under torchrun the gradients
-    # must be all-reduced, so it uses ``loss`` and the optimizer there.
-
     def state_dict(self) -> dict[str, Any]:
         """Where the data stream stands (tensors allowed), for an exact resume."""
         ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class UpdatingTask(Task, Protocol):
+    """A task that may apply its own optimizer step (Word2Vec's SGD with its gradient written out). The trainer
+    uses ``update`` in one process; under torchrun the gradients must be all-reduced, so it uses ``loss`` and the
+    optimizer there."""
+
+    def update(self, model: nn.Module, batch: Any) -> tuple[Tensor, int]:
+        """One optimizer step on the batch; its mean loss and the number of target tokens."""
+        ...

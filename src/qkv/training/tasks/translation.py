@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -37,9 +37,12 @@ from qkv.decoding.translator import corpus_scores
 from qkv.errors import QkvError
 from qkv.model_dir import CONFIG_FILE, TARGET_TOKENIZER_FILE, TOKENIZER_FILE
 from qkv.models import make_config
+from qkv.models.base import Model
 from qkv.models.config import ModelConfig
 from qkv.models.family import TRANSLATOR, build_model, family_of
 from qkv.models.memory import check_fits
+from qkv.models.rnnsearch import RNNSearchConfig
+from qkv.models.transformer import Transformer, TransformerConfig
 from qkv.tokenizers import Tokenizer, load_tokenizer, train_tokenizer
 from qkv.training.config import TrainConfig, check_arch
 from qkv.training.launch import Prepared, run_training
@@ -125,6 +128,9 @@ class TranslationTask:
         wanted = min(self.bleu_sentences, self.val.n_pairs)
         outputs: dict[int, list[int]] = {}
         tok = self.target_tokenizer
+        bos_id, eos_id = tok.bos_id, tok.eos_id
+        assert bos_id is not None and eos_id is not None  # qkv's tokenizers all hold <bos> and <eos>
+        translator = cast(Transformer, model)  # the decoders' declared type; RNNSearch answers the same calls
         for batch in self.val.eval_batches():
             keep = batch.indices < wanted
             if not keep.any():
@@ -132,19 +138,23 @@ class TranslationTask:
             src, mask = batch.src[keep].to(self.device), batch.src_padding_mask[keep].to(self.device)
             width = int((~mask).sum(dim=1).max())
             src, mask = src[:, :width], mask[:, :width]
-            common = dict(bos_id=tok.bos_id, eos_id=tok.eos_id)
             # The decoders' KV caches hold the weights' float32: decoding runs outside the trainer's bf16/fp16
             # autocast (which made each new key bf16, and the cache refused it), as `qkv translate` does.
             with torch.autocast(device_type=torch.device(self.device).type, enabled=False):
                 if self.eval_beam == 1:
-                    decoded = greedy_decode(model, src, mask, **common)
+                    decoded = greedy_decode(translator, src, mask, bos_id=bos_id, eos_id=eos_id)
                 else:
-                    hypotheses = beam_search(model, src, mask, beam_size=self.eval_beam, **common)
+                    hypotheses = beam_search(
+                        translator, src, mask, beam_size=self.eval_beam, bos_id=bos_id, eos_id=eos_id
+                    )
                     decoded = [h[0].tokens for h in hypotheses]
             for index, tokens in zip(batch.indices[keep].tolist(), decoded, strict=True):
                 outputs[index] = tokens
         order = sorted(outputs)
         return [tok.decode(outputs[i]) for i in order], [self.val_references[i] for i in order]
+
+
+TranslatorConfig = TransformerConfig | RNNSearchConfig  # the configs of the translator role's families
 
 
 def parallel_source(spec: str) -> str | tuple[str, str]:
@@ -178,6 +188,46 @@ def _train_tokenizers(config: TrainConfig, train: ParallelCorpus) -> tuple[Token
     )
 
 
+def _tokenizers_and_config(
+    config: TrainConfig, resume_dir: Path | None, train: ParallelCorpus, say: Callable[[str], None]
+) -> tuple[Tokenizer, Tokenizer | None, TranslatorConfig]:
+    """The source and target tokenizers (None: one shared vocabulary) and the model's config: the resumed run's,
+    or trained on the training pairs with the preset sized to their vocabularies; a QkvError unless it is a
+    translator's."""
+    if resume_dir is not None:
+        source_tok = load_tokenizer(resume_dir / TOKENIZER_FILE)
+        target_file = resume_dir / TARGET_TOKENIZER_FILE
+        target_tok = load_tokenizer(target_file) if target_file.exists() else None
+        model_config = ModelConfig.load(resume_dir / CONFIG_FILE)
+    else:
+        source_tok, target_tok, model_config = _train_vocabularies(config, train, say)
+    if family_of(model_config).role != TRANSLATOR:
+        raise QkvError(
+            f"preset {config.preset!r} is {family_of(model_config).title}, not an encoder-decoder: "
+            "choose a transformer-* or rnnsearch-* preset for --task translate"
+        )
+    return source_tok, target_tok, cast(TranslatorConfig, model_config)  # the translator role's two configs
+
+
+def _train_vocabularies(
+    config: TrainConfig, train: ParallelCorpus, say: Callable[[str], None]
+) -> tuple[Tokenizer, Tokenizer | None, ModelConfig]:
+    """Tokenizers trained on the training pairs, and the preset's config sized to their vocabularies."""
+    say(
+        f"tokenizers: training {'a shared' if config.shared_vocab else 'a source and a target'} "
+        f"{config.tokenizer} vocabulary on {len(train):,} pairs"
+    )
+    source_tok, target_tok = _train_tokenizers(config, train)
+    model_config = make_config(
+        config.preset,
+        src_vocab_size=source_tok.vocab_size,
+        tgt_vocab_size=(target_tok or source_tok).vocab_size,
+        share_embeddings=target_tok is None,
+        **dict(config.model),
+    )
+    return source_tok, target_tok, model_config
+
+
 def prepare_translator(
     config: TrainConfig, resume_dir: Path | None, session: Session, say: Callable[[str], None]
 ) -> Prepared:
@@ -186,31 +236,7 @@ def prepare_translator(
     if resume_dir is None:
         check_arch(config)
     train, val, kind = load_translation_data(config)
-    if resume_dir is not None:
-        source_tok = load_tokenizer(resume_dir / TOKENIZER_FILE)
-        target_file = resume_dir / TARGET_TOKENIZER_FILE
-        target_tok = load_tokenizer(target_file) if target_file.exists() else None
-        model_config = ModelConfig.load(resume_dir / CONFIG_FILE)
-    else:
-        say(
-            f"tokenizers: training {'a shared' if config.shared_vocab else 'a source and a target'} "
-            f"{config.tokenizer} vocabulary on {len(train):,} pairs"
-        )
-        source_tok, target_tok = _train_tokenizers(config, train)
-        overrides = dict(config.model)
-        target_size = (target_tok or source_tok).vocab_size
-        model_config = make_config(
-            config.preset,
-            src_vocab_size=source_tok.vocab_size,
-            tgt_vocab_size=target_size,
-            share_embeddings=target_tok is None,
-            **overrides,
-        )
-    if family_of(model_config).role != TRANSLATOR:
-        raise QkvError(
-            f"preset {config.preset!r} is {family_of(model_config).title}, not an encoder-decoder: "
-            "choose a transformer-* or rnnsearch-* preset for --task translate"
-        )
+    source_tok, target_tok, model_config = _tokenizers_and_config(config, resume_dir, train, say)
     sizes = dict(batch_size=None if config.max_tokens else config.batch_size, max_tokens=config.max_tokens)
     batches = TranslationBatches.from_corpus(
         train, source_tok, target_tok, max_len=model_config.context_length, seed=config.seed, **sizes
@@ -224,7 +250,7 @@ def prepare_translator(
             f"{model_config.context_length} tokens and were cropped (raise --context-length to keep them whole)"
         )
     check_fits(model_config, session.device, batch_size=config.batch_size)  # before allocating anything
-    model = build_model(model_config).to(session.device)
+    model = cast(Model, build_model(model_config).to(session.device))
     task = TranslationTask(
         batches,
         val_batches,

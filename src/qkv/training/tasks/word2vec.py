@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -81,7 +82,7 @@ class Word2VecTask:
     def loss(self, model: nn.Module, batch: Word2VecBatch) -> tuple[Tensor, int]:
         """The mean loss per row, whose gradient is that of the summed loss (one SGD update per row)."""
         lr = self.step_size(self.batches.position - 1) if self.step_size is not None else None
-        total = model.loss(batch, lr=lr)
+        total = cast(Word2Vec, model).loss(batch, lr=lr)
         mean = total / max(batch.n_rows, 1)
         return total + (mean - total).detach(), batch.n_words
 
@@ -92,7 +93,7 @@ class Word2VecTask:
             raise ValueError("Word2VecTask.update needs step_size: the learning rate at each step")
         if batch.n_rows == 0:  # every word of the batch subsampled away (a tiny corpus): nothing to update
             return torch.zeros((), device=self.device), batch.n_words
-        total = model.sgd_step(batch, self.step_size(self.batches.position - 1))
+        total = cast(Word2Vec, model).sgd_step(batch, self.step_size(self.batches.position - 1))
         return total / max(batch.n_rows, 1), batch.n_words
 
     @torch.no_grad()
@@ -101,7 +102,7 @@ class Word2VecTask:
             self._fixed = self.batches.eval_batches(self.eval_batches)
         total, rows = 0.0, 0
         for batch in self._fixed:
-            total += float(model.loss(batch.to(self.device)))
+            total += float(cast(Word2Vec, model).loss(batch.to(self.device)))
             rows += batch.n_rows
         return {self.metric: total / max(rows, 1)}
 
@@ -130,7 +131,7 @@ def word2vec_config(config: TrainConfig, vocab_size: int) -> Word2VecConfig:
     model_config = make_config(config.preset, vocab_size=vocab_size, **config.model)
     if family_of(model_config).role != WORD_VECTORS:
         raise QkvError(f"preset {config.preset!r} is {family_of(model_config).title}: use --preset word2vec")
-    return model_config
+    return cast(Word2VecConfig, model_config)  # the word-vectors family's config
 
 
 def text_words(
@@ -153,6 +154,7 @@ def prepared_words(
     """A folder written by ``qkv prepare --tokenizer word``: its ids, mapped onto the words seen at least
     ``--min-count`` times (or the resumed run's vocabulary). The shards keep no line breaks, so the whole
     corpus is one sentence: windows run across lines (as on text8)."""
+    assert config.data is not None  # is_prepared(config.data) chose this reader
     data = PreparedData(Path(config.data), read_manifest(config.data))
     kind = data.manifest["tokenizer"]["kind"]
     if kind != "word":
@@ -195,11 +197,13 @@ def prepare_word2vec(
     tokenizer, stream, data_info = words(config, run_tokenizer, say)
     if resume_dir is None:
         model_config = word2vec_config(config, tokenizer.vocab_size)
-    counts = word_counts(stream, tokenizer.vocab_size, tokenizer.eos_id)
+    separator = tokenizer.eos_id
+    assert separator is not None  # a word vocabulary always holds <eos> (SPECIAL_TOKENS)
+    counts = word_counts(stream, tokenizer.vocab_size, separator)
     batches = Word2VecBatches(
         stream,
         counts,
-        separator=tokenizer.eos_id,
+        separator=separator,
         arch=config.arch or "skipgram",
         window=config.window,
         negative=config.negative,
@@ -212,17 +216,7 @@ def prepare_word2vec(
     check_fits(model_config, session.device)  # before allocating anything
     model = Word2Vec(model_config).to(session.device)
 
-    def step_size(step: int) -> float:
-        return learning_rate(
-            step,
-            schedule=config.schedule,
-            lr=config.lr,
-            min_lr=config.min_lr,
-            warmup=config.warmup_steps,
-            total=config.steps,
-            d_model=model_config.d_model,
-        )
-
+    step_size = step_sizes(config, model_config.d_model)
     task = Word2VecTask(batches, eval_batches=config.eval_batches, device=session.device, step_size=step_size)
     vocabulary = int((counts > 0).sum())
     return Prepared(
@@ -241,6 +235,26 @@ def prepare_word2vec(
     )
 
 
+def step_sizes(config: TrainConfig, d_model: int) -> Callable[[int], float]:
+    """The learning rate at each step (``config.steps`` as they stand now: after ``--epochs`` set them), for the
+    SGD step the task writes out."""
+    min_lr = config.min_lr
+    assert min_lr is not None  # TrainConfig.__post_init__ sets lr / 10 for none
+
+    def step_size(step: int) -> float:
+        return learning_rate(
+            step,
+            schedule=config.schedule,
+            lr=config.lr,
+            min_lr=min_lr,
+            warmup=config.warmup_steps,
+            total=config.steps,
+            d_model=d_model,
+        )
+
+    return step_size
+
+
 def train_word2vec(
     config: TrainConfig,
     *,
@@ -254,5 +268,6 @@ def train_word2vec(
 
 def unigram_counts(stream: np.ndarray, tokenizer: Tokenizer) -> dict[str, int]:
     """Each vocabulary word's count in ``stream`` (for checks against other tools)."""
+    assert tokenizer.eos_id is not None  # a word vocabulary always holds <eos> (SPECIAL_TOKENS)
     counts = word_counts(stream, tokenizer.vocab_size, tokenizer.eos_id)
     return {tokenizer.id_to_token(i): int(c) for i, c in enumerate(counts) if c > 0}
