@@ -41,15 +41,20 @@ from __future__ import annotations
 import math
 from contextlib import ExitStack
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
+from qkv.decoding.configs import translator_config
 from qkv.decoding.fast_step import resolve_step
 from qkv.decoding.sessions import translation_session
 from qkv.errors import QkvError
 from qkv.models.eval_mode import eval_mode
 from qkv.models.transformer import Transformer
+
+if TYPE_CHECKING:
+    from qkv.models.rnnsearch import RNNSearch
 
 
 @dataclass
@@ -76,7 +81,7 @@ def _finite(value: object) -> bool:
 
 
 def _prepare(
-    model: Transformer,
+    model: Transformer | RNNSearch,
     src_ids: Tensor,
     src_padding_mask: Tensor | None,
     bos_id: int,
@@ -86,15 +91,16 @@ def _prepare(
     max_len_b: float,
 ) -> tuple[Tensor, Tensor | None, list[int]]:
     """Check the arguments; return source ids (B, S) and mask on the model's device, and each sentence's limit."""
-    vocab = model.config.tgt_vocab_size
+    config = translator_config(model)
+    vocab = config.tgt_vocab_size
     for name, value in (("bos_id", bos_id), ("eos_id", eos_id)):
         if not _whole(value) or not 0 <= value < vocab:
             raise QkvError(f"{name}={value!r} is not a target token id (0..{vocab - 1}): pass the tokenizer's {name}")
     if max_len is not None and (not _whole(max_len) or max_len < 1):
         raise QkvError(f"max_len={max_len!r} must be a whole number >= 1: e.g. max_len=100, or None for no extra cap")
-    for name, value in (("max_len_a", max_len_a), ("max_len_b", max_len_b)):
-        if not _finite(value) or value < 0:
-            raise QkvError(f"{name}={value!r} must be a finite number >= 0: e.g. max_len_a=1.5, max_len_b=10")
+    for name, number in (("max_len_a", max_len_a), ("max_len_b", max_len_b)):
+        if not _finite(number) or number < 0:
+            raise QkvError(f"{name}={number!r} must be a finite number >= 0: e.g. max_len_a=1.5, max_len_b=10")
     if not isinstance(src_ids, Tensor) or src_ids.dtype.is_floating_point or src_ids.dtype == torch.bool:
         raise QkvError("src_ids must be a (batch, length) tensor of token ids: encode and pad the source sentences")
     device = next(model.parameters()).device
@@ -103,9 +109,9 @@ def _prepare(
         src_ids = src_ids[None]  # (S,) -> (1, S)
     if src_ids.dim() != 2:
         raise QkvError(f"src_ids has shape {tuple(src_ids.shape)}: pass a (batch, length) tensor of token ids")
-    if src_ids.numel() and not 0 <= int(src_ids.min()) <= int(src_ids.max()) < model.config.src_vocab_size:
+    if src_ids.numel() and not 0 <= int(src_ids.min()) <= int(src_ids.max()) < config.src_vocab_size:
         raise QkvError(
-            f"src_ids hold ids outside the source vocabulary (0..{model.config.src_vocab_size - 1}): "
+            f"src_ids hold ids outside the source vocabulary (0..{config.src_vocab_size - 1}): "
             "encode the source with the model's tokenizer"
         )
     if src_padding_mask is not None:
@@ -116,7 +122,7 @@ def _prepare(
             raise QkvError(f"src_padding_mask must have the shape of src_ids {tuple(src_ids.shape)}: True at padding")
     batch, length = src_ids.shape
     src_lens = (~src_padding_mask).sum(1).tolist() if src_padding_mask is not None else [length] * batch
-    cap = min(model.config.context_length - 1, max_len) if max_len is not None else model.config.context_length - 1
+    cap = min(config.context_length - 1, max_len) if max_len is not None else config.context_length - 1
     limits = [max(1, min(int(max_len_a * n + max_len_b), cap)) for n in src_lens]
     return src_ids, src_padding_mask, limits
 
@@ -127,7 +133,7 @@ def _log_probs(logits: Tensor) -> Tensor:
 
 
 def greedy_decode(
-    model: Transformer,
+    model: Transformer | RNNSearch,
     src_ids: Tensor,
     src_padding_mask: Tensor | None = None,
     *,
@@ -154,11 +160,11 @@ def greedy_decode(
             tokens = src_ids.new_full((batch, steps), eos_id)  # (B, L)
             done = torch.zeros(batch, dtype=torch.bool, device=src_ids.device)
             next_ids = src_ids.new_full((batch,), bos_id)
-            for step in range(steps):
+            for t in range(steps):
                 logits = session.step(next_ids)  # (B, V)
                 next_ids = _log_probs(logits).argmax(dim=-1).masked_fill(done, eos_id)  # (B,)
-                tokens[:, step] = next_ids
-                done |= (next_ids == eos_id) | (step + 1 >= limit)
+                tokens[:, t] = next_ids
+                done |= (next_ids == eos_id) | (t + 1 >= limit)
                 if bool(done.all()):
                     break
     out = []
@@ -182,7 +188,7 @@ def _check_beam(beam_size: int, n_best: int, length_penalty: float) -> None:
 
 
 def beam_search(
-    model: Transformer,
+    model: Transformer | RNNSearch,
     src_ids: Tensor,
     src_padding_mask: Tensor | None = None,
     *,
@@ -206,7 +212,7 @@ def beam_search(
     resolve_step(model, step)
     src_ids, mask, limits = _prepare(model, src_ids, src_padding_mask, bos_id, eos_id, max_len, max_len_a, max_len_b)
     k, batch, steps = beam_size, src_ids.shape[0], max(limits)
-    vocab = model.config.tgt_vocab_size
+    vocab = translator_config(model).tgt_vocab_size
     n_cand = min(2 * k, k * vocab)  # each beam has one <eos> candidate, so 2k hold k others (vocab >= 2)
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     done = [False] * batch
@@ -226,7 +232,7 @@ def beam_search(
         scores[:, 0] = 0.0  # all beams start as <bos>: keep one, or the first step would pick k copies
         history = src_ids.new_empty(batch, k, 0)  # (B, k, t) generated tokens of each beam
         next_ids = src_ids.new_full((batch * k,), bos_id)  # (B*k,)
-        for step in range(steps):
+        for t in range(steps):
             log_probs = _log_probs(session.step(next_ids)).view(batch, k, vocab)  # (B, k, V)
             candidates = (scores.to(log_probs.dtype)[:, :, None] + log_probs).view(batch, k * vocab)  # (B, k*V)
             top, index = candidates.topk(n_cand, dim=1)  # (B, n_cand), best first
@@ -250,13 +256,13 @@ def beam_search(
             for b in range(batch):
                 if done[b]:
                     continue
-                if step + 1 >= limits[b]:  # maximum length: the beams finish without <eos>
+                if t + 1 >= limits[b]:  # maximum length: the beams finish without <eos>
                     for j in range(k):
                         if scores[b, j].isfinite():
                             finish(b, history[b, j].tolist(), float(scores[b, j]), False)
                     done[b] = True
                 elif best_live[b] == -math.inf or (
-                    len(finished[b]) == k and best_live[b] / (step + 1) ** length_penalty <= finished[b][-1].score
+                    len(finished[b]) == k and best_live[b] / (t + 1) ** length_penalty <= finished[b][-1].score
                 ):
                     done[b] = True
             if all(done):
@@ -265,7 +271,7 @@ def beam_search(
 
 
 def translate_batch(
-    model: Transformer,
+    model: Transformer | RNNSearch,
     src_ids: Tensor,
     src_padding_mask: Tensor | None = None,
     *,
