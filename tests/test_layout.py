@@ -24,7 +24,6 @@ LONG_FUNCTIONS: set[str] = {
     "storage.py:load_weights",
     "inspect/explain_model.py:explain_model",
     "training/config.py:validate",
-    "decoding/beam_search.py:beam_search",
     "data/prepare.py:prepare",
     "training/launch.py:run_training",
     "export/onnx.py:export_onnx",

@@ -212,62 +212,88 @@ def beam_search(
     resolve_step(model, step)
     src_ids, mask, limits = _prepare(model, src_ids, src_padding_mask, bos_id, eos_id, max_len, max_len_a, max_len_b)
     k, batch, steps = beam_size, src_ids.shape[0], max(limits)
-    vocab = translator_config(model).tgt_vocab_size
-    n_cand = min(2 * k, k * vocab)  # each beam has one <eos> candidate, so 2k hold k others (vocab >= 2)
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    done = [False] * batch
-
-    def finish(b: int, tokens: list[int], log_prob: float, reached_eos: bool) -> None:
-        length = len(tokens) + int(reached_eos)
-        finished[b].append(Hypothesis(tokens, log_prob / length**length_penalty, log_prob, reached_eos))
-        finished[b].sort(key=lambda h: -h.score)  # stable: earlier (shorter) first on ties
-        del finished[b][k:]
-
+    beams = _Beams(src_ids, k, translator_config(model).tgt_vocab_size, eos_id, length_penalty, limits)
     with eval_mode(model), ExitStack() as stack:
         memory = model.encode(src_ids, src_padding_mask=mask)  # (B, S, d_model), once
         # B sentences x k beams as B*k rows: beam j of sentence b is row b*k + j
         session = stack.enter_context(translation_session(model, step, memory, mask, steps, group=k))
-        first = torch.arange(batch, device=src_ids.device)[:, None] * k  # (B, 1): row of each sentence's beam 0
-        scores = torch.full((batch, k), float("-inf"), device=src_ids.device)  # (B, k) summed log-probs
-        scores[:, 0] = 0.0  # all beams start as <bos>: keep one, or the first step would pick k copies
-        history = src_ids.new_empty(batch, k, 0)  # (B, k, t) generated tokens of each beam
         next_ids = src_ids.new_full((batch * k,), bos_id)  # (B*k,)
         for t in range(steps):
-            log_probs = _log_probs(session.step(next_ids)).view(batch, k, vocab)  # (B, k, V)
-            candidates = (scores.to(log_probs.dtype)[:, :, None] + log_probs).view(batch, k * vocab)  # (B, k*V)
-            top, index = candidates.topk(n_cand, dim=1)  # (B, n_cand), best first
-            beam, token = index // vocab, index % vocab  # which beam each candidate extends, with which token
-            is_eos = token == eos_id  # (B, n_cand)
-
-            # Candidates ending in <eos> among the best k finish (`history` still holds the beams they extend).
-            for b, r in (is_eos[:, :k] & top[:, :k].isfinite()).nonzero().tolist():
-                if not done[b]:
-                    finish(b, history[b, beam[b, r]].tolist(), float(top[b, r]), True)
-
-            # The best k candidates not ending in <eos> are the new beams.
-            pick = is_eos.to(torch.uint8).argsort(dim=1, stable=True)[:, :k]  # (B, k): non-eos first, by rank
-            scores = top.gather(1, pick).masked_fill(is_eos.gather(1, pick), float("-inf"))  # (B, k)
-            beam, token = beam.gather(1, pick), token.gather(1, pick)  # (B, k)
-            history = torch.cat([history.gather(1, beam[:, :, None].expand_as(history)), token[:, :, None]], dim=2)
-            session.reorder((first + beam).view(-1))  # each row's cache follows its beam
+            log_probs = _log_probs(session.step(next_ids)).view(batch, k, beams.vocab)  # (B, k, V)
+            beam, token = beams.extend(log_probs)  # (B, k) each
+            session.reorder((beams.first + beam).view(-1))  # each row's cache follows its beam
             next_ids = token.view(-1)  # (B*k,)
-
-            best_live = scores.max(dim=1).values.tolist()  # (B,)
-            for b in range(batch):
-                if done[b]:
-                    continue
-                if t + 1 >= limits[b]:  # maximum length: the beams finish without <eos>
-                    for j in range(k):
-                        if scores[b, j].isfinite():
-                            finish(b, history[b, j].tolist(), float(scores[b, j]), False)
-                    done[b] = True
-                elif best_live[b] == -math.inf or (
-                    len(finished[b]) == k and best_live[b] / (t + 1) ** length_penalty <= finished[b][-1].score
-                ):
-                    done[b] = True
-            if all(done):
+            if beams.stop(t):
                 break
-    return [hyps[:n_best] for hyps in finished]
+    return [hyps[:n_best] for hyps in beams.finished]
+
+
+class _Beams:
+    """The ``k`` beams of each of B sentences in beam search: their summed log-probabilities (``scores``), their
+    tokens (``history``), and each sentence's best finished hypotheses (``finished``), with the module docstring's
+    rules for finishing and stopping."""
+
+    def __init__(
+        self, src_ids: Tensor, k: int, vocab: int, eos_id: int, length_penalty: float, limits: list[int]
+    ) -> None:
+        batch, device = src_ids.shape[0], src_ids.device
+        self.k, self.vocab, self.eos_id, self.length_penalty, self.limits = k, vocab, eos_id, length_penalty, limits
+        self.n_cand = min(2 * k, k * vocab)  # each beam has one <eos> candidate, so 2k hold k others (vocab >= 2)
+        self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+        self.done = [False] * batch
+        self.first = torch.arange(batch, device=device)[:, None] * k  # (B, 1): row of each sentence's beam 0
+        self.scores = torch.full((batch, k), float("-inf"), device=device)  # (B, k) summed log-probs
+        self.scores[:, 0] = 0.0  # all beams start as <bos>: keep one, or the first step would pick k copies
+        self.history = src_ids.new_empty(batch, k, 0)  # (B, k, t) generated tokens of each beam
+
+    def finish(self, b: int, tokens: list[int], log_prob: float, reached_eos: bool) -> None:
+        """Add a hypothesis of sentence ``b``, scored log_prob / length ** length_penalty; keep the best k."""
+        length = len(tokens) + int(reached_eos)
+        self.finished[b].append(Hypothesis(tokens, log_prob / length**self.length_penalty, log_prob, reached_eos))
+        self.finished[b].sort(key=lambda h: -h.score)  # stable: earlier (shorter) first on ties
+        del self.finished[b][self.k :]
+
+    def extend(self, log_probs: Tensor) -> tuple[Tensor, Tensor]:
+        """One step from the log-probabilities (B, k, V) of every beam's next token: candidates ending in <eos>
+        among the best k finish, the best k others become the beams. Returns which old beam each new one extends
+        and with which token, (B, k) each."""
+        batch, k, vocab = log_probs.shape
+        candidates = (self.scores.to(log_probs.dtype)[:, :, None] + log_probs).view(batch, k * vocab)  # (B, k*V)
+        top, index = candidates.topk(self.n_cand, dim=1)  # (B, n_cand), best first
+        beam, token = index // vocab, index % vocab  # which beam each candidate extends, with which token
+        is_eos = token == self.eos_id  # (B, n_cand)
+
+        # Candidates ending in <eos> among the best k finish (`history` still holds the beams they extend).
+        for b, r in (is_eos[:, :k] & top[:, :k].isfinite()).nonzero().tolist():
+            if not self.done[b]:
+                self.finish(b, self.history[b, beam[b, r]].tolist(), float(top[b, r]), True)
+
+        # The best k candidates not ending in <eos> are the new beams.
+        pick = is_eos.to(torch.uint8).argsort(dim=1, stable=True)[:, :k]  # (B, k): non-eos first, by rank
+        self.scores = top.gather(1, pick).masked_fill(is_eos.gather(1, pick), float("-inf"))  # (B, k)
+        beam, token = beam.gather(1, pick), token.gather(1, pick)  # (B, k)
+        kept = self.history.gather(1, beam[:, :, None].expand_as(self.history))  # (B, k, t)
+        self.history = torch.cat([kept, token[:, :, None]], dim=2)  # (B, k, t + 1)
+        return beam, token
+
+    def stop(self, t: int) -> bool:
+        """After step ``t``: a sentence at its maximum length finishes its beams without <eos>; one whose best
+        beam cannot beat its k finished hypotheses (or that has no live beam) stops. True when all have stopped."""
+        best_live = self.scores.max(dim=1).values.tolist()  # (B,)
+        for b in range(len(self.done)):
+            if self.done[b]:
+                continue
+            if t + 1 >= self.limits[b]:  # maximum length: the beams finish without <eos>
+                for j in range(self.k):
+                    if self.scores[b, j].isfinite():
+                        self.finish(b, self.history[b, j].tolist(), float(self.scores[b, j]), False)
+                self.done[b] = True
+            elif best_live[b] == -math.inf or (
+                len(self.finished[b]) == self.k
+                and best_live[b] / (t + 1) ** self.length_penalty <= self.finished[b][-1].score
+            ):
+                self.done[b] = True
+        return all(self.done)
 
 
 def translate_batch(

@@ -97,10 +97,8 @@ class ModelSession(Session):
 class StaticSession(Session):
     """The fast strategies: the fixed-shape step over a static cache (see :mod:`qkv.decoding.fast_step`)."""
 
-    length: int  # a plain attribute here, moved with the cache
-
     def __init__(self, fast: FastStep, mode: str, batch: int, max_len: int, cross: CrossAttention) -> None:
-        self.fast, self.mode, self.length, self.group = fast, mode, 0, cross.group
+        self.fast, self.mode, self._length, self.group = fast, mode, 0, cross.group
         model = cast(Transformer, fast.model)  # the fast steps of a translator: an encoder-decoder Transformer
         weight = next(p for p in model.parameters() if p.is_floating_point())  # not an int8 matrix
         self._key: tuple | None = None
@@ -133,8 +131,12 @@ class StaticSession(Session):
         tokens = torch.zeros(batch, dtype=torch.long, device=weight.device)
         return CapturedStep(buffer, tokens, position, cross, cross.group)
 
+    @property
+    def length(self) -> int:
+        return self._length
+
     def _move_to(self, length: int) -> None:
-        self.length = self.cache.length = length
+        self._length = self.cache.length = length
         self.captured.position.fill_(length)
 
     def step(self, token_ids: Tensor) -> Tensor:
