@@ -336,8 +336,9 @@ class Engine:
             )
         scored = logits
         if params.penalized:
-            counts = torch.stack([row.counts for row in rows])  # type: ignore[misc]
-            seen = torch.stack([row.seen for row in rows])  # type: ignore[misc]
+            # a penalized request's row keeps both (_row): (k, V) each
+            counts = torch.stack(cast("list[Tensor]", [row.counts for row in rows]))
+            seen = torch.stack(cast("list[Tensor]", [row.seen for row in rows]))
             scored = penalize(logits, params, counts, seen)
         tokens = sample_next(scored, params, generator=generator).tolist()
         lps: list = [None] * len(rows)
