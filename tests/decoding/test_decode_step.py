@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from qkv import GPT, GPTConfig
-from qkv.decoding.decode_step import cross_attention_keys, gpt_step, transformer_step
+from qkv.decoding.decode_step import cross_attention_keys, decoder_blocks, gpt_step, transformer_step
+from qkv.layers.blocks import DecoderBlock
 from qkv.layers.fused import fuse_linears
 from qkv.models import Transformer, TransformerConfig
 
@@ -145,3 +146,10 @@ def test_a_step_with_a_position_per_row_gives_each_row_the_forward_logits_at_its
             n_keys = None if masked else int(position.max()) + 1
             logits = gpt_step(model, projections, ids[torch.arange(3), position], position, kv, n_keys)
             torch.testing.assert_close(logits, expected[torch.arange(3), position], atol=1e-10, rtol=0)
+
+
+def test_decoder_blocks_are_the_stacks_own_blocks_in_order() -> None:
+    model = GPT(GPTConfig(vocab_size=40, d_model=32, n_heads=4, n_layers=3, context_length=24))
+    blocks = decoder_blocks(model.decoder)
+    assert len(blocks) == 3 and all(isinstance(block, DecoderBlock) for block in blocks)
+    assert [id(block) for block in blocks] == [id(block) for block in model.decoder.blocks]

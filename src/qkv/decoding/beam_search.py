@@ -41,15 +41,20 @@ from __future__ import annotations
 import math
 from contextlib import ExitStack
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
+from qkv.decoding.configs import translator_config
 from qkv.decoding.fast_step import resolve_step
 from qkv.decoding.sessions import translation_session
 from qkv.errors import QkvError
 from qkv.models.eval_mode import eval_mode
 from qkv.models.transformer import Transformer
+
+if TYPE_CHECKING:
+    from qkv.models.rnnsearch import RNNSearch
 
 
 @dataclass
@@ -76,7 +81,7 @@ def _finite(value: object) -> bool:
 
 
 def _prepare(
-    model: Transformer,
+    model: Transformer | RNNSearch,
     src_ids: Tensor,
     src_padding_mask: Tensor | None,
     bos_id: int,
@@ -86,15 +91,16 @@ def _prepare(
     max_len_b: float,
 ) -> tuple[Tensor, Tensor | None, list[int]]:
     """Check the arguments; return source ids (B, S) and mask on the model's device, and each sentence's limit."""
-    vocab = model.config.tgt_vocab_size
+    config = translator_config(model)
+    vocab = config.tgt_vocab_size
     for name, value in (("bos_id", bos_id), ("eos_id", eos_id)):
         if not _whole(value) or not 0 <= value < vocab:
             raise QkvError(f"{name}={value!r} is not a target token id (0..{vocab - 1}): pass the tokenizer's {name}")
     if max_len is not None and (not _whole(max_len) or max_len < 1):
         raise QkvError(f"max_len={max_len!r} must be a whole number >= 1: e.g. max_len=100, or None for no extra cap")
-    for name, value in (("max_len_a", max_len_a), ("max_len_b", max_len_b)):
-        if not _finite(value) or value < 0:
-            raise QkvError(f"{name}={value!r} must be a finite number >= 0: e.g. max_len_a=1.5, max_len_b=10")
+    for name, number in (("max_len_a", max_len_a), ("max_len_b", max_len_b)):
+        if not _finite(number) or number < 0:
+            raise QkvError(f"{name}={number!r} must be a finite number >= 0: e.g. max_len_a=1.5, max_len_b=10")
     if not isinstance(src_ids, Tensor) or src_ids.dtype.is_floating_point or src_ids.dtype == torch.bool:
         raise QkvError("src_ids must be a (batch, length) tensor of token ids: encode and pad the source sentences")
     device = next(model.parameters()).device
@@ -103,9 +109,9 @@ def _prepare(
         src_ids = src_ids[None]  # (S,) -> (1, S)
     if src_ids.dim() != 2:
         raise QkvError(f"src_ids has shape {tuple(src_ids.shape)}: pass a (batch, length) tensor of token ids")
-    if src_ids.numel() and not 0 <= int(src_ids.min()) <= int(src_ids.max()) < model.config.src_vocab_size:
+    if src_ids.numel() and not 0 <= int(src_ids.min()) <= int(src_ids.max()) < config.src_vocab_size:
         raise QkvError(
-            f"src_ids hold ids outside the source vocabulary (0..{model.config.src_vocab_size - 1}): "
+            f"src_ids hold ids outside the source vocabulary (0..{config.src_vocab_size - 1}): "
             "encode the source with the model's tokenizer"
         )
     if src_padding_mask is not None:
@@ -116,7 +122,7 @@ def _prepare(
             raise QkvError(f"src_padding_mask must have the shape of src_ids {tuple(src_ids.shape)}: True at padding")
     batch, length = src_ids.shape
     src_lens = (~src_padding_mask).sum(1).tolist() if src_padding_mask is not None else [length] * batch
-    cap = min(model.config.context_length - 1, max_len) if max_len is not None else model.config.context_length - 1
+    cap = min(config.context_length - 1, max_len) if max_len is not None else config.context_length - 1
     limits = [max(1, min(int(max_len_a * n + max_len_b), cap)) for n in src_lens]
     return src_ids, src_padding_mask, limits
 
@@ -127,7 +133,7 @@ def _log_probs(logits: Tensor) -> Tensor:
 
 
 def greedy_decode(
-    model: Transformer,
+    model: Transformer | RNNSearch,
     src_ids: Tensor,
     src_padding_mask: Tensor | None = None,
     *,
@@ -154,11 +160,11 @@ def greedy_decode(
             tokens = src_ids.new_full((batch, steps), eos_id)  # (B, L)
             done = torch.zeros(batch, dtype=torch.bool, device=src_ids.device)
             next_ids = src_ids.new_full((batch,), bos_id)
-            for step in range(steps):
+            for t in range(steps):
                 logits = session.step(next_ids)  # (B, V)
                 next_ids = _log_probs(logits).argmax(dim=-1).masked_fill(done, eos_id)  # (B,)
-                tokens[:, step] = next_ids
-                done |= (next_ids == eos_id) | (step + 1 >= limit)
+                tokens[:, t] = next_ids
+                done |= (next_ids == eos_id) | (t + 1 >= limit)
                 if bool(done.all()):
                     break
     out = []
@@ -182,7 +188,7 @@ def _check_beam(beam_size: int, n_best: int, length_penalty: float) -> None:
 
 
 def beam_search(
-    model: Transformer,
+    model: Transformer | RNNSearch,
     src_ids: Tensor,
     src_padding_mask: Tensor | None = None,
     *,
@@ -206,66 +212,92 @@ def beam_search(
     resolve_step(model, step)
     src_ids, mask, limits = _prepare(model, src_ids, src_padding_mask, bos_id, eos_id, max_len, max_len_a, max_len_b)
     k, batch, steps = beam_size, src_ids.shape[0], max(limits)
-    vocab = model.config.tgt_vocab_size
-    n_cand = min(2 * k, k * vocab)  # each beam has one <eos> candidate, so 2k hold k others (vocab >= 2)
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
-    done = [False] * batch
-
-    def finish(b: int, tokens: list[int], log_prob: float, reached_eos: bool) -> None:
-        length = len(tokens) + int(reached_eos)
-        finished[b].append(Hypothesis(tokens, log_prob / length**length_penalty, log_prob, reached_eos))
-        finished[b].sort(key=lambda h: -h.score)  # stable: earlier (shorter) first on ties
-        del finished[b][k:]
-
+    beams = _Beams(src_ids, k, translator_config(model).tgt_vocab_size, eos_id, length_penalty, limits)
     with eval_mode(model), ExitStack() as stack:
         memory = model.encode(src_ids, src_padding_mask=mask)  # (B, S, d_model), once
         # B sentences x k beams as B*k rows: beam j of sentence b is row b*k + j
         session = stack.enter_context(translation_session(model, step, memory, mask, steps, group=k))
-        first = torch.arange(batch, device=src_ids.device)[:, None] * k  # (B, 1): row of each sentence's beam 0
-        scores = torch.full((batch, k), float("-inf"), device=src_ids.device)  # (B, k) summed log-probs
-        scores[:, 0] = 0.0  # all beams start as <bos>: keep one, or the first step would pick k copies
-        history = src_ids.new_empty(batch, k, 0)  # (B, k, t) generated tokens of each beam
         next_ids = src_ids.new_full((batch * k,), bos_id)  # (B*k,)
-        for step in range(steps):
-            log_probs = _log_probs(session.step(next_ids)).view(batch, k, vocab)  # (B, k, V)
-            candidates = (scores.to(log_probs.dtype)[:, :, None] + log_probs).view(batch, k * vocab)  # (B, k*V)
-            top, index = candidates.topk(n_cand, dim=1)  # (B, n_cand), best first
-            beam, token = index // vocab, index % vocab  # which beam each candidate extends, with which token
-            is_eos = token == eos_id  # (B, n_cand)
-
-            # Candidates ending in <eos> among the best k finish (`history` still holds the beams they extend).
-            for b, r in (is_eos[:, :k] & top[:, :k].isfinite()).nonzero().tolist():
-                if not done[b]:
-                    finish(b, history[b, beam[b, r]].tolist(), float(top[b, r]), True)
-
-            # The best k candidates not ending in <eos> are the new beams.
-            pick = is_eos.to(torch.uint8).argsort(dim=1, stable=True)[:, :k]  # (B, k): non-eos first, by rank
-            scores = top.gather(1, pick).masked_fill(is_eos.gather(1, pick), float("-inf"))  # (B, k)
-            beam, token = beam.gather(1, pick), token.gather(1, pick)  # (B, k)
-            history = torch.cat([history.gather(1, beam[:, :, None].expand_as(history)), token[:, :, None]], dim=2)
-            session.reorder((first + beam).view(-1))  # each row's cache follows its beam
+        for t in range(steps):
+            log_probs = _log_probs(session.step(next_ids)).view(batch, k, beams.vocab)  # (B, k, V)
+            beam, token = beams.extend(log_probs)  # (B, k) each
+            session.reorder((beams.first + beam).view(-1))  # each row's cache follows its beam
             next_ids = token.view(-1)  # (B*k,)
-
-            best_live = scores.max(dim=1).values.tolist()  # (B,)
-            for b in range(batch):
-                if done[b]:
-                    continue
-                if step + 1 >= limits[b]:  # maximum length: the beams finish without <eos>
-                    for j in range(k):
-                        if scores[b, j].isfinite():
-                            finish(b, history[b, j].tolist(), float(scores[b, j]), False)
-                    done[b] = True
-                elif best_live[b] == -math.inf or (
-                    len(finished[b]) == k and best_live[b] / (step + 1) ** length_penalty <= finished[b][-1].score
-                ):
-                    done[b] = True
-            if all(done):
+            if beams.stop(t):
                 break
-    return [hyps[:n_best] for hyps in finished]
+    return [hyps[:n_best] for hyps in beams.finished]
+
+
+class _Beams:
+    """The ``k`` beams of each of B sentences in beam search: their summed log-probabilities (``scores``), their
+    tokens (``history``), and each sentence's best finished hypotheses (``finished``), with the module docstring's
+    rules for finishing and stopping."""
+
+    def __init__(
+        self, src_ids: Tensor, k: int, vocab: int, eos_id: int, length_penalty: float, limits: list[int]
+    ) -> None:
+        batch, device = src_ids.shape[0], src_ids.device
+        self.k, self.vocab, self.eos_id, self.length_penalty, self.limits = k, vocab, eos_id, length_penalty, limits
+        self.n_cand = min(2 * k, k * vocab)  # each beam has one <eos> candidate, so 2k hold k others (vocab >= 2)
+        self.finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+        self.done = [False] * batch
+        self.first = torch.arange(batch, device=device)[:, None] * k  # (B, 1): row of each sentence's beam 0
+        self.scores = torch.full((batch, k), float("-inf"), device=device)  # (B, k) summed log-probs
+        self.scores[:, 0] = 0.0  # all beams start as <bos>: keep one, or the first step would pick k copies
+        self.history = src_ids.new_empty(batch, k, 0)  # (B, k, t) generated tokens of each beam
+
+    def finish(self, b: int, tokens: list[int], log_prob: float, reached_eos: bool) -> None:
+        """Add a hypothesis of sentence ``b``, scored log_prob / length ** length_penalty; keep the best k."""
+        length = len(tokens) + int(reached_eos)
+        self.finished[b].append(Hypothesis(tokens, log_prob / length**self.length_penalty, log_prob, reached_eos))
+        self.finished[b].sort(key=lambda h: -h.score)  # stable: earlier (shorter) first on ties
+        del self.finished[b][self.k :]
+
+    def extend(self, log_probs: Tensor) -> tuple[Tensor, Tensor]:
+        """One step from the log-probabilities (B, k, V) of every beam's next token: candidates ending in <eos>
+        among the best k finish, the best k others become the beams. Returns which old beam each new one extends
+        and with which token, (B, k) each."""
+        batch, k, vocab = log_probs.shape
+        candidates = (self.scores.to(log_probs.dtype)[:, :, None] + log_probs).view(batch, k * vocab)  # (B, k*V)
+        top, index = candidates.topk(self.n_cand, dim=1)  # (B, n_cand), best first
+        beam, token = index // vocab, index % vocab  # which beam each candidate extends, with which token
+        is_eos = token == self.eos_id  # (B, n_cand)
+
+        # Candidates ending in <eos> among the best k finish (`history` still holds the beams they extend).
+        for b, r in (is_eos[:, :k] & top[:, :k].isfinite()).nonzero().tolist():
+            if not self.done[b]:
+                self.finish(b, self.history[b, beam[b, r]].tolist(), float(top[b, r]), True)
+
+        # The best k candidates not ending in <eos> are the new beams.
+        pick = is_eos.to(torch.uint8).argsort(dim=1, stable=True)[:, :k]  # (B, k): non-eos first, by rank
+        self.scores = top.gather(1, pick).masked_fill(is_eos.gather(1, pick), float("-inf"))  # (B, k)
+        beam, token = beam.gather(1, pick), token.gather(1, pick)  # (B, k)
+        kept = self.history.gather(1, beam[:, :, None].expand_as(self.history))  # (B, k, t)
+        self.history = torch.cat([kept, token[:, :, None]], dim=2)  # (B, k, t + 1)
+        return beam, token
+
+    def stop(self, t: int) -> bool:
+        """After step ``t``: a sentence at its maximum length finishes its beams without <eos>; one whose best
+        beam cannot beat its k finished hypotheses (or that has no live beam) stops. True when all have stopped."""
+        best_live = self.scores.max(dim=1).values.tolist()  # (B,)
+        for b in range(len(self.done)):
+            if self.done[b]:
+                continue
+            if t + 1 >= self.limits[b]:  # maximum length: the beams finish without <eos>
+                for j in range(self.k):
+                    if self.scores[b, j].isfinite():
+                        self.finish(b, self.history[b, j].tolist(), float(self.scores[b, j]), False)
+                self.done[b] = True
+            elif best_live[b] == -math.inf or (
+                len(self.finished[b]) == self.k
+                and best_live[b] / (t + 1) ** self.length_penalty <= self.finished[b][-1].score
+            ):
+                self.done[b] = True
+        return all(self.done)
 
 
 def translate_batch(
-    model: Transformer,
+    model: Transformer | RNNSearch,
     src_ids: Tensor,
     src_padding_mask: Tensor | None = None,
     *,

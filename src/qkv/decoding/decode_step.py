@@ -39,15 +39,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from qkv.layers.attention import MultiHeadAttention, attention_mask, grouped_sdpa
-from qkv.layers.blocks import ResidualSublayer
+from qkv.layers.blocks import DecoderBlock, ResidualSublayer
 from qkv.layers.embedding import InputEmbedding
-from qkv.layers.positional import apply_rotary
+from qkv.layers.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding, apply_rotary
 from qkv.layers.stacks import DecoderStack
 from qkv.models.gpt import GPT
 from qkv.models.transformer import Transformer
@@ -83,8 +84,9 @@ def cross_attention_keys(
     (B_src, S, d_model). ``pad_to`` appends masked zero positions up to that length; ``fixed`` makes the
     mask and ``empty`` tensors even when nothing is masked (one graph for every batch)."""
     keys, values = [], []
-    for block in model.decoder.blocks:
+    for block in decoder_blocks(model.decoder):
         attn = block.cross_attn
+        assert attn is not None, "an encoder-decoder's decoder blocks have cross-attention"
         keys.append(attn.split_heads(attn.key(memory)))  # (B, h_kv, S, d_k)
         values.append(attn.split_heads(attn.value(memory)))
     batch, length = memory.shape[:2]
@@ -108,8 +110,9 @@ def cross_attention_keys(
 def embed_step(embedding: InputEmbedding, token_ids: Tensor, position: Tensor) -> Tensor:
     """W_E rows of ``token_ids`` (B,) plus the positional rows of ``position`` (1,) or (B,): (B, d_model)."""
     x = embedding.token_embedding(token_ids)  # (B, d_model)
-    if embedding.positional_encoding is not None:
-        x = x + embedding.positional_encoding.at(position)  # (1 or B, d_model), broadcast over B
+    positional = cast("SinusoidalPositionalEncoding | LearnedPositionalEncoding | None", embedding.positional_encoding)
+    if positional is not None:
+        x = x + positional.at(position)  # (1 or B, d_model), broadcast over B
     return x
 
 
@@ -178,7 +181,7 @@ def decoder_stack_step(
 ) -> Tensor:
     """The decoder blocks and the final norm for one token per row: (B, d_model) -> (B, d_model)."""
     masks: dict[int | None, Tensor | None] = {}  # one per attention window (None: plain causal)
-    for i, block in enumerate(stack.blocks):
+    for i, block in enumerate(decoder_blocks(stack)):
         window = block.self_attn.window
         if window not in masks:
             masks[window] = _step_mask(kv[i].shape[3] if n_keys is None else n_keys, position, window, n_keys)
@@ -196,6 +199,7 @@ def decoder_stack_step(
         )
         if block.cross_attn is not None:
             assert cross is not None, "a decoder with cross-attention needs the encoder's keys and values"
+            assert block.cross_attn_sublayer is not None, "cross-attention comes with its residual sublayer"
             x = residual(
                 block.cross_attn_sublayer,
                 x,
@@ -207,6 +211,11 @@ def decoder_stack_step(
             )
         x = residual(block.ffn_sublayer, x, block.feed_forward)
     return stack.final_norm(x)
+
+
+def decoder_blocks(stack: DecoderStack) -> Sequence[DecoderBlock]:
+    """The stack's blocks as what they are: ``nn.ModuleList`` gives the type checker plain Modules."""
+    return cast("Sequence[DecoderBlock]", stack.blocks)
 
 
 def _step_mask(length: int, position: Tensor, window: int | None, n_keys: int | None) -> Tensor | None:

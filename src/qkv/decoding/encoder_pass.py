@@ -17,12 +17,14 @@ Dropout is left out: this runs in eval mode.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from torch import Tensor, nn
 
 from qkv.decoding.decode_step import residual
 from qkv.layers.attention import MultiHeadAttention, grouped_sdpa
+from qkv.layers.blocks import EncoderBlock
 from qkv.layers.positional import apply_rotary
 from qkv.models.encoder import Encoder
 
@@ -66,7 +68,8 @@ def encoder_hidden(
         if not torch.compiler.is_compiling() and not bool(empty.any()):  # compiled: always mask, no break
             empty = None
     rotary = model.rotary_angles(length)
-    for block, projection in zip(model.encoder.blocks, projections, strict=True):
+    blocks = cast("Sequence[EncoderBlock]", model.encoder.blocks)  # an nn.ModuleList: plain Modules to the checker
+    for block, projection in zip(blocks, projections, strict=True):
         x = residual(block.attn_sublayer, x, self_attention, block.self_attn, projection, mask, empty, rotary)
         x = residual(block.ffn_sublayer, x, block.feed_forward)
     return model.encoder.final_norm(x)

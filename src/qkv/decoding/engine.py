@@ -41,18 +41,22 @@ from __future__ import annotations
 import math
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor, nn
 
+from qkv.decoding.configs import decoder_config
 from qkv.decoding.decode_step import gpt_step
 from qkv.decoding.fast_step import GRAPH_STEPS, CapturedStep, FastStep, fast_step_for, resolve_step
+from qkv.decoding.native_step import NativeStep
 from qkv.decoding.prompt_lookup import Lookup, checked_step, draft_for
 from qkv.decoding.request import Request, TokenOutput
 from qkv.decoding.sampling import penalize, sample_next
 from qkv.errors import QkvError
 from qkv.layers.linear import onednn_rows
 from qkv.layers.softmax import log_softmax
+from qkv.models.gpt import GPT
 from qkv.models.memory import check_kv_pool, new_tokens_error
 
 
@@ -70,12 +74,13 @@ class Engine:
     """A pool of ``slots`` cache rows of ``max_len`` positions and the requests running in them."""
 
     def __init__(self, model: nn.Module, slots: int, max_len: int, *, step: str = "auto", use_cache: bool = True):
-        self.model, self.slots = model, slots
-        self.context = model.config.context_length
+        self.model = cast(GPT, model)  # any decoder-only model with GPT's interface: config, new_cache, forward
+        self.slots = slots
+        self.context = decoder_config(model).context_length
         self.max_len = min(max_len, self.context)
         self.mode = resolve_step(model, step) if use_cache else "recompute"
         weight = next(p for p in model.parameters() if p.is_floating_point())  # not an int8 matrix
-        self.device, self.vocab_size = weight.device, model.config.vocab_size
+        self.device, self.vocab_size = weight.device, decoder_config(model).vocab_size
         self.running: list[_Row] = []  # row i lives in slot i
         self._fast: FastStep | None = None  # the model's fast step, looked up (and checked) when requests join
         self.buffer: Tensor | None = None
@@ -84,6 +89,12 @@ class Engine:
         if self.mode != "recompute":
             self._allocate(weight)
 
+    @property
+    def pool(self) -> Tensor:
+        """The KV pool (n_layers, slots, 2, h_kv, L, d_k): allocated when the engine is made, unless it recomputes."""
+        assert self.buffer is not None, "the engine recomputes every step: it has no KV pool"
+        return self.buffer
+
     def _allocate(self, weight: Tensor) -> None:
         if self.mode in GRAPH_STEPS:  # a graph captured for an earlier request of this shape, with its pool
             self._graph_key = (self.mode, self.slots, self.max_len)
@@ -91,7 +102,8 @@ class Engine:
             if self._captured is not None:
                 self.buffer = self._captured.buffer
                 return
-        config = self.model.config
+        config = decoder_config(self.model)
+        assert config.n_kv_heads is not None, "the config fills n_kv_heads when it is made"
         check_kv_pool(config, self.slots, self.max_len, weight.dtype, weight.device)
         cache = self.model.new_cache(self.max_len)
         self.buffer = cache.allocate(
@@ -177,7 +189,7 @@ class Engine:
         each window's last token (k, V). Without a cache: the forward alone, windows of one length together."""
         if self.mode == "recompute":
             return self._forward_windows(windows)
-        cache = self.model.new_cache(self.max_len).use(self.buffer[:, first : first + len(windows)])
+        cache = self.model.new_cache(self.max_len).use(self.pool[:, first : first + len(windows)])
         longest = max(len(w) for w in windows)
         ids = torch.zeros(len(windows), longest, dtype=torch.long, device=self.device)
         for i, window in enumerate(windows):
@@ -223,10 +235,12 @@ class Engine:
         sliding = [i for i, row in enumerate(rows) if len(row.tokens) > self.context]
         if not sliding:
             return self._execute(rows)
-        outs = [None] * len(rows) if len(sliding) == len(rows) else list(self._execute(rows).unbind(0))
+        outs: list[Tensor | None] = (
+            [None] * len(rows) if len(sliding) == len(rows) else list(self._execute(rows).unbind(0))
+        )
         for i in sliding:  # past the context the window moves: its keys no longer hold
             outs[i] = self._prefill(i, [rows[i].tokens[-self.context :]])[0]
-        return torch.stack(outs)  # type: ignore[arg-type]
+        return torch.stack(cast("list[Tensor]", outs))  # every None was a sliding row, filled above
 
     def _execute(self, rows: list[_Row]) -> Tensor:
         """Next-token logits (n, V) of the running rows, each feeding its last token at its own position."""
@@ -238,9 +252,10 @@ class Engine:
         if self.mode == "native":  # one call to C for the whole step (qkv.decoding.native_step)
             position = torch.tensor(positions, dtype=torch.long)
             ids = torch.tensor(tokens, dtype=torch.long)
-            return self._fast_step().native()(ids, position, self.buffer[:, :n])  # type: ignore[operator]
+            native = cast(NativeStep, self._fast_step().native())  # resolve_step chose "native": it runs here
+            return native(ids, position, self.pool[:, :n])
         if self.mode == "static":
-            kv = self.buffer[:, :n].unbind(0)  # (n, 2, h_kv, L, d_k) per layer: views of the first n slots
+            kv = self.pool[:, :n].unbind(0)  # (n, 2, h_kv, L, d_k) per layer: views of the first n slots
             same = all(p == positions[0] for p in positions)
             position = torch.tensor(positions[:1] if same else positions, dtype=torch.long, device=self.device)
             ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
@@ -262,7 +277,7 @@ class Engine:
         out = []
         for group in _runs(positions):
             a, b = group[0], group[-1] + 1
-            cache = self.model.new_cache(self.max_len).use(self.buffer[:, a:b])
+            cache = self.model.new_cache(self.max_len).use(self.pool[:, a:b])
             cache.length = positions[a]
             ids = torch.tensor(tokens[a:b], dtype=torch.long, device=self.device)[:, None]  # (g, 1)
             out.append(self.model(ids, cache=cache, last_only=True)[:, -1])
@@ -272,7 +287,7 @@ class Engine:
         """The compiled or graph step over every slot (fixed shapes); idle slots feed token 0 at position 0."""
         if self._captured is None:
             zeros = torch.zeros(self.slots, dtype=torch.long, device=self.device)
-            self._captured = CapturedStep(self.buffer, zeros, zeros.clone())
+            self._captured = CapturedStep(self.pool, zeros, zeros.clone())
         c, n = self._captured, len(tokens)
         c.tokens.zero_(), c.position.zero_()
         c.tokens[:n] = torch.tensor(tokens, dtype=torch.long)
@@ -321,8 +336,9 @@ class Engine:
             )
         scored = logits
         if params.penalized:
-            counts = torch.stack([row.counts for row in rows])  # type: ignore[misc]
-            seen = torch.stack([row.seen for row in rows])  # type: ignore[misc]
+            # a penalized request's row keeps both (_row): (k, V) each
+            counts = torch.stack(cast("list[Tensor]", [row.counts for row in rows]))
+            seen = torch.stack(cast("list[Tensor]", [row.seen for row in rows]))
             scored = penalize(logits, params, counts, seen)
         tokens = sample_next(scored, params, generator=generator).tolist()
         lps: list = [None] * len(rows)

@@ -30,7 +30,8 @@ graphs) serve all requests; the extra positions are masked.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor, nn
@@ -41,6 +42,12 @@ from qkv.errors import QkvError
 from qkv.layers.capture import is_capturing
 from qkv.layers.fused import fuse_linears
 from qkv.models.family import family_of
+from qkv.models.gpt import GPT
+from qkv.models.transformer import Transformer
+
+if TYPE_CHECKING:
+    from qkv.layers.blocks import DecoderBlock, EncoderBlock
+    from qkv.layers.stacks import DecoderStack, EncoderStack
 
 STEPS = ("auto", "model", "native", "static", "compiled", "graph", "compiled-graph")
 GRAPH_STEPS = ("graph", "compiled-graph")
@@ -101,8 +108,9 @@ class FastStep:
         self.model = model
         self.kind = declared_step(model)
         self.signature = _signature(model)
-        stack = model.encoder if self.kind == "one-pass" else model.decoder
-        self.projections = [fuse_linears(b.self_attn.query, b.self_attn.key, b.self_attn.value) for b in stack.blocks]
+        stack = cast("EncoderStack | DecoderStack", model.encoder if self.kind == "one-pass" else model.decoder)
+        blocks = cast("Sequence[EncoderBlock | DecoderBlock]", stack.blocks)  # an nn.ModuleList: plain Modules
+        self.projections = [fuse_linears(b.self_attn.query, b.self_attn.key, b.self_attn.value) for b in blocks]
         self._compiled: dict[str, Callable[..., Tensor]] = {}
         self._native: NativeStep | str | None = None
         self._graphs: dict[tuple, list] = {}  # idle captured graphs (with their buffers) by shape
@@ -125,16 +133,16 @@ class FastStep:
             return native_decode_step(token_ids, positions, buffer, self._native.handle)  # the step as one op
         kv = buffer.unbind(0)
         if cross is None:
-            return gpt_step(self.model, self.projections, token_ids, position, kv, n_keys)
+            return gpt_step(cast(GPT, self.model), self.projections, token_ids, position, kv, n_keys)  # "causal"
         keys, values, mask, empty = cross
         state = CrossAttention(keys, values, mask, group, empty)
-        return transformer_step(self.model, self.projections, token_ids, position, kv, state, n_keys)
+        return transformer_step(cast(Transformer, self.model), self.projections, token_ids, position, kv, state, n_keys)
 
     def native(self) -> NativeStep | str:
         """The model's step in C (:mod:`qkv.decoding.native_step`), or the sentence saying why there is none."""
         with self._lock:
             if self._native is None:
-                self._native = native_step(self.model, self.projections)
+                self._native = native_step(cast(GPT, self.model), self.projections)  # what "native" runs
             return self._native
 
     def compiled(self, backend: str | None = None) -> Callable[..., Tensor]:

@@ -14,13 +14,14 @@ finished: their later positions are filled with that id, and generation stops as
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from contextlib import closing
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from qkv.decoding.configs import decoder_config
 from qkv.decoding.engine import Engine
 from qkv.decoding.fast_step import bucket, resolve_step
 from qkv.decoding.request import Request
@@ -53,7 +54,7 @@ def end_ids(eos_id: EndIds, vocab_size: int) -> frozenset[int]:
 
 def prompt_tensor(model: torch.nn.Module, prompt_ids: Prompt, bos_id: int | None) -> Tensor:
     """The prompt as a checked (B, T) long tensor on the model's device; an empty prompt starts from ``bos_id``."""
-    vocab_size = model.config.vocab_size
+    vocab_size = decoder_config(model).vocab_size
     if bos_id is not None:
         _check_id("bos_id", bos_id, vocab_size)
     device = next(model.parameters()).device
@@ -91,7 +92,7 @@ def prompt_tensor(model: torch.nn.Module, prompt_ids: Prompt, bos_id: int | None
 def cache_length(model: torch.nn.Module, mode: str, kept: int, new: int) -> int:
     """Positions the rows' cache needs: at most kept + new - 1 are fed, never more than the context; the fixed
     shapes of the compiled and graph steps round it up to a power of two (:func:`~qkv.decoding.fast_step.bucket`)."""
-    context = model.config.context_length
+    context = decoder_config(model).context_length
     length = min(context, kept + new - 1)
     if mode in ("static", "model", "recompute"):
         return max(length, 1)
@@ -110,7 +111,7 @@ class TokenStream(Iterator[Tensor]):
         self._steps = self._run(stops, use_cache, step, generator, mode)
 
     @torch.no_grad()  # on a generator function, torch applies no_grad only while the generator runs
-    def _run(self, stops, use_cache, step, generator, mode) -> Iterator[Tensor]:
+    def _run(self, stops, use_cache, step, generator, mode) -> Generator[Tensor, None, None]:
         batch, length = self.ids.shape
         new = self.params.max_new_tokens
         if new == 0:

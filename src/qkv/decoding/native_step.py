@@ -26,17 +26,24 @@ from __future__ import annotations
 import ctypes
 import itertools
 import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor, nn
 
 from qkv import native
-from qkv.decoding.decode_step import embed_step
+from qkv.decoding.configs import decoder_config
+from qkv.decoding.decode_step import decoder_blocks, embed_step
 from qkv.layers.embedding import Unembedding
 from qkv.layers.feedforward import ACTIVATION_FUNCTIONS, FeedForward, GatedFeedForward
 from qkv.layers.linear import Linear
 from qkv.quantization.int4_linear import Int4Linear
 from qkv.quantization.int8_linear import Int8Linear
+
+if TYPE_CHECKING:
+    from qkv.layers.blocks import DecoderBlock
+    from qkv.models.gpt import GPT
 
 MAT_F32, MAT_I8, MAT_I8A8, MAT_I4 = 0, 1, 2, 3
 NORM_NONE, NORM_RMS, NORM_LAYER = 0, 1, 2
@@ -76,8 +83,9 @@ class Unsupported(Exception):
 class NativeStep:
     """A model described to the C step, and the step: logits for one new token per row."""
 
-    def __init__(self, model: nn.Module, projections: list[nn.Module]) -> None:
-        self.model, self._keep = model, []  # the tensors the structs point into
+    def __init__(self, model: GPT, projections: Sequence[nn.Module]) -> None:
+        self.model = model
+        self._keep: list[object] = []  # the tensors (and ctypes arrays) the structs point into
         self.struct = self._describe(model, projections)
         self.handle = next(_handles)  # how the op qkv::native_decode_step finds this step (torch.compile)
         _steps[self.handle] = self
@@ -150,8 +158,9 @@ class NativeStep:
         f32 = torch.float32
         bias = self._ptr(getattr(module, "bias", None), f32)
         if type(module) in (nn.Linear, Linear, Unembedding):
-            n, k = module.weight.shape
-            return Mat(MAT_F32, n, k, 0, self._ptr(module.weight, f32), None, None, None, bias)
+            weight = cast(Tensor, module.weight)  # each keeps its float (n, k) matrix as .weight
+            n, k = weight.shape
+            return Mat(MAT_F32, n, k, 0, self._ptr(weight, f32), None, None, None, bias)
         if type(module) is Int8Linear:
             n, k = module.qweight.shape
             q, scale = self._ptr(module.qweight, torch.int8), self._ptr(module.weight_scale, f32)
@@ -174,7 +183,7 @@ class NativeStep:
             return Norm(NORM_LAYER, module.eps, weight, bias)
         raise Unsupported(f"a {type(module).__name__} norm")
 
-    def _layer(self, block: nn.Module, projection: nn.Module) -> Layer:
+    def _layer(self, block: DecoderBlock, projection: nn.Module) -> Layer:
         if getattr(block, "cross_attn", None) is not None:
             raise Unsupported("a block with cross-attention")
         if not (block.self_attn_sublayer.norm_first and block.ffn_sublayer.norm_first):
@@ -188,8 +197,8 @@ class NativeStep:
         mats = self._mat(projection), self._mat(block.self_attn.out_proj)
         return Layer(*norms, *mats, gate, self._mat(ffn.linear1), self._mat(ffn.linear2), window)
 
-    def _describe(self, model: nn.Module, projections: list[nn.Module]) -> Model:
-        config, blocks = model.config, model.decoder.blocks
+    def _describe(self, model: GPT, projections: Sequence[nn.Module]) -> Model:
+        config, blocks = decoder_config(model), decoder_blocks(model.decoder)
         if next(model.parameters()).device.type != "cpu":
             raise Unsupported("the model is not on the CPU")
         activation = blocks[0].feed_forward.activation if len(blocks) else None
@@ -199,12 +208,13 @@ class NativeStep:
         layers = (Layer * len(blocks))(*(self._layer(b, p) for b, p in zip(blocks, projections, strict=True)))
         self._keep.append(layers)
         rotary = model.rotary
-        self.rope_len = rotary.cos.shape[0] if rotary is not None else 1 << 62
-        cos, sin = (self._ptr(rotary.cos, torch.float32), self._ptr(rotary.sin, torch.float32)) if rotary else (0, 0)
+        tables = None if rotary is None else (cast(Tensor, rotary.cos), cast(Tensor, rotary.sin))  # buffers (L, d_k)
+        self.rope_len = tables[0].shape[0] if tables is not None else 1 << 62
+        cos, sin = (self._ptr(tables[0], torch.float32), self._ptr(tables[1], torch.float32)) if tables else (0, 0)
         d_ff = blocks[0].feed_forward.linear1.out_features if len(blocks) else 0
         return Model(len(blocks), config.d_model, config.n_heads, config.n_kv_heads, config.head_dim, d_ff,
                      config.vocab_size, ACTIVATIONS[names[0]] if names else 0, int(rotary is not None),
-                     rotary.cos.shape[0] if rotary else 0, cos, sin, self._norm(model.decoder.final_norm),
+                     tables[0].shape[0] if tables else 0, cos, sin, self._norm(model.decoder.final_norm),
                      self._mat(model.unembedding), layers)  # fmt: skip
 
 
@@ -237,7 +247,7 @@ def native_product(layer: nn.Module, x: Tensor) -> Tensor:
     return y
 
 
-def native_step(model: nn.Module, projections: list[nn.Module]) -> NativeStep | str:
+def native_step(model: GPT, projections: Sequence[nn.Module]) -> NativeStep | str:
     """The :class:`NativeStep` of ``model`` (a GPT or Llama, with W_q W_k W_v fused as ``projections``), or a
     sentence saying why it cannot run one."""
     try:

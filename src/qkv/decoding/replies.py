@@ -17,7 +17,7 @@ A chat stops at the end of the assistant's turn (the template's end-of-turn toke
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +26,7 @@ import torch
 
 from qkv.chat_templates import chat_prompt
 from qkv.chat_templates.template import ChatTemplate
+from qkv.decoding.configs import decoder_config
 from qkv.decoding.engine import Engine
 from qkv.decoding.fast_step import resolve_step
 from qkv.decoding.generate import cache_length
@@ -65,10 +66,10 @@ class TextStream(Iterator[str]):
         generator: torch.Generator | None = None,
         use_cache: bool = True,
     ) -> None:
-        model = bundle.model
-        self.reply = Reply(prompt_tokens=len(prompt_ids), cropped=max(0, len(prompt_ids) - model.config.context_length))
+        model, context = bundle.model, decoder_config(bundle.model).context_length
+        self.reply = Reply(prompt_tokens=len(prompt_ids), cropped=max(0, len(prompt_ids) - context))
         mode = resolve_step(model, step) if use_cache else "recompute"
-        kept = min(len(prompt_ids), model.config.context_length)
+        kept = min(len(prompt_ids), context)
         length = cache_length(model, mode, kept, max(params.max_new_tokens, 1))
         self._engine = Engine(model, 1, length, step=step, use_cache=use_cache)
         self._request = Request(prompt_ids, params, stop_ids, generator)
@@ -76,7 +77,7 @@ class TextStream(Iterator[str]):
         self._pieces = self._run(model)
 
     @torch.no_grad()  # on a generator function, torch applies no_grad only while the generator runs
-    def _run(self, model: torch.nn.Module) -> Iterator[str]:
+    def _run(self, model: torch.nn.Module) -> Generator[str, None, None]:
         engine, text, reply = self._engine, self._text, self.reply
         with eval_mode(model, no_grad=False), closing(engine):
             outputs = engine.add([self._request])
@@ -94,7 +95,7 @@ class TextStream(Iterator[str]):
                         return
                 outputs = engine.step()
 
-    def _emit(self, pieces) -> Iterator[str]:
+    def _emit(self, pieces) -> Generator[str, None, None]:
         for piece in pieces:
             self.reply.text += piece.text
             if piece.finish_reason is not None:
@@ -133,8 +134,9 @@ def complete_stream(
         if tokenizer.bos_id is None:
             raise QkvError("the prompt is empty and the tokenizer has no beginning-of-sequence token: give some text")
         ids = [tokenizer.bos_id]
-    if min(ids) < 0 or max(ids) >= bundle.model.config.vocab_size:
-        raise QkvError(f"the prompt holds ids outside the vocabulary (0..{bundle.model.config.vocab_size - 1})")
+    vocab_size = decoder_config(bundle.model).vocab_size
+    if min(ids) < 0 or max(ids) >= vocab_size:
+        raise QkvError(f"the prompt holds ids outside the vocabulary (0..{vocab_size - 1})")
     stops = frozenset() if tokenizer.eos_id is None else frozenset({tokenizer.eos_id})
     return TextStream(bundle, ids, params, stops, step=step, generator=generator, use_cache=use_cache)
 

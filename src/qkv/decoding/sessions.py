@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 from torch import Tensor, nn
@@ -22,12 +23,20 @@ from qkv.decoding.decode_step import CrossAttention, cross_attention_keys, trans
 from qkv.decoding.encoder_pass import encoder_hidden
 from qkv.decoding.fast_step import GRAPH_STEPS, CapturedStep, FastStep, bucket, fast_step_for, resolve_step
 from qkv.layers.linear import onednn_rows
+from qkv.models.encoder import Encoder
+from qkv.models.transformer import Transformer
+
+if TYPE_CHECKING:
+    from qkv.models.transformer.config import TransformerConfig
 
 
 class Session:
     """One batch's decoding state. ``step`` returns logits (B, V), valid until the next call."""
 
-    length: int
+    @property
+    def length(self) -> int:  # pragma: no cover - interface
+        """Target positions fed so far."""
+        raise NotImplementedError
 
     def step(self, token_ids: Tensor) -> Tensor:  # pragma: no cover - interface
         raise NotImplementedError
@@ -37,6 +46,18 @@ class Session:
 
     def close(self) -> None:
         """Give back what the session held (its CUDA graph)."""
+
+
+class CachedDecoder(Protocol):
+    """What :class:`ModelSession` needs of a model (Transformer, RNNSearch): a cache of its own kind, and ``decode``
+    reading and filling it."""
+
+    def new_cache(self, max_len: int | None = None) -> Any: ...
+
+    def decode(
+        self, tgt_ids: Tensor, memory: Tensor, *, memory_padding_mask: Tensor | None = None, cache: Any = None,
+        last_only: bool = False,
+    ) -> Tensor: ...  # fmt: skip
 
 
 class ModelSession(Session):
@@ -50,8 +71,8 @@ class ModelSession(Session):
     def __init__(
         self, model: nn.Module, max_len: int, memory: Tensor, memory_padding_mask: Tensor | None, group: int = 1
     ) -> None:
-        self.model = model
-        self.cache = model.new_cache(max_len)
+        self.model = cast(CachedDecoder, model)
+        self.cache = self.model.new_cache(max_len)
         if group > 1:
             memory = memory.repeat_interleave(group, dim=0)  # (B*k, S, d_model): beam j of sentence b is row b*k + j
             if memory_padding_mask is not None:
@@ -77,8 +98,8 @@ class StaticSession(Session):
     """The fast strategies: the fixed-shape step over a static cache (see :mod:`qkv.decoding.fast_step`)."""
 
     def __init__(self, fast: FastStep, mode: str, batch: int, max_len: int, cross: CrossAttention) -> None:
-        self.fast, self.mode, self.length, self.group = fast, mode, 0, cross.group
-        model = fast.model
+        self.fast, self.mode, self._length, self.group = fast, mode, 0, cross.group
+        model = cast(Transformer, fast.model)  # the fast steps of a translator: an encoder-decoder Transformer
         weight = next(p for p in model.parameters() if p.is_floating_point())  # not an int8 matrix
         self._key: tuple | None = None
         self._fn: Callable[..., Tensor] | None = None
@@ -100,8 +121,9 @@ class StaticSession(Session):
         self._move_to(0)
 
     @staticmethod
-    def _buffers(model: nn.Module, batch: int, max_len: int, weight: Tensor, cross: CrossAttention) -> CapturedStep:
-        config = model.config
+    def _buffers(model: Transformer, batch: int, max_len: int, weight: Tensor, cross: CrossAttention) -> CapturedStep:
+        config = cast("TransformerConfig", model.config)
+        assert config.n_kv_heads is not None, "the config fills n_kv_heads when it is made"
         buffer = model.new_cache(max_len).allocate(
             batch, config.n_kv_heads, config.head_dim, dtype=weight.dtype, device=weight.device
         )
@@ -109,8 +131,12 @@ class StaticSession(Session):
         tokens = torch.zeros(batch, dtype=torch.long, device=weight.device)
         return CapturedStep(buffer, tokens, position, cross, cross.group)
 
+    @property
+    def length(self) -> int:
+        return self._length
+
     def _move_to(self, length: int) -> None:
-        self.length = self.cache.length = length
+        self._length = self.cache.length = length
         self.captured.position.fill_(length)
 
     def step(self, token_ids: Tensor) -> Tensor:
@@ -122,10 +148,10 @@ class StaticSession(Session):
             c.tokens.copy_(token_ids)
             logits = self._fn(c.tokens, c.position, c.buffer, c.cross_args(), self.group)
         else:  # eager: attend over the filled positions only, no mask; a batch's products through oneDNN
+            model = cast(Transformer, self.fast.model)  # a static session decodes for a Transformer
             with onednn_rows():
                 logits = transformer_step(
-                    self.fast.model, self.fast.projections, token_ids, c.position, self.layers, c.cross,
-                    self.length + 1,
+                    model, self.fast.projections, token_ids, c.position, self.layers, c.cross, self.length + 1
                 )  # fmt: skip
         self._move_to(self.length + 1)
         return logits
@@ -144,9 +170,9 @@ def _copy_cross(mine: CrossAttention | None, new: CrossAttention) -> None:
     assert mine is not None
     for old, fresh in zip((*mine.keys, *mine.values), (*new.keys, *new.values), strict=True):
         old.copy_(fresh)
-    for old, fresh in ((mine.mask, new.mask), (mine.empty, new.empty)):
-        if old is not None:
-            old.copy_(fresh)
+    for held, given in ((mine.mask, new.mask), (mine.empty, new.empty)):
+        if held is not None:  # the graph's key says which are None: the same for both
+            held.copy_(cast(Tensor, given))
 
 
 def encode(model: nn.Module, token_ids: Tensor, padding_mask: Tensor | None = None, *, step: str = "auto") -> Tensor:
@@ -154,7 +180,8 @@ def encode(model: nn.Module, token_ids: Tensor, padding_mask: Tensor | None = No
     inference pass of :mod:`qkv.decoding.encoder_pass` (the same numbers, W_q/W_k/W_v in one product)."""
     if resolve_step(model, step) == "model":
         return model(token_ids, padding_mask=padding_mask)
-    return encoder_hidden(model, fast_step_for(model).projections, token_ids, padding_mask)  # type: ignore[arg-type]
+    encoder = cast(Encoder, model)  # a fast step other than "model": the family declares an encoder's one pass
+    return encoder_hidden(encoder, fast_step_for(model).projections, token_ids, padding_mask)
 
 
 @contextmanager
@@ -175,7 +202,7 @@ def translation_session(
     else:
         fixed = mode != "static"
         cross = cross_attention_keys(
-            model,  # type: ignore[arg-type]
+            cast(Transformer, model),  # a fast step for a translator: its family declares the cross-attention step
             memory,
             memory_padding_mask,
             group=group,

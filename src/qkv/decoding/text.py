@@ -74,7 +74,8 @@ class ChoiceText:
         self.finish_reason: str | None = None
         self._streamer = TextStreamer(tokenizer, prompt_ids=prompt_ids, skip_special=skip_special)
         self._stop = StopText(list(stops))
-        self._base, self._made, self._pending = len(prompt_text), 0, []
+        self._base, self._made = len(prompt_text), 0
+        self._pending: list[Entry] = []  # log-probability entries whose text is not released yet
 
     def opening(self, text: str, entries: list[Entry]) -> list[Piece]:
         """The echoed prompt as the first piece."""

@@ -15,11 +15,13 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from qkv.decoding.beam_search import Hypothesis, beam_search, greedy_decode
+from qkv.decoding.configs import translator_config
 from qkv.decoding.fast_step import resolve_step
 from qkv.errors import QkvError
 from qkv.loading import load
@@ -27,6 +29,10 @@ from qkv.model_dir import ModelBundle
 from qkv.models.family import TRANSLATOR, family_of
 from qkv.models.memory import check_kv_pool
 from qkv.tokenizers import Tokenizer
+
+if TYPE_CHECKING:
+    from qkv.models.rnnsearch import RNNSearch
+    from qkv.models.transformer import Transformer
 
 
 @dataclass
@@ -67,7 +73,7 @@ class Translator:
         step: str = "auto",
     ):
         resolve_step(model, step)
-        self.model = model
+        self.model = cast("Transformer | RNNSearch", model)  # what beam search decodes
         self.step = step  # how the decoder steps run (qkv.decoding.fast_step)
         self.source_tokenizer = source_tokenizer
         self.target_tokenizer = target_tokenizer or source_tokenizer
@@ -95,7 +101,7 @@ class Translator:
 
     def encode_sources(self, sentences: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Token ids (B, S) and padding mask (B, S) of ``sentences``, cropped to the model's max_len."""
-        limit = self.model.config.context_length
+        limit = translator_config(self.model).context_length
         ids = []
         for sentence in sentences:
             tokens = self.source_tokenizer.encode(sentence)
@@ -131,7 +137,8 @@ class Translator:
         _check_settings(sentences, beam, n_best, batch_size, max_len_a, max_len_b)
         weight = next(p for p in self.model.parameters() if p.is_floating_point())
         rows = min(batch_size, len(sentences)) * beam  # the decoder's rows: sentences x beam
-        check_kv_pool(self.model.config, rows, self.model.config.context_length, weight.dtype, weight.device,
+        config = translator_config(self.model)
+        check_kv_pool(config, rows, config.context_length, weight.dtype, weight.device,
                       fix="translate fewer sentences at once (batch_size) or with a smaller beam")  # fmt: skip
         results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in sentences]
         spoken = [i for i, sentence in enumerate(sentences) if isinstance(sentence, str) and sentence.strip()]
@@ -140,7 +147,7 @@ class Translator:
         for start in range(0, len(spoken), batch_size):
             chunk = spoken[start : start + batch_size]
             src, mask = self.encode_sources([sentences[i] for i in chunk])
-            common = dict(
+            common: dict[str, Any] = dict(  # bos_id and eos_id: checked when the translator was made
                 bos_id=target.bos_id, eos_id=target.eos_id, max_len_a=max_len_a, max_len_b=max_len_b, step=self.step
             )
             if beam == 1 and n_best == 1:
