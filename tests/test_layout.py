@@ -21,7 +21,6 @@ LONG_FUNCTIONS: set[str] = {
     "inspect/explain_view.py:render_explanation",
     "inspect/patching.py:patch",
     "training/trainer.py:fit",
-    "storage.py:load_weights",
     "inspect/explain_model.py:explain_model",
     "training/config.py:validate",
     "decoding/beam_search.py:beam_search",
