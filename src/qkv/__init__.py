@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from qkv.errors import QkvError
@@ -48,9 +49,10 @@ MODELS = ("GPT", "PRESETS", "Encoder", "EncoderConfig", "GPTConfig", "RNNSearch"
 REPLIES = ("chat", "chat_stream", "complete", "complete_stream")
 
 
-def _home(name: str):
+def _home(name: str) -> ModuleType | None:
     """The module holding ``name``, imported now. The package's names are imported on first use (PEP 562), so that
     ``import qkv`` (and ``qkv --help``, ``qkv --version``) imports no torch; ``from qkv import GPT`` still works."""
+    home: ModuleType  # each branch imports its module under this name
     if name in LAYERS:
         import qkv.layers as home
     elif name in MODELS:

@@ -100,9 +100,10 @@ def read_adapter_config(directory: str | Path) -> AdapterConfig:
     if not isinstance(base, str) or not base:
         raise QkvError(f"{path} names no base model (base_model_name_or_path): add the path of the model it adapts")
     targets = data.get("target_modules") or []
+    rank: Any = data.get("r")  # JSON's value, whatever it is: LoRASettings checks it
     try:
         settings = LoRASettings(
-            rank=data.get("r"),
+            rank=rank,
             alpha=float(data.get("lora_alpha", 8)),
             dropout=float(data.get("lora_dropout", 0.0)),
             targets=tuple([targets] if isinstance(targets, str) else targets),

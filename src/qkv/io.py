@@ -76,7 +76,7 @@ def writing(path: str | Path) -> Iterator[Path]:
         raise CannotWrite(error, path) from None
 
 
-def atomic_write(path: str | Path, write: Callable[[str], None]) -> None:
+def atomic_write(path: str | Path, write: Callable[[str], object]) -> None:
     """Call ``write(temp_path)`` and then rename the temporary file to ``path``; a failure is :class:`CannotWrite`."""
     path = Path(path)
     with writing(path):

@@ -170,26 +170,9 @@ def _names(names: list[str], limit: int = 3) -> str:
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
-def load_weights(
-    model: nn.Module,
-    path: str | Path,
-    *,
-    device: str | torch.device | None = None,
-    fix: str | None = None,
-    quantization: str | None = None,
-) -> nn.Module:
-    """Copy the weights in ``path`` into ``model`` (moved to ``device`` first if given) and return it.
-
-    Every tensor the model has must be in the file with the same shape, and the file must hold nothing
-    else; otherwise a QkvError names the tensors. ``fix`` overrides the advice given for a damaged file.
-    ``quantization`` is the scheme of the model's quantized layers (None for a float model): the file's header
-    must say the same. (:func:`qkv.model_dir.load_weights` fills it in from the model.)
-    """
-    path = Path(path)
-    model = unwrap_model(model)
-    if device is not None:
-        model.to(device)
-    stored, metadata = read_tensors(path, fix=fix)
+def _check_header(path: Path, metadata: dict[str, str], model: nn.Module, quantization: str | None) -> None:
+    """QkvError unless the file's header fits ``model``: written for its kind of model, and quantized by the
+    scheme ``quantization`` names (None: a float model, whose file has no scheme)."""
     kind = metadata.get("model")
     if metadata.get("format") == "qkv" and kind != _model_kind(model):
         raise QkvError(
@@ -212,13 +195,37 @@ def load_weights(
             f"{_where(path)} holds {scheme} weights, but {QUANTIZATION_FILE} describes an {quantization} model: the "
             "files come from different `qkv quantize` runs; quantize the original run again"
         )
+
+
+def _tied_aliases(path: Path, metadata: dict[str, str], fix: str | None) -> dict[str, str]:
+    """The header's ``"tied"`` entry: each name left out of the file -> the stored name it shares."""
     try:
-        aliases = json.loads(metadata.get("tied", "{}"))
+        return json.loads(metadata.get("tied", "{}"))
     except json.JSONDecodeError as error:
         raise damaged_error(path, error, fix) from None
-    state = model.state_dict()
-    expected = set(state)
-    unexpected = sorted(set(stored) - expected)
+
+
+def _group_tensor(path: Path, group: list[str], stored: dict[str, Tensor], aliases: dict[str, str]) -> str | None:
+    """The stored name that holds the tensor of ``group`` (names the model ties): one of them, or the name the
+    header's aliases give for one; None when the file has none. Two stored copies that differ are a QkvError."""
+    present = [name for name in group if name in stored]
+    source = present[0] if present else next((aliases[n] for n in group if aliases.get(n) in stored), None)
+    for other in present[1:]:
+        assert source is not None  # present is not empty
+        if not torch.equal(stored[other], stored[source]):
+            raise QkvError(
+                f"{_where(path)} stores different tensors for {source} and {other}, but the model ties them: "
+                "set tie_embeddings (or share_embeddings) to false in config.json"
+            )
+    return source
+
+
+def _matched_tensors(
+    path: Path, stored: dict[str, Tensor], state: dict[str, Tensor], aliases: dict[str, str]
+) -> dict[str, Tensor]:
+    """The file's tensor for each name of the model's ``state``, shapes checked; a QkvError names the tensors
+    the file has and the model lacks, or those the model needs and the file lacks."""
+    unexpected = sorted(set(stored) - set(state))
     if unexpected:
         raise QkvError(
             f"{_where(path)} has tensors the model does not have ({_names(unexpected)}): "
@@ -227,17 +234,10 @@ def load_weights(
     loaded: dict[str, Tensor] = {}
     missing: list[str] = []
     for group in shared_groups(state):
-        present = [name for name in group if name in stored]
-        source = present[0] if present else next((aliases[n] for n in group if aliases.get(n) in stored), None)
+        source = _group_tensor(path, group, stored, aliases)
         if source is None:
             missing.extend(group)
             continue
-        for other in present[1:]:
-            if not torch.equal(stored[other], stored[source]):
-                raise QkvError(
-                    f"{_where(path)} stores different tensors for {source} and {other}, but the model ties them: "
-                    "set tie_embeddings (or share_embeddings) to false in config.json"
-                )
         for name in group:
             want, got = tuple(state[name].shape), tuple(stored[source].shape)
             if want != got:
@@ -251,6 +251,33 @@ def load_weights(
             f"{_where(path)} lacks {len(missing)} tensor(s) the model needs ({_names(missing)}): "
             "the weights belong to a different model or config; check config.json"
         )
+    return loaded
+
+
+def load_weights(
+    model: nn.Module,
+    path: str | Path,
+    *,
+    device: str | torch.device | None = None,
+    fix: str | None = None,
+    quantization: str | None = None,
+) -> nn.Module:
+    """Copy the weights in ``path`` into ``model`` (moved to ``device`` first if given) and return it.
+
+    Every tensor the model has must be in the file with the same shape, and the file must hold nothing
+    else; otherwise a QkvError names the tensors. ``fix`` overrides the advice given for a damaged file.
+    ``quantization`` is the scheme of the model's quantized layers (None for a float model): the file's header
+    must say the same. (:func:`qkv.model_dir.load_weights` fills it in from the model.)
+    """
+    path = Path(path)
+    model = unwrap_model(model)
+    if device is not None:
+        model.to(device)
+    stored, metadata = read_tensors(path, fix=fix)
+    _check_header(path, metadata, model, quantization)
+    aliases = _tied_aliases(path, metadata, fix)
+    state = model.state_dict()
+    loaded = _matched_tensors(path, stored, state, aliases)
     with torch.no_grad():
         # A sharded (FSDP) model takes this process's rows of each whole tensor.
         model.load_state_dict({name: placed_like(loaded[name], state[name]) for name in loaded}, strict=True)

@@ -52,9 +52,10 @@ class AdditiveAttention(nn.Module):
     def scores(self, queries: Tensor, keys: Tensor | None, *, projected_keys: Tensor | None = None) -> Tensor:
         """The unnormalised scores e (B, Tq, Tk) for queries (B, Tq, d_q) and keys (B, Tk, d_k)."""
         q = self.W_query(queries)[:, :, None, :]  # (B, Tq, 1, hidden)
-        k = (projected_keys if projected_keys is not None else self.project_keys(keys))[
-            :, None, :, :
-        ]  # (B, 1, Tk, hidden)
+        if projected_keys is None:
+            assert keys is not None, "scores needs keys or projected_keys"
+            projected_keys = self.project_keys(keys)
+        k = projected_keys[:, None, :, :]  # (B, 1, Tk, hidden)
         return self.v(torch.tanh(q + k)).squeeze(-1)  # (B, Tq, Tk, hidden) -> (B, Tq, Tk)
 
     def forward(

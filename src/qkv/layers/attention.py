@@ -288,7 +288,7 @@ class MultiHeadAttention(nn.Module):
         widths = [self.d_model, self.kv_dim, self.kv_dim]
         if context is None:
             fused = (self.query, self.key, self.value)
-            return _stacked_linear(x, fused).split(widths, dim=-1)  # type: ignore[return-value]
+            return _stacked_linear(x, fused).split(widths, dim=-1)
         keys, values = _stacked_linear(context, (self.key, self.value)).split(widths[1:], dim=-1)
         return self.query(x), keys, values
 

@@ -142,7 +142,7 @@ class DecoderBlock(nn.Module):
                 h, causal=True, key_padding_mask=key_padding_mask, cache=self_cache, rotary=rotary
             )[0],
         )
-        if self.cross_attn is not None:
+        if self.cross_attn is not None and self.cross_attn_sublayer is not None:  # made together
             if memory is None:
                 raise ValueError("a decoder block with cross-attention needs the encoder output (memory)")
             x = self.cross_attn_sublayer(

@@ -86,7 +86,7 @@ def record(module: nn.Module, name: str, tensor: Tensor) -> Tensor:
 
 def _name_modules(model: nn.Module) -> None:
     for name, module in model.named_modules():
-        module._capture_name = name  # type: ignore[attr-defined]
+        module._capture_name = name
 
 
 @contextmanager

@@ -48,20 +48,21 @@ def fuse_linears(first: nn.Module, *others: nn.Module) -> nn.Module:
 @fuse_linears.register
 def _fuse_nn_linear(first: nn.Linear, *others: nn.Module) -> nn.Module:
     modules = (first, *others)
-    if any(type(m) not in (nn.Linear, Linear) for m in modules) or any(
-        (m.bias is None) != (first.bias is None) or m.in_features != first.in_features for m in modules
+    linears = [m for m in modules if isinstance(m, nn.Linear) and type(m) in (nn.Linear, Linear)]
+    if len(linears) < len(modules) or any(
+        (m.bias is None) != (first.bias is None) or m.in_features != first.in_features for m in linears
     ):
         return ConcatenatedProjections(modules)
     weight = first.weight
     fused = Linear(
         first.in_features,
-        sum(m.out_features for m in modules),
+        sum(m.out_features for m in linears),
         bias=first.bias is not None,
         device=weight.device,
         dtype=weight.dtype,
     )
     with torch.no_grad():
-        torch.cat([m.weight for m in modules], out=fused.weight)  # (sum d_out, d_in)
+        torch.cat([m.weight for m in linears], out=fused.weight)  # (sum d_out, d_in)
         if fused.bias is not None:
-            torch.cat([m.bias for m in modules], out=fused.bias)
+            torch.cat([m.bias for m in linears], out=fused.bias)
     return fused.requires_grad_(False)

@@ -21,6 +21,7 @@ rule, then each update added to its columns (:class:`FusedLoRA`): the same numbe
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -44,7 +45,9 @@ class LoRALinear(nn.Module):
         if rank < 1:
             raise ValueError(f"rank={rank} must be a positive whole number")
         self.base = base.requires_grad_(False)
-        self.in_features, self.out_features = base.in_features, base.out_features
+        # the base is any linear layer (nn.Linear, Int8Linear, Int4Linear): module attributes read as Tensor | Module
+        self.in_features: int = cast(int, base.in_features)
+        self.out_features: int = cast(int, base.out_features)
         self.rank, self.alpha, self.scaling = rank, float(alpha), float(alpha) / rank
         like = next(base.parameters())
         dtype = like.dtype if like.is_floating_point() else torch.float32  # an int8 base: float adapters
@@ -59,12 +62,12 @@ class LoRALinear(nn.Module):
 
     @property
     def bias(self) -> Tensor | None:
-        return self.base.bias
+        return cast(Tensor | None, self.base.bias)
 
     @property
     def weight(self) -> Tensor:
         """The effective matrix W + scaling B A (d_out, d_in), a new tensor on every access."""
-        return self.base.weight + self.scaling * (self.lora_B @ self.lora_A)
+        return cast(Tensor, self.base.weight) + self.scaling * (self.lora_B @ self.lora_A)
 
     def delta(self, x: Tensor) -> Tensor:
         """The update alone, scaling B A dropout(x): (..., d_in) -> (..., d_out)."""
@@ -99,7 +102,7 @@ class FusedLoRA(nn.Module):
         self.layers = nn.ModuleList(layers)
         starts = [0]
         for layer in layers:
-            starts.append(starts[-1] + layer.out_features)
+            starts.append(starts[-1] + cast(int, layer.out_features))
         self.columns = [(start, end) for start, end in zip(starts, starts[1:], strict=False)]
 
     def forward(self, x: Tensor) -> Tensor:

@@ -43,6 +43,8 @@ def sinusoidal_table(max_len: int, d_model: int, *, interleaved: bool = True) ->
 class SinusoidalPositionalEncoding(nn.Module):
     """Fixed sinusoidal encodings; ``forward(length, start)`` returns rows start..start+length-1."""
 
+    table: Tensor  # (max_len, d_model), a buffer
+
     def __init__(self, max_len: int, d_model: int, *, interleaved: bool = True) -> None:
         super().__init__()
         self.max_len = max_len
@@ -100,6 +102,9 @@ def rope_frequencies(head_dim: int, base: float = 10000.0, scaling: Mapping[str,
 class RotaryEmbedding(nn.Module):
     """cos/sin tables for rotary position embedding over head dimension ``head_dim`` (even); ``scaling`` as
     in :func:`rope_frequencies` (None: none)."""
+
+    cos: Tensor  # (max_len, head_dim), a buffer
+    sin: Tensor  # (max_len, head_dim), a buffer
 
     def __init__(
         self, max_len: int, head_dim: int, *, base: float = 10000.0, scaling: Mapping[str, Any] | None = None

@@ -9,11 +9,19 @@ input, a translator's source or target sentence) it can attend over.
 
 from __future__ import annotations
 
+from typing import Protocol, cast
+
 from torch import Tensor, nn
 
 from qkv.errors import QkvError
 from qkv.layers.positional import RotaryEmbedding
-from qkv.models.config import ModelConfig
+from qkv.models.config import BaseConfig, ModelConfig
+
+
+class PositionedConfig(Protocol):
+    """What every model's config has, whatever its family (a Transformer's or RNNSearch's): its positions."""
+
+    context_length: int
 
 
 class Model(nn.Module):
@@ -24,7 +32,7 @@ class Model(nn.Module):
         self.config = config
         self.rotary = (
             RotaryEmbedding(config.context_length, config.head_dim, base=config.rope_base, scaling=config.rope_scaling)
-            if getattr(config, "positional", None) == "rope"  # RNNSearch has no positions to rotate
+            if isinstance(config, BaseConfig) and config.positional == "rope"  # RNNSearch has no positions to rotate
             else None
         )
 
@@ -34,10 +42,10 @@ class Model(nn.Module):
 
     def check_length(self, length: int, what: str = "input", fix: str = "shorten it") -> None:
         """QkvError when ``length`` positions do not fit the model's ``context_length``."""
-        if length > self.config.context_length:
+        context_length = cast(PositionedConfig, self.config).context_length
+        if length > context_length:
             raise QkvError(
-                f"{length} {what} tokens do not fit the model's context of {self.config.context_length} "
-                f"positions: {fix}"
+                f"{length} {what} tokens do not fit the model's context of {context_length} positions: {fix}"
             )
 
     def num_parameters(self) -> int:
@@ -48,6 +56,21 @@ class Model(nn.Module):
 class EncoderDecoder(Model):
     """A translator: ``encode(src_ids)`` gives the source's vectors ("memory", once per sentence) and
     ``decode(tgt_ids, memory)`` the next-token logits of the target; the two are defined by the subclass."""
+
+    def encode(self, src_ids: Tensor, *, src_padding_mask: Tensor | None = None) -> Tensor:
+        """The source's vectors (B, S, d) for source ids (B, S): the subclass's encoder."""
+        raise NotImplementedError
+
+    def decode(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor,
+        *,
+        memory_padding_mask: Tensor | None = None,
+        tgt_padding_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Next-token logits (B, T, tgt_vocab_size) for target ids (B, T) given ``memory``: the subclass's decoder."""
+        raise NotImplementedError
 
     def forward(
         self,

@@ -80,6 +80,7 @@ def families() -> dict[str, Family]:
 
 def family_of(thing: Any) -> Family:
     """The family of a model (also inside DDP or torch.compile), a config or its class, or a kind name ("gpt")."""
+    kind: object
     if isinstance(thing, str):
         kind = thing
     elif isinstance(thing, type) and issubclass(thing, ModelConfig):
@@ -87,9 +88,10 @@ def family_of(thing: Any) -> Family:
     else:
         config = thing if isinstance(thing, ModelConfig) else getattr(unwrap_model(thing), "config", None)
         kind = getattr(config, "kind", None)
-    if kind not in _FAMILIES:
+    family = _FAMILIES.get(kind) if isinstance(kind, str) else None
+    if family is None:
         raise QkvError(f"unknown model kind {kind!r}: qkv knows {', '.join(_FAMILIES)}")
-    return _FAMILIES[kind]  # type: ignore[index]
+    return family
 
 
 def build_model(config: ModelConfig) -> nn.Module:

@@ -21,9 +21,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -31,6 +31,8 @@ from torch import Tensor, nn
 from qkv.errors import QkvError
 from qkv.storage import shared_groups
 from qkv.tokenizers import HFTokenizer
+
+M = TypeVar("M", bound=nn.Module)
 
 Transform = Callable[[Tensor], Tensor | tuple[Tensor, ...]]
 Row = tuple[str, str | tuple[str, ...], Transform]
@@ -145,8 +147,8 @@ def map_state_dict(
 
 
 def convert_state_dict(
-    model: nn.Module, hf_state: dict[str, Tensor], rows: Sequence[Row], ignored: Iterable[str], *, what: str
-) -> nn.Module:
+    model: M, hf_state: dict[str, Tensor], rows: Sequence[Row], ignored: Iterable[str], *, what: str
+) -> M:
     """Copy ``hf_state`` into ``model`` through the table ``rows`` (see the module docstring); return the model."""
     mapped, source = map_state_dict(hf_state, rows, ignored, what=what)
     state = model.state_dict()
@@ -185,7 +187,7 @@ def convert_state_dict(
     return model
 
 
-def wrap_tokenizer_json(path: Path, special_tokens: dict[str, str | None]) -> HFTokenizer:
+def wrap_tokenizer_json(path: Path, special_tokens: Mapping[str, str | None]) -> HFTokenizer:
     """A Hugging Face tokenizer.json as qkv's HFTokenizer, without the file's fixed padding or truncation.
 
     (all-MiniLM-L6-v2's file, for one, pads every text to 128 tokens; qkv pads batches itself.)

@@ -45,8 +45,9 @@ def init_weights(model: nn.Module, config: BaseConfig, n_layers: int) -> None:
         elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
             if module.weight is not None:
                 nn.init.ones_(module.weight)
-            if getattr(module, "bias", None) is not None:
-                nn.init.zeros_(module.bias)
+            bias = getattr(module, "bias", None)  # RMSNorm has none
+            if bias is not None:
+                nn.init.zeros_(bias)
     if config.norm_first:
         for module in model.modules():
             if isinstance(module, MultiHeadAttention):

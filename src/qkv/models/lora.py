@@ -17,6 +17,7 @@ PEFT's key for a target is ``base_model.model.<module>.lora_A.weight`` (A, (r, d
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor, nn
@@ -25,6 +26,9 @@ from qkv.errors import QkvError
 from qkv.layers.lora import LoRALinear, merged
 from qkv.models.description import LoRATarget
 from qkv.models.family import family_of
+
+if TYPE_CHECKING:
+    from qkv.models.gpt.config import GPTConfig
 
 PEFT_PREFIX = "base_model.model."
 
@@ -69,7 +73,7 @@ def resolve_targets(model: nn.Module, targets: tuple[str, ...]) -> tuple[str, ..
 
 
 def _blocks(model: nn.Module) -> int:
-    return int(model.config.n_layers)  # type: ignore[union-attr]
+    return int(cast("GPTConfig", model.config).n_layers)  # only the GPT families (GPT, Llama) have LoRA targets
 
 
 def _targets(model: nn.Module, names: tuple[str, ...]) -> list[tuple[LoRATarget, int]]:

@@ -181,6 +181,7 @@ class Int8Linear(nn.Module):
     """
 
     activations = "float"  # or "int8": see the module docstring; set per layer (quantize_model's activations=)
+    ones: Tensor  # (N,) bfloat16 ones, a buffer
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
         super().__init__()

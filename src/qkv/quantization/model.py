@@ -30,6 +30,7 @@ buys are measured by ``bench/quantize.py`` and ``bench/int4_linear.py`` (docs/de
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import torch
 from torch import nn
@@ -111,7 +112,7 @@ def _tied_embeddings(model: nn.Module, weight: torch.Tensor) -> list[nn.Embeddin
 
 def _takes_int4(model: nn.Module, module: nn.Module) -> bool:
     """Whether the int4 scheme makes ``module`` int4: every linear layer but the unembedding and tied ones."""
-    return not isinstance(module, Unembedding) and not _tied_embeddings(model, module.weight)
+    return not isinstance(module, Unembedding) and not _tied_embeddings(model, cast(torch.Tensor, module.weight))
 
 
 def _quantize_module(
@@ -161,7 +162,7 @@ def check_group_size_fits(model: nn.Module, scheme: str, group_size: int) -> Non
     for name in _float_linears(model):
         module = model.get_submodule(name)
         if _takes_int4(model, module):
-            check_group_size(group_size, module.weight.shape[1], where=f"layer {name}")
+            check_group_size(group_size, cast(torch.Tensor, module.weight).shape[1], where=f"layer {name}")
 
 
 def set_activations(model: nn.Module, activations: str) -> nn.Module:

@@ -15,7 +15,7 @@ import copy
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from torch import nn
 
@@ -36,6 +36,9 @@ from qkv.pretrained.sentences import copy_sentence_head, embed_sentences
 from qkv.quantization.int4_linear import GROUP_SIZE
 from qkv.quantization.model import check_group_size_fits, check_scheme, is_quantized, quantize_model
 from qkv.training.perplexity import token_log_probs
+
+if TYPE_CHECKING:
+    from qkv.models.gpt.model import GPT
 
 
 def _remove_interrupted_writes(out: Path) -> None:
@@ -96,7 +99,7 @@ def text_calibration(bundle: Any, text: str) -> Callable[[nn.Module], object]:
     family = family_of(model)
     if family.role == LANGUAGE_MODEL:
         ids = bundle.tokenizer.encode(text)
-        return lambda m: token_log_probs(m, ids)
+        return lambda m: token_log_probs(cast("GPT", m), ids)  # a language model is a GPT
     if family.role == ENCODER:
         lines = [line for line in text.splitlines() if line.strip()]
 

@@ -7,9 +7,12 @@ sentence embedding (sentence-transformers' all-MiniLM-L6-v2 does exactly that).
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 
+from qkv.layers.blocks import BlockConfig
 from qkv.layers.capture import record
 from qkv.layers.dropout import dropout_layer
 from qkv.layers.embedding import InputEmbedding
@@ -30,6 +33,8 @@ def mean_pool(hidden: Tensor, padding_mask: Tensor | None = None) -> Tensor:
 class Encoder(Model):
     """Bidirectional encoder built from an :class:`EncoderConfig`."""
 
+    config: EncoderConfig
+
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__(config)
         self.embedding = InputEmbedding(
@@ -47,7 +52,8 @@ class Encoder(Model):
             nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias) if config.embedding_norm else None
         )
         self.dropout = dropout_layer(config.dropout)
-        self.encoder = EncoderStack(config, config.n_layers)
+        blocks = cast(BlockConfig, config)  # __post_init__ filled its None defaults
+        self.encoder = EncoderStack(blocks, config.n_layers)
         init_weights(self, config, config.n_layers)
 
     def forward(

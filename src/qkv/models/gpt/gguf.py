@@ -19,6 +19,7 @@ that way (RMSNorm, a gated feed-forward, post-LN blocks, another activation) is 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor, nn
@@ -29,7 +30,10 @@ from qkv.gguf.names import BLOCK, W_E, W_POS, W_U, Row, cat_rows, row, split_row
 from qkv.gguf.reader import GGUFFile
 from qkv.models.gpt.config import GPTConfig
 
-ARCHITECTURES = ("gpt2", "starcoder2")  # starcoder2: a GPT with rotary positions (and grouped heads)
+if TYPE_CHECKING:
+    from qkv.models.gpt.model import GPT
+
+ARCHITECTURES: tuple[str, ...] = ("gpt2", "starcoder2")  # starcoder2: a GPT with rotary positions (and grouped heads)
 IGNORED: tuple[str, ...] = ()
 ATTN = BLOCK + ".self_attn."
 
@@ -121,13 +125,16 @@ def _repeat_heads(t: Tensor, n_kv_heads: int, group: int) -> Tensor:
 def export_state(model: nn.Module, *, multi_head: bool) -> tuple[GPTConfig, dict[str, Tensor]]:
     """The config and tensors of ``model`` (a qkv GPT) rewritten as a GPT-2-style model with biases, learned
     positions (gpt2) and unscaled embeddings; ``multi_head`` repeats grouped key/value heads (gpt2 has none)."""
-    config: GPTConfig = model.config
+    gpt = cast("GPT", model)
+    config = gpt.config
     state = {name: t.detach().float().cpu() for name, t in model.state_dict().items()}
-    if multi_head and config.n_kv_heads != config.n_heads:
+    n_kv_heads = config.n_kv_heads
+    assert n_kv_heads is not None  # BaseConfig.__post_init__ fills it
+    if multi_head and n_kv_heads != config.n_heads:
         for name in [n for n in state if ".self_attn.key." in n or ".self_attn.value." in n]:
-            state[name] = _repeat_heads(state[name], config.n_kv_heads, config.n_heads // config.n_kv_heads)
+            state[name] = _repeat_heads(state[name], n_kv_heads, config.n_heads // n_kv_heads)
     if multi_head and config.positional != "learned":  # gpt2 always adds a position row: the table, or zeros
-        table = getattr(model.embedding.positional_encoding, "table", None)
+        table = getattr(gpt.embedding.positional_encoding, "table", None)
         state[W_POS] = table.float().cpu() if table is not None else torch.zeros(config.context_length, config.d_model)
     tied = config.tie_embeddings
     if config.scale_embeddings:  # x = sqrt(d) W_E[id]: scale the rows; W_U keeps the unscaled ones
@@ -136,7 +143,9 @@ def export_state(model: nn.Module, *, multi_head: bool) -> tuple[GPTConfig, dict
     for name in [n for n in state if n.endswith(".weight") and n.replace(".weight", ".bias") not in state]:
         if name not in (W_E, W_U, W_POS):
             state[name.replace(".weight", ".bias")] = torch.zeros(state[name].shape[0])
-    changes = dict(bias=True, qkv_bias=True, scale_embeddings=False, tie_embeddings=tied, dropout=0.0)
+    changes: dict[str, object] = dict(
+        bias=True, qkv_bias=True, scale_embeddings=False, tie_embeddings=tied, dropout=0.0
+    )
     if multi_head:
         changes.update(n_kv_heads=config.n_heads, positional="learned")
     return config.replace(**changes, attention_dropout=0.0, activation_dropout=0.0), state
@@ -222,7 +231,7 @@ def metadata(config: GPTConfig, arch: str) -> dict[str, object]:
 def export(model: nn.Module, *, approximate_gelu: bool = False) -> tuple[str, GPTConfig, dict[str, Tensor], dict]:
     """(architecture, config, tensors by qkv name, extra tensors) of the file ``model`` becomes: ``starcoder2``
     with rotary positions, else ``gpt2``; what neither can hold is one line."""
-    config = model.config
+    config = cast(GPTConfig, model.config)
     arch = "starcoder2" if config.positional == "rope" else "gpt2"
     check_gpt(config, arch, approximate_gelu=approximate_gelu)
     config, state = export_state(model, multi_head=arch == "gpt2")

@@ -9,9 +9,12 @@ the final vector", the GPT notes).
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor
 
+from qkv.layers.blocks import BlockConfig
 from qkv.layers.capture import record
 from qkv.layers.embedding import InputEmbedding, Unembedding
 from qkv.layers.kv_cache import KVCache
@@ -25,6 +28,8 @@ class GPT(Model):
     """Decoder-only Transformer language model built from a :class:`GPTConfig`. ``window``: each position
     attends to the last ``window`` positions only (a causal sliding window; None: the whole context)."""
 
+    config: GPTConfig
+
     def __init__(self, config: GPTConfig, *, window: int | None = None) -> None:
         super().__init__(config)
         self.embedding = InputEmbedding(
@@ -36,7 +41,8 @@ class GPT(Model):
             dropout=config.dropout,
             sinusoidal_interleaved=config.sinusoidal_interleaved,
         )
-        self.decoder = DecoderStack(config, config.n_layers, cross_attention=False, window=window)
+        # cast: BaseConfig.__post_init__ filled the None defaults the blocks read (d_ff, n_kv_heads, ...)
+        self.decoder = DecoderStack(cast(BlockConfig, config), config.n_layers, cross_attention=False, window=window)
         tied = self.embedding.token_embedding if config.tie_embeddings else None
         self.unembedding = Unembedding(config.d_model, config.vocab_size, tied_to=tied)
         init_weights(self, config, config.n_layers)

@@ -16,7 +16,7 @@ W_o) is refused in one line. Llama 3.1's scaled RoPE is the tensor ``rope_freqs`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from torch import Tensor, nn
 
@@ -28,7 +28,7 @@ from qkv.gguf.reader import GGUFFile
 from qkv.gguf.rope import ROPE_FREQS, rope_factors, scaling_from_factors
 from qkv.models.llama.config import LlamaConfig
 
-ARCHITECTURES = ("llama", "qwen2")
+ARCHITECTURES: tuple[str, ...] = ("llama", "qwen2")
 IGNORED: tuple[str, ...] = (r"rope_freqs\.weight",)
 """GGUF tensors that are no parameter (regular expressions): Llama 3's RoPE factors, read into the config."""
 
@@ -77,8 +77,10 @@ def rows(config: LlamaConfig, arch: str) -> list[Row]:
     q: dict[str, Any] = {}
     k: dict[str, Any] = {}
     if arch == "llama":  # llama.cpp's pairwise RoPE: rows permuted per head (query heads for W_q, key heads for W_k)
+        n_kv_heads = config.n_kv_heads
+        assert n_kv_heads is not None  # BaseConfig.__post_init__ fills it
         q = dict(to_qkv=rope_unpermute(config.n_heads), to_gguf=rope_permute(config.n_heads))
-        k = dict(to_qkv=rope_unpermute(config.n_kv_heads), to_gguf=rope_permute(config.n_kv_heads))
+        k = dict(to_qkv=rope_unpermute(n_kv_heads), to_gguf=rope_permute(n_kv_heads))
     attn = BLOCK + ".self_attn."
     table = [
         row("token_embd.weight", W_E),
@@ -153,7 +155,7 @@ def metadata(config: LlamaConfig, arch: str) -> dict[str, object]:
 def export(model: nn.Module, *, approximate_gelu: bool = False) -> tuple[str, LlamaConfig, dict[str, Tensor], dict]:
     """(architecture, config, tensors by qkv name, extra tensors) of the file ``model`` becomes: ``llama``, or
     ``qwen2`` with biases on W_q, W_k, W_v; ``approximate_gelu`` does not apply (a Llama has no GELU)."""
-    config = model.config
+    config = cast(LlamaConfig, model.config)
     arch = export_architecture(config)
     state = {name: tensor.detach().float().cpu() for name, tensor in model.state_dict().items()}
     return arch, config, state, extra_tensors(config)

@@ -23,5 +23,7 @@ from qkv.models.llama.config import LlamaConfig
 class Llama(GPT):
     """A Llama-style decoder-only language model built from a :class:`LlamaConfig`."""
 
+    config: LlamaConfig
+
     def __init__(self, config: LlamaConfig) -> None:
         super().__init__(config, window=config.sliding_window)

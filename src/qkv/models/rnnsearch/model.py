@@ -39,6 +39,8 @@ Choices, and why:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -131,10 +133,12 @@ class RNNSearch(EncoderDecoder):
     """The encoder-decoder of Bahdanau et al. 2015, built from an :class:`RNNSearchConfig`; the same
     ``encode`` / ``decode`` / ``new_cache`` interface as :class:`~qkv.models.transformer.Transformer`."""
 
+    config: RNNSearchConfig
+
     def __init__(self, config: RNNSearchConfig) -> None:
         super().__init__(config)
         m, n, length = config.d_embedding, config.d_hidden, config.context_length
-        common = dict(positional="none", dropout=config.dropout)  # an RNN reads positions from the order
+        common: dict[str, Any] = dict(positional="none", dropout=config.dropout)  # an RNN reads positions in order
         self.src_embedding = InputEmbedding(config.src_vocab_size, m, length, **common)  # E_x
         shared = self.src_embedding.token_embedding if config.share_embeddings else None
         self.tgt_embedding = InputEmbedding(config.tgt_vocab_size, m, length, token_embedding=shared, **common)  # E_y

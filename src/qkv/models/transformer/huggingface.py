@@ -182,6 +182,7 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
 def _fields(data: bytes) -> Iterator[tuple[int, Any]]:
     """(field number, value) of a protobuf message: ints for varints, bytes for everything else."""
     pos = 0
+    value: int | bytes
     while pos < len(data):
         key, pos = _varint(data, pos)
         number, wire = key >> 3, key & 7
@@ -239,7 +240,9 @@ def spm_tokenizer(spm_path: Path, vocab: dict[str, int], special_tokens: dict[st
     by_id = sorted(vocab.items(), key=lambda item: item[1])
     unk = vocab.get("<unk>")
     hf = tokenizers.Tokenizer(models.Unigram([(p, scores.get(p, never)) for p, _ in by_id], unk_id=unk))
-    steps = [normalizers.Precompiled(spm["precompiled_charsmap"])] if spm["precompiled_charsmap"] else []
+    steps: list[normalizers.Normalizer] = (
+        [normalizers.Precompiled(spm["precompiled_charsmap"])] if spm["precompiled_charsmap"] else []
+    )
     if spm["remove_extra_whitespaces"]:  # as Hugging Face's SentencePiece converter does
         steps += [normalizers.Strip(left=False, right=True), normalizers.Replace(Regex(" {2,}"), "▁")]
     hf.normalizer = normalizers.Sequence(steps)
@@ -272,7 +275,7 @@ def load_tokenizers(folder: Path, hf_config: dict[str, Any]) -> tuple[HFTokenize
         target_vocab = _read_json(folder / "target_vocab.json")
 
     def roles(vocab: dict[str, int]) -> dict[str, str | None]:
-        names = {i: p for p, i in vocab.items()}
+        names: dict[int | None, str] = {i: p for p, i in vocab.items()}  # a missing id (None) finds the default
         start = hf_config.get("decoder_start_token_id", hf_config.get("pad_token_id"))
         eos = hf_config.get("eos_token_id", vocab.get("</s>"))
         return {"pad": "<pad>", "bos": names.get(start, "<pad>"), "eos": names.get(eos, "</s>"), "unk": "<unk>"}

@@ -11,8 +11,11 @@ forcing); the causal mask keeps each position from seeing its answer.
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from torch import Tensor
 
+from qkv.layers.blocks import BlockConfig
 from qkv.layers.capture import record
 from qkv.layers.embedding import InputEmbedding, Unembedding
 from qkv.layers.kv_cache import KVCache
@@ -25,9 +28,11 @@ from qkv.models.transformer.config import TransformerConfig
 class Transformer(EncoderDecoder):
     """Encoder-decoder model built from a :class:`TransformerConfig`."""
 
+    config: TransformerConfig
+
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__(config)
-        common = dict(
+        common: dict[str, Any] = dict(
             positional=config.positional,
             scale=config.scale_embeddings,
             dropout=config.dropout,
@@ -38,8 +43,9 @@ class Transformer(EncoderDecoder):
         self.tgt_embedding = InputEmbedding(
             config.tgt_vocab_size, config.d_model, config.context_length, token_embedding=shared, **common
         )
-        self.encoder = EncoderStack(config, config.n_encoder_layers)
-        self.decoder = DecoderStack(config, config.n_decoder_layers, cross_attention=True)
+        blocks = cast(BlockConfig, config)  # __post_init__ filled its None defaults
+        self.encoder = EncoderStack(blocks, config.n_encoder_layers)
+        self.decoder = DecoderStack(blocks, config.n_decoder_layers, cross_attention=True)
         tied = self.tgt_embedding.token_embedding if config.tie_embeddings else None
         self.unembedding = Unembedding(
             config.d_model, config.tgt_vocab_size, tied_to=tied, bias=config.final_logits_bias
