@@ -18,7 +18,6 @@ MAX_FUNCTION_LINES = 60
 
 LONG_FILES: set[str] = {"data/prepare.py", "tokenizers/base.py", "training/config.py"}
 LONG_FUNCTIONS: set[str] = {
-    "inspect/explain_view.py:render_explanation",
     "inspect/patching.py:patch",
     "training/trainer.py:fit",
     "storage.py:load_weights",

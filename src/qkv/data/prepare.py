@@ -27,7 +27,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
@@ -261,7 +261,7 @@ def _unknown_note(tokenizer: Tokenizer, stats: dict[str, Any], *, given: bool) -
 
 def _encoded(
     pieces: Iterator[tuple[str, int]], tokenizer: Tokenizer, workers: int
-) -> Iterator[tuple[str, int, np.ndarray]]:
+) -> Generator[tuple[str, int, np.ndarray], None, None]:
     """``(piece, position, ids)`` in order. BPE: batches through the library's own threads; char and word:
     a pool of ``workers`` processes with a few pieces in flight per process (memory stays bounded)."""
     if isinstance(tokenizer, HFTokenizer):

@@ -108,6 +108,7 @@ def draw_attribution(result: Attribution, path: str | Path, *, title: str = "") 
         ax.set_title(name, fontsize=10)
         if heads.size <= 200:
             _write_cells(ax, _numbers(heads), np.abs(heads) > 0.6 * limit, 7)
+    assert image is not None  # the loop above drew at least one panel
     fig.colorbar(image, ax=axes[1:].tolist(), shrink=0.8, label="contribution")
     what = f"logit({result.target_token!r})"
     if result.foil_token is not None:
@@ -138,6 +139,7 @@ def draw_patching(result: Patching, path: str | Path, *, title: str = "") -> Pic
         ax.set_title(m.title, fontsize=10)
         if m.values.size <= 300:
             _write_cells(ax, _numbers(m.values), np.abs(m.values) > 0.6, 6 if len(m.columns) > 16 else 7)
+    assert image is not None  # the loop above drew at least one panel
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="recovered (0 = corrupt, 1 = clean)")
     what = f"logit({result.target_token!r}) - logit({result.foil_token!r})"
     fig.suptitle(title or f"activation patching, clean into corrupt: {what}", fontsize=11)
@@ -168,6 +170,7 @@ def draw_head_scores(detection: HeadDetection, path: str | Path, *, title: str =
             if c == 0:
                 ax.set_ylabel("layer", fontsize=8)
             ax.set_xlabel("head", fontsize=8)
+    assert image is not None  # the loop above drew at least one panel
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.7, label="mean attention weight")
     fig.suptitle(title or f"head scores on {detection.batch} random sequences of {detection.length} tokens, "
                  "each repeated twice", fontsize=11)  # fmt: skip

@@ -205,7 +205,7 @@ def explain_attention(
     scores, scaled, masked, weights, output = attend(q, k, v, causal=causal, scale=scale, window=window)
     heads = None
     if out_proj is not None:
-        W_o, b_o = (t.double() if t is not None else None for t in out_proj)
+        W_o, b_o = out_proj[0].double(), (out_proj[1].double() if out_proj[1] is not None else None)
         concat = output.transpose(0, 1).reshape(n_queries, -1)  # (Tq, h * d_v): head 0's columns first
         if W_o.shape[0] != concat.shape[1]:
             raise QkvError(f"W_o has {W_o.shape[0]} rows but the heads concatenate to {concat.shape[1]}: fix W_o")

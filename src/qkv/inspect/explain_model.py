@@ -8,7 +8,10 @@ itself; step 9 concatenates every head of the layer and applies the layer's own 
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
+from torch import nn
 
 from qkv.errors import QkvError
 from qkv.inspect.explain import Explanation, explain_attention
@@ -54,8 +57,9 @@ def explain_model(
     use_causal = spec.causal if causal is None else causal
     q, k, v = (traced.attention(spec, layer, name).cpu() for name in ("q", "k", "v"))  # (h, T, d_k)
     module = traced.model.get_submodule(spec.module_name(layer))
-    w_o = module.out_proj.weight.detach().cpu().T  # nn.Linear computes x W^T: W_o = weight^T (h*d_k, d_model)
-    b_o = module.out_proj.bias.detach().cpu() if module.out_proj.bias is not None else None
+    out_proj = cast(nn.Linear, module.out_proj)
+    w_o = out_proj.weight.detach().cpu().T  # nn.Linear computes x W^T: W_o = weight^T (h*d_k, d_model)
+    b_o = out_proj.bias.detach().cpu() if out_proj.bias is not None else None
     window = getattr(module, "window", None) if use_causal and spec.causal else None  # the model's sliding window
     where = f"layer {layer}, head {head} of {spec.n_heads}"
     explanation = explain_attention(

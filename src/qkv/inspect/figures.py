@@ -24,7 +24,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -64,7 +64,8 @@ def png_size(path: str | Path) -> tuple[int, int]:
     return width, height
 
 
-def subplots(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float], layout: str | None = "constrained",
+def subplots(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float],
+             layout: Literal["constrained", "compressed", "tight"] | None = "constrained",
              **options) -> tuple[Figure, Any]:  # fmt: skip
     """``pyplot.subplots`` without pyplot: a new Figure and its axes (``options``: squeeze, sharey, gridspec_kw)."""
     from matplotlib.figure import Figure

@@ -32,7 +32,7 @@ from qkv.inspect.patch_runs import PatchRuns, Progress, head_patches, position_p
 from qkv.inspect.residual import Stream, Sublayer, device_of, streams
 from qkv.inspect.summary import ShortRepr
 from qkv.inspect.tokens import token_label, token_labels
-from qkv.inspect.trace import encode_text
+from qkv.inspect.trace import context_length, encode_text
 from qkv.layers.capture import capture
 from qkv.model_dir import ModelBundle
 from qkv.models.family import family_of
@@ -171,8 +171,8 @@ def patch(
         raise QkvError("--prefix is for translators: a GPT continues the prompt itself")
     tokenizer = bundle.tokenizer
     out_tokenizer = (bundle.target_tokenizer or tokenizer) if translator else tokenizer
-    clean_ids = encode_text(tokenizer, clean, limit=config.context_length, what="clean prompt")
-    corrupt_ids = encode_text(tokenizer, corrupt, limit=config.context_length, what="corrupt prompt")
+    clean_ids = encode_text(tokenizer, clean, limit=context_length(config), what="clean prompt")
+    corrupt_ids = encode_text(tokenizer, corrupt, limit=context_length(config), what="corrupt prompt")
     clean_tokens, corrupt_tokens = token_labels(tokenizer, clean_ids), token_labels(tokenizer, corrupt_ids)
     if len(clean_ids) != len(corrupt_ids):
         raise QkvError(
@@ -188,8 +188,8 @@ def patch(
         if out_tokenizer.bos_id is None:
             raise QkvError("the target tokenizer has no <bos> token: a translator needs one to start decoding")
         decoder_input = [out_tokenizer.bos_id, *out_tokenizer.encode(prefix)]
-        if len(decoder_input) > config.context_length:
-            raise QkvError(f"--prefix is longer than the model's {config.context_length} positions: shorten it")
+        if len(decoder_input) > context_length(config):
+            raise QkvError(f"--prefix is longer than the model's {context_length(config)} positions: shorten it")
         prefix_ids = torch.tensor([decoder_input], device=device)
     source = torch.tensor([clean_ids], device=device)
     corrupted = torch.tensor([corrupt_ids], device=device)
