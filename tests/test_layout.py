@@ -18,17 +18,14 @@ MAX_FUNCTION_LINES = 60
 
 LONG_FILES: set[str] = {"data/prepare.py", "tokenizers/base.py", "training/config.py"}
 LONG_FUNCTIONS: set[str] = {
-    "inspect/patching.py:patch",
     "training/trainer.py:fit",
     "storage.py:load_weights",
-    "inspect/explain_model.py:explain_model",
     "training/config.py:validate",
     "decoding/beam_search.py:beam_search",
     "data/prepare.py:prepare",
     "training/launch.py:run_training",
     "export/onnx.py:export_onnx",
     "training/tasks/translation.py:prepare_translator",
-    "inspect/explain.py:explain_attention",
     "training/checkpoint.py:save_training_checkpoint",
     "cli/explain.py:_explain",
     "training/tasks/language_model.py:prepare_language_model",
