@@ -22,7 +22,6 @@ LONG_FUNCTIONS: set[str] = {
     "storage.py:load_weights",
     "training/config.py:validate",
     "decoding/beam_search.py:beam_search",
-    "data/prepare.py:prepare",
     "training/launch.py:run_training",
     "export/onnx.py:export_onnx",
     "training/tasks/translation.py:prepare_translator",

@@ -193,9 +193,8 @@ def patch(
     clean_tokens = token_labels(tokenizer, clean_ids)
     columns = {"source": clean_tokens, "target": token_labels(out_tokenizer, prefix_ids[0].tolist())
                if prefix_ids is not None else []}  # fmt: skip
-    maps = []
-    for stream, side in patched:
-        maps += _stream_maps(runs, stream, acts, columns[side], recovered, named=len(patched) > 1)
+    maps = [m for stream, side in patched for m in _stream_maps(runs, stream, acts, columns[side], recovered,
+                                                                named=len(patched) > 1)]  # fmt: skip
     return Patching(
         kind=config.kind,
         clean_tokens=clean_tokens,
