@@ -25,7 +25,7 @@ from typing import IO
 try:
     import fcntl
 except ImportError:  # Windows: no advisory locks here; stale folders are then left to the user
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # the module is absent on Windows: None says so
 
 OWNER_FILE = ".owner"
 _PR_SET_PDEATHSIG = 1

@@ -109,7 +109,7 @@ def _vocabulary(data: dict[str, Any], size: int) -> tuple[list[str], list[int]]:
         types[added["id"]] = CONTROL if added.get("special") else USER_DEFINED
     if None in tokens:
         raise QkvError(f"the tokenizer has no token with id {tokens.index(None)}: GGUF needs ids 0..{size - 1}")
-    return tokens, types  # type: ignore[return-value]
+    return [token for token in tokens if token is not None], types  # every id has its token (checked above)
 
 
 def _merges(model: dict[str, Any]) -> list[str]:
