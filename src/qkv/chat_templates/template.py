@@ -22,7 +22,7 @@ operation on an undefined variable) is one :class:`~qkv.errors.QkvError` naming 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -171,8 +171,9 @@ def compile_template(template: ChatTemplate) -> jinja2.Template:
     try:
         return _compiled(template.text)
     except jinja2.TemplateSyntaxError as error:
+        message = _one_line(error.message or str(error))
         raise QkvError(
-            f"{template.source} is not a valid Jinja template (line {error.lineno}: {_one_line(error.message)}): "
+            f"{template.source} is not a valid Jinja template (line {error.lineno}: {message}): "
             f"fix it, or {OTHER_TEMPLATE}"
         ) from None
 
@@ -251,12 +252,19 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+_PLAIN_TYPES: tuple[tuple[type, Callable[[Any], Any]], ...] = (
+    (str, str.__str__),
+    (int, int.__int__),
+    (float, float.__float__),
+)  # each JSON scalar type, and what turns a subclass of it into the plain type
+
+
 def plain_data(value: Any) -> Any:
     """``value`` rebuilt from JSON's types (str, int, float, bool, None, lists, tuples, dicts), anything else
     replaced by a "<TypeName>" placeholder: objects with methods never reach the sandbox (as in transformers)."""
     if value is None or type(value) in (str, int, float, bool):
         return value
-    for base, plain in ((str, str.__str__), (int, int.__int__), (float, float.__float__)):
+    for base, plain in _PLAIN_TYPES:
         if isinstance(value, base):  # subclasses (enums, ...) lose their extra methods
             return plain(value)
     if isinstance(value, Mapping):

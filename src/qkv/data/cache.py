@@ -52,7 +52,7 @@ def prepared_for_training(
     tokenizer rather than a new one.
     """
     if is_prepared(data):
-        folder = Path(data)  # type: ignore[arg-type]
+        folder = Path(data)
         return PreparedData(folder, read_manifest(folder), reused=True)
     source = open_source(data, text_field=text_field)
     settings = {"kind": kind, "vocab_size": vocab_size, "sample_mb": float(sample_mb)}

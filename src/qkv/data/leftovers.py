@@ -25,7 +25,7 @@ from typing import IO
 try:
     import fcntl
 except ImportError:  # Windows: no advisory locks here; stale folders are then left to the user
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # the module is absent on Windows: None says so
 
 OWNER_FILE = ".owner"
 _PR_SET_PDEATHSIG = 1
@@ -67,8 +67,8 @@ def _owner_is_gone(folder: Path) -> bool:
     is alive) or was left by a qkv that did not lock (no pid in its name)."""
     try:
         with open(folder / OWNER_FILE, encoding="ascii") as owner:
-            fcntl.flock(owner.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # type: ignore[union-attr]
-            fcntl.flock(owner.fileno(), fcntl.LOCK_UN)  # type: ignore[union-attr]
+            fcntl.flock(owner.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(owner.fileno(), fcntl.LOCK_UN)
     except FileNotFoundError:
         pid = folder.name.rsplit("-", 2)[-2] if folder.name.count("-") >= 2 else ""
         return not pid.isdigit() or not _alive(int(pid))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
@@ -125,7 +126,7 @@ class TranslationBatches:
         corpus: ParallelCorpus,
         src_tokenizer: Tokenizer,
         tgt_tokenizer: Tokenizer | None = None,
-        **kwargs: int | None,
+        **kwargs: Any,  # the constructor's keywords
     ) -> TranslationBatches:
         """Encode ``corpus`` (the target side with ``tgt_tokenizer``, by default the source's) and batch it;
         pad/bos/eos ids come from the target tokenizer. ``kwargs`` are the constructor's keywords."""

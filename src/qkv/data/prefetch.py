@@ -12,19 +12,20 @@ from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Generic, TypeVar
 
+Key = TypeVar("Key", bound=Hashable)
 Value = TypeVar("Value")
 
 
-class Prefetch(Generic[Value]):
+class Prefetch(Generic[Key, Value]):
     """``prefetch(key, next_key)`` returns ``make(key)`` (made ahead when ``key`` was the last call's
     ``next_key``) and starts making ``make(next_key)`` in the background."""
 
-    def __init__(self, make: Callable[[Hashable], Value]) -> None:
+    def __init__(self, make: Callable[[Key], Value]) -> None:
         self.make = make
         self._pool: ThreadPoolExecutor | None = None
-        self._pending: tuple[Hashable, Future[Value]] | None = None
+        self._pending: tuple[Key, Future[Value]] | None = None
 
-    def __call__(self, key: Hashable, next_key: Hashable) -> Value:
+    def __call__(self, key: Key, next_key: Key) -> Value:
         pending, self._pending = self._pending, None
         value = pending[1].result() if pending is not None and pending[0] == key else self.make(key)
         if self._pool is None:

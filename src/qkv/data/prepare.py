@@ -27,7 +27,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
@@ -130,29 +130,8 @@ def prepare(
         stats = _encode(source, trained, work, workers=workers, shard_tokens=shard_tokens, quiet=quiet)
         if stats["unknown"]:  # a warning, not progress: said also under quiet
             print(_unknown_note(trained, stats, given=isinstance(tokenizer, Tokenizer)), file=sys.stderr, flush=True)
-        n_train = int(stats["tokens"] * (1.0 - val_fraction))
-        manifest = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "qkv": _version(),
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "source": {"name": source.name, "description": source.description, **stats["text"]},
-            "tokenizer": {
-                "file": TOKENIZER_FILE,
-                "kind": trained.kind,
-                "vocab_size": trained.vocab_size,
-                "requested_vocab_size": vocab_size,
-                "sha256": tokenizer_sha256(trained),
-                "sample_bytes": sample_bytes,
-            },
-            "dtype": token_dtype(trained.vocab_size).name,
-            "tokens": stats["tokens"],
-            "unknown_tokens": stats["unknown"],
-            "split": {"val_fraction": val_fraction, "train_tokens": n_train, "val_tokens": stats["tokens"] - n_train},
-            "shards": stats["shards"],
-            "seconds": {"sample": round(sampled - started, 3), "encode": round(time.perf_counter() - sampled, 3)},
-            "recipe": recipe,
-        }
+        seconds = {"sample": round(sampled - started, 3), "encode": round(time.perf_counter() - sampled, 3)}
+        manifest = _manifest(source, trained, stats, recipe, vocab_size, sample_bytes, val_fraction, seconds)
         atomic_write_json(work / MANIFEST_FILE, manifest)
         (work / OWNER_FILE).unlink()  # the lock stays held (the file is open) until the folder is out
         return _publish(work, out, recipe)
@@ -162,6 +141,36 @@ def prepare(
         shutil.rmtree(work, ignore_errors=True)
         if owner is not None:
             owner.close()
+
+
+def _manifest(source: TextSource, tokenizer: Tokenizer, stats: dict[str, Any], recipe: dict[str, Any],
+              vocab_size: int | None, sample_bytes: int, val_fraction: float,
+              seconds: dict[str, float]) -> dict[str, Any]:  # fmt: skip
+    """manifest.json of a prepared folder: the source, the tokenizer, the token count and split, the shards,
+    the time each phase took and the recipe that made it (what a rerun compares to reuse the folder)."""
+    n_train = int(stats["tokens"] * (1.0 - val_fraction))
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "qkv": _version(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "source": {"name": source.name, "description": source.description, **stats["text"]},
+        "tokenizer": {
+            "file": TOKENIZER_FILE,
+            "kind": tokenizer.kind,
+            "vocab_size": tokenizer.vocab_size,
+            "requested_vocab_size": vocab_size,
+            "sha256": tokenizer_sha256(tokenizer),
+            "sample_bytes": sample_bytes,
+        },
+        "dtype": token_dtype(tokenizer.vocab_size).name,
+        "tokens": stats["tokens"],
+        "unknown_tokens": stats["unknown"],
+        "split": {"val_fraction": val_fraction, "train_tokens": n_train, "val_tokens": stats["tokens"] - n_train},
+        "shards": stats["shards"],
+        "seconds": seconds,
+        "recipe": recipe,
+    }
 
 
 # ------------------------------------------------------------------------------------- the two phases
@@ -261,7 +270,7 @@ def _unknown_note(tokenizer: Tokenizer, stats: dict[str, Any], *, given: bool) -
 
 def _encoded(
     pieces: Iterator[tuple[str, int]], tokenizer: Tokenizer, workers: int
-) -> Iterator[tuple[str, int, np.ndarray]]:
+) -> Generator[tuple[str, int, np.ndarray], None, None]:
     """``(piece, position, ids)`` in order. BPE: batches through the library's own threads; char and word:
     a pool of ``workers`` processes with a few pieces in flight per process (memory stays bounded)."""
     if isinstance(tokenizer, HFTokenizer):

@@ -116,7 +116,7 @@ class _ZstdReader(io.RawIOBase):
         return n
 
 
-def _open(file: InputFile) -> tuple[BinaryIO, BinaryIO]:
+def _open(file: InputFile) -> tuple[io.BufferedIOBase, BinaryIO]:
     """``(stream, raw)``: the decompressed bytes to read, and the file on disk (its position is progress)."""
     try:
         raw = open(file.path, "rb")  # noqa: SIM115 (closed by the caller)

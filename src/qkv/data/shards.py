@@ -28,8 +28,9 @@ import hashlib
 import json
 import mmap
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeGuard, cast
 
 import numpy as np
 import torch
@@ -101,7 +102,7 @@ class ShardWriter:
             if self.file is None:
                 self.file = open(self.folder / shard_name(len(self.shards)), "wb")  # noqa: SIM115
             take = ids[: self.shard_tokens - self.count]
-            data = memoryview(take).cast("B")
+            data = take.data.cast("B")  # the array's own buffer, as bytes
             write_bytes(self.file, data)
             self.digest.update(data)
             if len(take):
@@ -141,9 +142,11 @@ class ShardWriter:
 # -------------------------------------------------------------------------------------------- reading
 
 
-def is_prepared(path: str | Path | None) -> bool:
+def is_prepared(path: str | Path | Sequence[str | Path] | None) -> TypeGuard[str | Path]:
     """True when ``path`` is a folder written by ``qkv prepare`` (it has a manifest.json)."""
-    return path is not None and not isinstance(path, (list, tuple)) and (Path(path) / MANIFEST_FILE).is_file()
+    if path is None or isinstance(path, list | tuple):  # no data, or several files: not one folder
+        return False
+    return (Path(cast("str | Path", path)) / MANIFEST_FILE).is_file()
 
 
 def read_manifest(folder: str | Path) -> dict[str, Any]:
@@ -193,7 +196,7 @@ def prepared_tokenizer_settings(path: str | Path | None) -> dict[str, Any]:
     """``{"tokenizer": kind, "vocab_size": requested size}`` of a prepared folder; {} for anything else."""
     if not is_prepared(path):
         return {}
-    tokenizer = read_manifest(path)["tokenizer"]  # type: ignore[arg-type]
+    tokenizer = read_manifest(path)["tokenizer"]
     return {"tokenizer": tokenizer["kind"], "vocab_size": tokenizer.get("requested_vocab_size")}
 
 
@@ -301,7 +304,7 @@ class TokenShards:
             begin = int(self.ends[shard - 1]) if shard else 0
             end = min(stop, int(self.ends[shard]))
             part = buffer[filled : filled + end - start]
-            got = os.preadv(self._files[shard].fileno(), [part], (start - begin) * self.dtype.itemsize)
+            got = os.preadv(self._files[shard].fileno(), [part.data], (start - begin) * self.dtype.itemsize)
             if got != part.nbytes:
                 raise QkvError(
                     f"shard {self._files[shard].name} ended before token {end - begin:,}: it changed after it was "

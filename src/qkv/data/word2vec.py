@@ -57,6 +57,7 @@ def word_stream(lines: Iterable[str], tokenizer: Tokenizer) -> np.ndarray:
     Words outside the vocabulary (``<unk>``, the words below the minimum count) are dropped, not replaced,
     so they neither occupy window positions nor get trained (as gensim does)."""
     unk, separator = tokenizer.unk_id, tokenizer.eos_id
+    assert separator is not None, "a word tokenizer has <eos>, the separator"
     pieces: list[np.ndarray] = []
     for line in lines:
         ids = np.asarray(tokenizer.encode(line), dtype=np.int64)
@@ -91,6 +92,7 @@ def remap_stream(ids: np.ndarray, source: Tokenizer, target: Tokenizer) -> np.nd
         if j is not None and token not in special:
             table[i] = j
     mapped = table[np.asarray(ids, dtype=np.int64)]
+    assert target.eos_id is not None, "a word tokenizer has <eos>, the separator"
     return np.append(mapped[mapped >= 0], target.eos_id)
 
 

@@ -38,7 +38,8 @@ from qkv.gguf.tokenizer import (
 from qkv.tokenizers import CharTokenizer, HFTokenizer, Tokenizer
 
 _BYTE_TOKEN = re.compile(r"<0x[0-9A-F]{2}>")
-_HF_SPELLINGS = {  # Hugging Face's tokenizer.json spellings of llama.cpp's pre-tokenizers
+# Hugging Face's tokenizer.json spellings of llama.cpp's pre-tokenizers
+_HF_SPELLINGS: dict[str, list[pre_tokenizers.PreTokenizer]] = {
     "gpt-2": [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)],
     "smollm": [
         pre_tokenizers.Sequence(
@@ -108,7 +109,7 @@ def _vocabulary(data: dict[str, Any], size: int) -> tuple[list[str], list[int]]:
         types[added["id"]] = CONTROL if added.get("special") else USER_DEFINED
     if None in tokens:
         raise QkvError(f"the tokenizer has no token with id {tokens.index(None)}: GGUF needs ids 0..{size - 1}")
-    return tokens, types  # type: ignore[return-value]
+    return [token for token in tokens if token is not None], types  # every id has its token (checked above)
 
 
 def _merges(model: dict[str, Any]) -> list[str]:
@@ -129,7 +130,7 @@ def _adds(data: dict[str, Any], tokenizer: Tokenizer) -> dict[str, bool]:
 
 def _spm_scores(tokens: list[str], merges: list[str]) -> list[float]:
     """A score per token that ranks the merges: the piece made by merge r scores -r; others score below all."""
-    rank = {}
+    rank: dict[str, int] = {}
     for r, merge in enumerate(merges):
         rank.setdefault(merge.replace(" ", ""), r)
     return [-float(rank.get(t, len(merges) + i)) for i, t in enumerate(tokens)]

@@ -24,6 +24,7 @@ W_O (``out_proj``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -139,8 +140,9 @@ def head_outputs(attention: nn.Module, context: Tensor) -> tuple[Tensor, Tensor]
     alone = context.new_zeros(n_heads, *context.shape[1:-1], n_heads * d_k)  # (H, ..., d_model)
     for h in range(n_heads):
         alone[h, ..., h * d_k : (h + 1) * d_k] = context[h]
-    bias = attention.out_proj(context.new_zeros(1, n_heads * d_k))[0]  # (d_model,)
-    return attention.out_proj(alone) - bias, bias
+    out_proj = cast(nn.Module, attention.out_proj)
+    bias = out_proj(context.new_zeros(1, n_heads * d_k))[0]  # (d_model,)
+    return out_proj(alone) - bias, bias
 
 
 class _Readout:
@@ -148,7 +150,7 @@ class _Readout:
     (Llama) subtracts no mean, so there contribution(c) = u . (gamma * c) / rms(x)."""
 
     def __init__(self, model: nn.Module, final_stream: Tensor, target: int, foil: int | None) -> None:
-        unembedding = model.unembedding  # type: ignore[union-attr]
+        unembedding = cast(nn.Linear, model.unembedding)
         weight = unembedding.weight.detach().double()
         self.direction = weight[target] - (weight[foil] if foil is not None else 0.0)  # (d,)
         u_bias = 0.0

@@ -17,10 +17,7 @@ import numpy as np
 from qkv.inspect.figures import UNIT_CMAP, Picture, _ticks, save, subplots
 
 if TYPE_CHECKING:
-    from qkv.inspect.attribution import Attribution
-    from qkv.inspect.heads import HeadDetection
-    from qkv.inspect.lens import LogitLens
-    from qkv.inspect.patching import Patching
+    from qkv.inspect.view_types import AttributionView, HeadDetectionView, LensView, PatchingView
 
 
 def _short(label: str, width: int = 7) -> str:
@@ -39,7 +36,7 @@ def _numbers(values: np.ndarray) -> list[list[str]]:
     return [[f"{v:.2f}" for v in row] for row in values]
 
 
-def draw_logit_lens(lens: LogitLens, path: str | Path, *, color: str = "final", title: str = "") -> Picture:
+def draw_logit_lens(lens: LensView, path: str | Path, *, color: str = "final", title: str = "") -> Picture:
     """Rows = where the stream was read (embedding at the bottom), columns = positions; each cell is coloured
     by the probability of the model's final prediction there (``color="final"``) or of that row's own top
     token (``"top"``), and shows that row's top token when the grid is small enough to read."""
@@ -75,7 +72,7 @@ def _diverging(ax, values: np.ndarray, limit: float):
     return ax.imshow(values, cmap=CIRCUIT_CMAP, vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest")
 
 
-def draw_attribution(result: Attribution, path: str | Path, *, title: str = "") -> Picture:
+def draw_attribution(result: AttributionView, path: str | Path, *, title: str = "") -> Picture:
     """Left: each part's contribution as a bar (blue pushes the target up, red down); right: every head's
     contribution, layers x heads (a second heatmap for a translator's cross-attention heads)."""
     terms = result.terms()
@@ -108,6 +105,7 @@ def draw_attribution(result: Attribution, path: str | Path, *, title: str = "") 
         ax.set_title(name, fontsize=10)
         if heads.size <= 200:
             _write_cells(ax, _numbers(heads), np.abs(heads) > 0.6 * limit, 7)
+    assert image is not None  # the loop above drew at least one panel
     fig.colorbar(image, ax=axes[1:].tolist(), shrink=0.8, label="contribution")
     what = f"logit({result.target_token!r})"
     if result.foil_token is not None:
@@ -118,7 +116,7 @@ def draw_attribution(result: Attribution, path: str | Path, *, title: str = "") 
     return save(fig, path, 1 + len(head_maps), 1, 1 + len(head_maps))
 
 
-def draw_patching(result: Patching, path: str | Path, *, title: str = "") -> Picture:
+def draw_patching(result: PatchingView, path: str | Path, *, title: str = "") -> Picture:
     """One heatmap per map of ``result`` (residual: rows x positions, heads: layers x heads), the recovered
     fraction on a shared scale from -1 to 1 (0 = as corrupt, 1 = as clean)."""
     maps = result.maps
@@ -138,13 +136,14 @@ def draw_patching(result: Patching, path: str | Path, *, title: str = "") -> Pic
         ax.set_title(m.title, fontsize=10)
         if m.values.size <= 300:
             _write_cells(ax, _numbers(m.values), np.abs(m.values) > 0.6, 6 if len(m.columns) > 16 else 7)
+    assert image is not None  # the loop above drew at least one panel
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, label="recovered (0 = corrupt, 1 = clean)")
     what = f"logit({result.target_token!r}) - logit({result.foil_token!r})"
     fig.suptitle(title or f"activation patching, clean into corrupt: {what}", fontsize=11)
     return save(fig, path, len(maps), 1, len(maps))
 
 
-def draw_head_scores(detection: HeadDetection, path: str | Path, *, title: str = "") -> Picture:
+def draw_head_scores(detection: HeadDetectionView, path: str | Path, *, title: str = "") -> Picture:
     """A grid of heatmaps: a row per kind of self-attention, a column per score; layers x heads each, 0..1."""
     parts = detection.parts
     names = list(parts[0].scores)
@@ -168,6 +167,7 @@ def draw_head_scores(detection: HeadDetection, path: str | Path, *, title: str =
             if c == 0:
                 ax.set_ylabel("layer", fontsize=8)
             ax.set_xlabel("head", fontsize=8)
+    assert image is not None  # the loop above drew at least one panel
     fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.7, label="mean attention weight")
     fig.suptitle(title or f"head scores on {detection.batch} random sequences of {detection.length} tokens, "
                  "each repeated twice", fontsize=11)  # fmt: skip

@@ -5,8 +5,8 @@ The pictures are the CLI's own (:mod:`~qkv.inspect.circuit_figures`, what ``qkv 
 ``qkv patch`` and ``qkv heads`` write); the HTML puts that picture above a small table of the numbers that
 matter, so the output's text holds them too. The walk-through is the page ``qkv lens --html`` writes
 (:mod:`~qkv.inspect.walkthrough_html`, the playground's ``walkthrough.js``) inside the output, with its live
-temperature, top-k and top-p. Nothing here computes: the results arrive finished (and are named only for
-the type checker, so that their modules can import this one lazily without a circle).
+temperature, top-k and top-p. Nothing here computes: the results arrive finished, read through the Protocols of
+:mod:`~qkv.inspect.view_types` (so that their modules import this one without a circle).
 """
 
 from __future__ import annotations
@@ -17,18 +17,14 @@ from qkv.inspect import circuit_figures as figures
 from qkv.inspect.notebook import cached_png, figure_html, page_frame, png_bytes, table_html
 
 if TYPE_CHECKING:
-    from qkv.inspect.attribution import Attribution
-    from qkv.inspect.heads import HeadDetection
-    from qkv.inspect.lens import LogitLens
-    from qkv.inspect.patching import Patching
-    from qkv.inspect.walkthrough import Walkthrough
+    from qkv.inspect.view_types import AttributionView, HeadDetectionView, LensView, PatchingView, WalkthroughView
 
 
-def lens_png(lens: LogitLens) -> bytes:
+def lens_png(lens: LensView) -> bytes:
     return cached_png(lens, lambda: png_bytes(figures.draw_logit_lens, lens))
 
 
-def lens_html(lens: LogitLens, position: int = -1) -> str:
+def lens_html(lens: LensView, position: int = -1) -> str:
     """The heatmap, and at ``position`` (default the last) every row's top token with P(final prediction)."""
     t = range(len(lens.tokens))[position]
     final = lens.final_tokens[t]
@@ -42,11 +38,11 @@ def lens_html(lens: LogitLens, position: int = -1) -> str:
     return figure_html(lens_png(lens), alt="logit lens", numbers=table)
 
 
-def attribution_png(result: Attribution) -> bytes:
+def attribution_png(result: AttributionView) -> bytes:
     return cached_png(result, lambda: png_bytes(figures.draw_attribution, result))
 
 
-def attribution_html(result: Attribution) -> str:
+def attribution_html(result: AttributionView) -> str:
     """The bars and head maps, then every part's contribution and the largest heads."""
     what = f"logit({result.target_token!r})" + (f" - logit({result.foil_token!r})" if result.foil_token else "")
     caption = (
@@ -57,11 +53,11 @@ def attribution_html(result: Attribution) -> str:
     return figure_html(attribution_png(result), alt="direct logit attribution", numbers=parts + heads)
 
 
-def patching_png(result: Patching) -> bytes:
+def patching_png(result: PatchingView) -> bytes:
     return cached_png(result, lambda: png_bytes(figures.draw_patching, result))
 
 
-def patching_html(result: Patching) -> str:
+def patching_html(result: PatchingView) -> str:
     """The maps, then the clean and corrupt differences and each map's strongest site."""
     what = f"logit({result.target_token!r}) - logit({result.foil_token!r})"
     rows = []
@@ -73,11 +69,11 @@ def patching_html(result: Patching) -> str:
     return figure_html(patching_png(result), alt="activation patching", numbers=table)
 
 
-def heads_png(detection: HeadDetection) -> bytes:
+def heads_png(detection: HeadDetectionView) -> bytes:
     return cached_png(detection, lambda: png_bytes(figures.draw_head_scores, detection))
 
 
-def heads_html(detection: HeadDetection) -> str:
+def heads_html(detection: HeadDetectionView) -> str:
     """The score maps, then the best head of every score."""
     rows = []
     for part in detection.parts:
@@ -89,7 +85,7 @@ def heads_html(detection: HeadDetection) -> str:
     return figure_html(heads_png(detection), alt="head scores", numbers=table)
 
 
-def walkthrough_view(walk: Walkthrough) -> str:
+def walkthrough_view(walk: WalkthroughView) -> str:
     """The standalone walk-through page in the output; without the vocabulary labels (``walkthrough(...,
     vocab=True)``) the page cannot redo the sampling, so the output is the logit lens of the same pass."""
     if walk.vocab_labels is None:

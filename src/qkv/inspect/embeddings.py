@@ -20,8 +20,10 @@ mathematics of attention:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import cast
 
 import numpy as np
+from torch import Tensor, nn
 
 from qkv.errors import QkvError
 from qkv.inspect.tokens import token_label
@@ -96,7 +98,7 @@ def embedding_matrix(bundle: ModelBundle, *, target: bool = False) -> tuple[np.n
     module = family.target_embedding if target else family.embedding
     assert module is not None
     tokenizer = (bundle.target_tokenizer or bundle.tokenizer) if target else bundle.tokenizer
-    weight = bundle.model.get_submodule(module).weight.detach().double().cpu().numpy()  # (vocab, d)
+    weight = cast(Tensor, bundle.model.get_submodule(module).weight).detach().double().cpu().numpy()  # (vocab, d)
     return weight, tokenizer
 
 
@@ -194,20 +196,20 @@ def positional_table(bundle: ModelBundle | None, *, length: int = 64, d_model: i
     family, model = family_of(bundle.model), bundle.model
     if not family.has("positions"):  # Word2Vec, RNNSearch (its GRUs read the tokens in order)
         assert family.embedding is not None
-        width = model.get_submodule(family.embedding).weight.shape[1]
+        width = cast(Tensor, model.get_submodule(family.embedding).weight).shape[1]
         title = f"the paper's sinusoidal table for d_model = {width}: {family.title} adds no positions"
         return sinusoidal_table(length, width).double().numpy(), title
     module = model.get_submodule(next(iter(family.streams.values()))[0])  # the first stack's input embedding
-    encoding = module.positional_encoding
+    encoding = cast(nn.Module, module.positional_encoding)
     limit = getattr(encoding, "max_len", None) or length
     length = min(length, limit)
     positional = getattr(bundle.config, "positional", "none")
-    width = module.token_embedding.embedding_dim  # d_model
+    width = cast(nn.Embedding, module.token_embedding).embedding_dim  # d_model
     if positional == "sinusoidal":
-        table = encoding.table[:length]
+        table = cast(Tensor, encoding.table)[:length]
         title = f"the model's sinusoidal positional encoding (d_model = {width})"
     elif positional == "learned":
-        table = encoding.weight[:length]
+        table = cast(Tensor, encoding.weight)[:length]
         title = f"the model's learned positional embeddings (d_model = {width})"
     else:
         table = sinusoidal_table(length, width)

@@ -187,32 +187,13 @@ def explain_attention(
     heads concatenated and projected. ``query`` picks the row to focus on (a token or an index).
     """
     key_tokens = query_tokens if key_tokens is None else key_tokens
-    q, k, v = (t.double()[None] if t.dim() == 2 else t.double() for t in (queries, keys, values))
+    q, k, v = _heads(queries, keys, values, len(query_tokens), len(key_tokens))
     n_heads, n_queries, d_k = q.shape
-    if k.shape[:2] != v.shape[:2] or k.shape[-1] != d_k or k.shape[0] != n_heads:
-        raise QkvError(
-            f"queries {tuple(q.shape)}, keys {tuple(k.shape)} and values {tuple(v.shape)} do not fit together: "
-            "Q and K need the same width d_k, K and V one row per key"
-        )
-    if n_queries != len(query_tokens) or k.shape[1] != len(key_tokens):
-        raise QkvError(
-            f"there are {len(query_tokens)} tokens but {n_queries} query rows and {k.shape[1]} key rows: "
-            "give one row per token"
-        )
     if causal and n_queries != k.shape[1]:
         raise QkvError("the causal mask needs as many queries as keys (self-attention): drop --causal")
     scale = 1.0 / math.sqrt(d_k) if scale is None else scale
     scores, scaled, masked, weights, output = attend(q, k, v, causal=causal, scale=scale, window=window)
-    heads = None
-    if out_proj is not None:
-        W_o, b_o = (t.double() if t is not None else None for t in out_proj)
-        concat = output.transpose(0, 1).reshape(n_queries, -1)  # (Tq, h * d_v): head 0's columns first
-        if W_o.shape[0] != concat.shape[1]:
-            raise QkvError(f"W_o has {W_o.shape[0]} rows but the heads concatenate to {concat.shape[1]}: fix W_o")
-        projected = concat @ W_o + (b_o if b_o is not None else 0.0)  # (Tq, d_model)
-        heads = MultiHead(
-            output.numpy(), concat.numpy(), W_o.numpy(), None if b_o is None else b_o.numpy(), projected.numpy()
-        )
+    heads = None if out_proj is None else _multi_head(output, *out_proj)
     return Explanation(
         title=title,
         variant=variant,
@@ -232,6 +213,37 @@ def explain_attention(
         n_heads=n_heads,
         head=head,
         heads=heads,
+    )
+
+
+def _heads(queries: Tensor, keys: Tensor, values: Tensor, n_query_tokens: int, n_key_tokens: int
+           ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """Q, K, V in float64 as (h, T, d_k) (one head (T, d_k) gains the head axis), checked against each other
+    and against the tokens: a QkvError saying which sizes disagree."""
+    q, k, v = (t.double()[None] if t.dim() == 2 else t.double() for t in (queries, keys, values))
+    n_heads, n_queries, d_k = q.shape
+    if k.shape[:2] != v.shape[:2] or k.shape[-1] != d_k or k.shape[0] != n_heads:
+        raise QkvError(
+            f"queries {tuple(q.shape)}, keys {tuple(k.shape)} and values {tuple(v.shape)} do not fit together: "
+            "Q and K need the same width d_k, K and V one row per key"
+        )
+    if n_queries != n_query_tokens or k.shape[1] != n_key_tokens:
+        raise QkvError(
+            f"there are {n_query_tokens} tokens but {n_queries} query rows and {k.shape[1]} key rows: "
+            "give one row per token"
+        )
+    return q, k, v
+
+
+def _multi_head(output: Tensor, w_o: Tensor, b_o: Tensor | None) -> MultiHead:
+    """Step 9: every head's output (h, Tq, d_v) concatenated (Tq, h * d_v), then concat @ W_o (+ b_o)."""
+    W_o, bias = w_o.double(), (b_o.double() if b_o is not None else None)
+    concat = output.transpose(0, 1).reshape(output.shape[1], -1)  # (Tq, h * d_v): head 0's columns first
+    if W_o.shape[0] != concat.shape[1]:
+        raise QkvError(f"W_o has {W_o.shape[0]} rows but the heads concatenate to {concat.shape[1]}: fix W_o")
+    projected = concat @ W_o + (bias if bias is not None else 0.0)  # (Tq, d_model)
+    return MultiHead(
+        output.numpy(), concat.numpy(), W_o.numpy(), None if bias is None else bias.numpy(), projected.numpy()
     )
 
 

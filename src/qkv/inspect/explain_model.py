@@ -8,12 +8,15 @@ itself; step 9 concatenates every head of the layer and applies the layer's own 
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
+from torch import nn
 
 from qkv.errors import QkvError
 from qkv.inspect.explain import Explanation, explain_attention
 from qkv.inspect.names import act_name
-from qkv.inspect.trace import check_layer_head, trace
+from qkv.inspect.trace import Part, Trace, check_layer_head, trace
 from qkv.model_dir import ModelBundle
 from qkv.models.family import Family, family_of
 
@@ -54,8 +57,9 @@ def explain_model(
     use_causal = spec.causal if causal is None else causal
     q, k, v = (traced.attention(spec, layer, name).cpu() for name in ("q", "k", "v"))  # (h, T, d_k)
     module = traced.model.get_submodule(spec.module_name(layer))
-    w_o = module.out_proj.weight.detach().cpu().T  # nn.Linear computes x W^T: W_o = weight^T (h*d_k, d_model)
-    b_o = module.out_proj.bias.detach().cpu() if module.out_proj.bias is not None else None
+    out_proj = cast(nn.Linear, module.out_proj)
+    w_o = out_proj.weight.detach().cpu().T  # nn.Linear computes x W^T: W_o = weight^T (h*d_k, d_model)
+    b_o = out_proj.bias.detach().cpu() if out_proj.bias is not None else None
     window = getattr(module, "window", None) if use_causal and spec.causal else None  # the model's sliding window
     where = f"layer {layer}, head {head} of {spec.n_heads}"
     explanation = explain_attention(
@@ -73,18 +77,30 @@ def explain_model(
         window=window,
     )
     explanation.layer, explanation.part = layer, spec.name
-    embedding = _embedding_of(family, spec.queries)
+    _add_model_inputs(explanation, traced, _embedding_of(family, spec.queries))
+    own = traced.attention(spec, layer, "weights")[head].double().cpu().numpy()
+    explanation.model_difference = float(np.abs(own - explanation.weights).max())
+    _add_notes(explanation, bundle, traced, spec, layer=layer, head=head, causal=use_causal, window=window)
+    return explanation
+
+
+def _add_model_inputs(explanation: Explanation, traced: Trace, embedding: str) -> None:
+    """Step 2 from the model's own forward pass: W_E rows, the positions added (if any), and X."""
     acts = traced.acts
     explanation.embeddings = acts[act_name("tokens", embedding=embedding)][0].double().cpu().numpy()
     if act_name("positions", embedding=embedding) in acts:
         explanation.positions = acts[act_name("positions", embedding=embedding)].double().cpu().numpy()
     explanation.inputs = acts[act_name("embed", embedding=embedding)][0].double().cpu().numpy()
-    own = traced.attention(spec, layer, "weights")[head].double().cpu().numpy()
-    explanation.model_difference = float(np.abs(own - explanation.weights).max())
+
+
+def _add_notes(explanation: Explanation, bundle: ModelBundle, traced: Trace, spec: Part, *, layer: int,
+               head: int, causal: bool, window: int | None) -> None:  # fmt: skip
+    """The notes on where the numbers come from: a generated target, an overridden mask, a sliding window,
+    RoPE, and what Q, K and V multiply in this kind of attention."""
     notes = explanation.notes
     if traced.generated:
         notes.append("The target is the model's own greedy translation, fed back teacher-forced after <bos>.")
-    if use_causal != spec.causal:
+    if causal != spec.causal:
         notes.append(
             f"The model {'uses' if spec.causal else 'does not use'} a causal mask here; these weights are "
             "recomputed with your choice and are not the model's own."
@@ -97,7 +113,7 @@ def explain_model(
     source = "the embeddings" if layer == 0 else f"the output of block {layer - 1}"
     if layer == 0 and (getattr(bundle.config, "embedding_norm", False) or getattr(bundle.config, "type_vocab_size", 0)):
         source = "the embeddings (+ segment embeddings, then LayerNorm, as in BERT)"
-    d_k = q.shape[-1]
+    d_k = explanation.d_k
     columns = f"columns {head * d_k}..{(head + 1) * d_k - 1} for head {head}"
     if spec.name == "cross":
         notes.append(
@@ -107,4 +123,3 @@ def explain_model(
     else:
         after = " after LayerNorm" if pre_ln else ""
         notes.append(f"Q, K, V = {source}{after} times this layer's W_q, W_k, W_v (+ bias), {columns}.")
-    return explanation

@@ -24,7 +24,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -34,7 +34,7 @@ from qkv.io import atomic_write
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from qkv.inspect.attention_maps import AttentionGroup
+    from qkv.inspect.view_types import AttentionGroupView
 
 DPI = 100
 # One colour map per kind of quantity, in every picture: weights and probabilities in [0, 1], and signed
@@ -64,7 +64,8 @@ def png_size(path: str | Path) -> tuple[int, int]:
     return width, height
 
 
-def subplots(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float], layout: str | None = "constrained",
+def subplots(nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float],
+             layout: Literal["constrained", "compressed", "tight"] | None = "constrained",
              **options) -> tuple[Figure, Any]:  # fmt: skip
     """``pyplot.subplots`` without pyplot: a new Figure and its axes (``options``: squeeze, sharey, gridspec_kw)."""
     from matplotlib.figure import Figure
@@ -102,7 +103,7 @@ def _ticks(ax, labels: list[str], axis: str, fontsize: float, max_labels: int = 
 
 
 def draw_attention(
-    group: AttentionGroup,
+    group: AttentionGroupView,
     path: str | Path,
     *,
     layer: int | Sequence[int] | None = None,
@@ -146,13 +147,15 @@ def draw_attention(
     return save(fig, path, 1)
 
 
-def _axis_labels(fig: Figure, group: AttentionGroup) -> None:
+def _axis_labels(fig: Figure, group: AttentionGroupView) -> None:
     keys, queries = ("source token (key)", "target token (query)") if group.name == "cross" else ("key", "query")
     fig.supxlabel(f"{keys}: attended to", fontsize=9)
     fig.supylabel(f"{queries}: attending", fontsize=9)
 
 
-def _draw_grid(group: AttentionGroup, layers: list[int], heads: list[int], path: str | Path, *, title: str) -> Picture:
+def _draw_grid(
+    group: AttentionGroupView, layers: list[int], heads: list[int], path: str | Path, *, title: str
+) -> Picture:
     """Every (layer, head) map of ``layers`` x ``heads`` as tiles of one image, a blank band between tiles."""
     n_rows, n_cols = len(layers), len(heads)
     n_q, n_k = len(group.query_tokens), len(group.key_tokens)

@@ -29,7 +29,7 @@ from qkv.errors import QkvError
 from qkv.inspect.names import act_name
 from qkv.inspect.residual import device_of, run_model
 from qkv.inspect.summary import ShortRepr
-from qkv.inspect.trace import check_range, self_attention_title
+from qkv.inspect.trace import check_range, context_length, self_attention_title
 from qkv.layers.capture import capture
 from qkv.model_dir import ModelBundle
 from qkv.models.family import ENCODER, LANGUAGE_MODEL, family_of
@@ -240,11 +240,11 @@ def detect_heads(
     model.eval()
     sides = _sides(bundle, bos)
     extra = max((s.before is not None) + (s.after is not None) for s in sides)
-    longest = (config.context_length - extra) // 2
+    longest = (context_length(config) - extra) // 2
     length = min(50, longest) if length is None else length
     if not 2 <= length <= longest:
         raise QkvError(
-            f"--length {length} does not fit: two copies must fit the model's {config.context_length} positions, "
+            f"--length {length} does not fit: two copies must fit the model's {context_length(config)} positions, "
             f"so use 2..{longest}"
         )
     check_sizes(config, batch, 2 * length + extra, seed, device_of(model))  # the tokens fed, not the context
@@ -258,7 +258,7 @@ def detect_heads(
         run_model(model, *inputs, last_only=True)  # the weights are all we need: W_U at one position, not 2L
     parts = []
     for side in sides:
-        per_layer = []
+        per_layer: list[dict[str, np.ndarray]] = []
         while act_name("weights", len(per_layer), stack=side.stack) in acts:
             weights = acts[act_name("weights", len(per_layer), stack=side.stack)]  # (B, H, T, T)
             per_layer.append(score_weights(weights, int(side.before is not None), length))

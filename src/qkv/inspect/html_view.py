@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from qkv.io import atomic_write_text
 
-if TYPE_CHECKING:  # a type only: the result module imports this renderer for its notebook view
-    from qkv.inspect.attention_maps import AttentionMaps
+if TYPE_CHECKING:
+    from qkv.inspect.view_types import AttentionMapsView
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -132,7 +132,7 @@ pickGroup();
 """
 
 
-def attention_html(maps: AttentionMaps, *, title: str = "Attention maps", digits: int = 4) -> str:
+def attention_html(maps: AttentionMapsView, *, title: str = "Attention maps", digits: int = 4) -> str:
     """The page as a string: controls, the map, and every group's weights embedded as JSON."""
     data = json.dumps(maps.to_dict(digits), ensure_ascii=False, separators=(",", ":"))
     data = data.replace("</", "<\\/")  # a token such as "</script>" must not end the data block
@@ -170,7 +170,7 @@ or a row label to see that token's weight spread over the keys.</p>
 """
 
 
-def write_attention_html(maps: AttentionMaps, path: str | Path, *, title: str = "Attention maps") -> Path:
+def write_attention_html(maps: AttentionMapsView, path: str | Path, *, title: str = "Attention maps") -> Path:
     """Write :func:`attention_html` to ``path`` (atomically) and return the path."""
     path = Path(path)
     atomic_write_text(path, attention_html(maps, title=title))

@@ -23,6 +23,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -32,11 +33,16 @@ from qkv.decoding.sampling_params import SamplingParams
 from qkv.errors import QkvError
 from qkv.inspect.summary import ShortRepr
 from qkv.inspect.tokens import token_label, token_labels
-from qkv.inspect.trace import encode_text
+from qkv.inspect.trace import context_length, encode_text
 from qkv.layers.softmax import softmax
 from qkv.model_dir import ModelBundle
 from qkv.models.family import family_of
 from qkv.models.next_token import next_token_logits
+
+if TYPE_CHECKING:
+    from qkv.models.gpt import GPT
+    from qkv.models.rnnsearch import RNNSearch
+    from qkv.models.transformer import Transformer
 
 
 @dataclass(repr=False)
@@ -144,19 +150,21 @@ def context_logits(
         target_tok = bundle.target_tokenizer or bundle.tokenizer
         if target_tok.bos_id is None:
             raise QkvError("the target tokenizer has no <bos> token: a translator needs one to start decoding")
-        src = encode_text(bundle.tokenizer, text, limit=config.context_length, what="source text")
+        src = encode_text(bundle.tokenizer, text, limit=context_length(config), what="source text")
         tgt = [target_tok.bos_id, *target_tok.encode(target_prefix)]
-        if len(tgt) > config.context_length:
+        if len(tgt) > context_length(config):
             raise QkvError(
-                f"the target prefix is longer than the model's {config.context_length} positions: shorten it"
+                f"the target prefix is longer than the model's {context_length(config)} positions: shorten it"
             )
-        memory = model.encode(torch.tensor([src], device=device))
-        logits = model.decode(torch.tensor([tgt], device=device), memory, last_only=True)[0, -1]
+        translator = cast("Transformer | RNNSearch", model)
+        memory = translator.encode(torch.tensor([src], device=device))
+        logits = translator.decode(torch.tensor([tgt], device=device), memory, last_only=True)[0, -1]
         return token_labels(target_tok, tgt), logits
     if target_prefix:
         raise QkvError("--target is for translators: a GPT continues the prompt itself")
     ids = _gpt_context(bundle, text, on_crop)
-    return token_labels(bundle.tokenizer, ids), next_token_logits(model, ids)
+    gpt = cast("GPT", model)  # a decoder-only model with W_U
+    return token_labels(bundle.tokenizer, ids), next_token_logits(gpt, ids)
 
 
 def _gpt_context(bundle: ModelBundle, text: str, on_crop: Callable[[int], None] | None) -> list[int]:
@@ -169,7 +177,7 @@ def _gpt_context(bundle: ModelBundle, text: str, on_crop: Callable[[int], None] 
         if tokenizer.bos_id is None:
             raise QkvError("the prompt is empty and the tokenizer has no <bos> to start from: give some text")
         return [tokenizer.bos_id]
-    context = bundle.config.context_length
+    context = context_length(bundle.config)
     if len(ids) > context:
         if on_crop is not None:
             on_crop(len(ids) - context)

@@ -121,9 +121,10 @@ def show_line(text: str, handle: dict[str, Any]) -> None:
     try:
         from IPython import get_ipython
         from IPython.display import display, update_display
-    except ImportError:
-        get_ipython = None  # noqa: N806
-    if get_ipython is None or get_ipython() is None:
+    except ImportError:  # no IPython: a printed line
+        print(text, flush=True)
+        return
+    if get_ipython() is None:
         print(text, flush=True)
         return
     bundle = {"text/plain": text}

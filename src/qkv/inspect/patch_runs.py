@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor, nn
@@ -29,6 +30,9 @@ from torch import Tensor, nn
 from qkv.inspect.residual import Stream, resume_at, run_model
 from qkv.layers.capture import intervene
 from qkv.layers.kv_cache import KVCache
+
+if TYPE_CHECKING:
+    from qkv.models.gpt import GPT
 
 TOKENS = 2048  # tokens per forward pass (runs x positions), at most MAX_RUNS runs
 MAX_RUNS = 64
@@ -104,7 +108,7 @@ class PatchRuns:
         self.first = first
         self.cached: list[tuple[Tensor, Tensor]] = []  # per block: the corrupt prompt's keys, values before first
         if first > 0:
-            cache = model.new_cache(source.shape[1])
+            cache = cast("GPT", model).new_cache(source.shape[1])  # first > 0 only in a language model
             model(source[:, :first], cache=cache)
             self.cached = [(layer.keys.clone(), layer.values.clone()) for layer in cache.self_attention]
 

@@ -32,10 +32,11 @@ from qkv.inspect.patch_runs import PatchRuns, Progress, head_patches, position_p
 from qkv.inspect.residual import Stream, Sublayer, device_of, streams
 from qkv.inspect.summary import ShortRepr
 from qkv.inspect.tokens import token_label, token_labels
-from qkv.inspect.trace import encode_text
+from qkv.inspect.trace import context_length, encode_text
 from qkv.layers.capture import capture
 from qkv.model_dir import ModelBundle
 from qkv.models.family import family_of
+from qkv.tokenizers import Tokenizer
 
 
 @dataclass(repr=False)
@@ -171,72 +172,33 @@ def patch(
         raise QkvError("--prefix is for translators: a GPT continues the prompt itself")
     tokenizer = bundle.tokenizer
     out_tokenizer = (bundle.target_tokenizer or tokenizer) if translator else tokenizer
-    clean_ids = encode_text(tokenizer, clean, limit=config.context_length, what="clean prompt")
-    corrupt_ids = encode_text(tokenizer, corrupt, limit=config.context_length, what="corrupt prompt")
-    clean_tokens, corrupt_tokens = token_labels(tokenizer, clean_ids), token_labels(tokenizer, corrupt_ids)
-    if len(clean_ids) != len(corrupt_ids):
-        raise QkvError(
-            f"the clean prompt is {len(clean_ids)} tokens and the corrupt one {len(corrupt_ids)}: patching swaps "
-            "activations position by position, so reword one of them to the same token length "
-            f"(clean: {' '.join(clean_tokens)} | corrupt: {' '.join(corrupt_tokens)})"
-        )
-    if clean_ids == corrupt_ids:
-        raise QkvError("the clean and corrupt prompts are the same tokens: change the corrupt one where it matters")
+    clean_ids, corrupt_ids = _prompt_pair(tokenizer, clean, corrupt, context_length(config))
     device = device_of(model)
-    prefix_ids = None
-    if translator:
-        if out_tokenizer.bos_id is None:
-            raise QkvError("the target tokenizer has no <bos> token: a translator needs one to start decoding")
-        decoder_input = [out_tokenizer.bos_id, *out_tokenizer.encode(prefix)]
-        if len(decoder_input) > config.context_length:
-            raise QkvError(f"--prefix is longer than the model's {config.context_length} positions: shorten it")
-        prefix_ids = torch.tensor([decoder_input], device=device)
+    prefix_ids = _decoder_prefix(out_tokenizer, prefix, context_length(config), device) if translator else None
     source = torch.tensor([clean_ids], device=device)
     corrupted = torch.tensor([corrupt_ids], device=device)
-
     lengths = {"source": len(clean_ids), "target": prefix_ids.shape[1] if prefix_ids is not None else 0}
-    n_runs = sum(
-        (stream.n_layers + 1) * lengths[side] + stream.n_layers * stream.n_heads * len(_attention_sublayers(stream))
-        for stream, side in patched
-    )
     first = 0 if translator else next(i for i, (a, b) in enumerate(zip(clean_ids, corrupt_ids, strict=True)) if a != b)
-    runs = PatchRuns(model, corrupted, prefix_ids, n_runs, progress, first=first)
+    runs = PatchRuns(model, corrupted, prefix_ids, _run_count(patched, lengths), progress, first=first)
     with capture(model) as acts:
         clean_logits = runs.logits(source, prefix_ids)[0]
     with capture(model) as runs.corrupt:
         corrupt_logits = runs.logits(corrupted, prefix_ids)[0]
-    runs.target = one_token(out_tokenizer, target, what="--target") if target else int(clean_logits.argmax())
-    runs.foil = one_token(out_tokenizer, foil, what="--foil") if foil else int(corrupt_logits.argmax())
-    if runs.foil == runs.target and foil:
-        raise QkvError("--foil is the same token as the target: give two different tokens")
-    if runs.foil == runs.target:
-        label = token_label(out_tokenizer, runs.target)
-        raise QkvError(
-            f"the foil is the target {label!r} itself (the corrupt prompt also leads to it): give --foil TOKEN, "
-            "the answer the corrupt prompt should lead to"
-        )
-    clean_m = float(runs.difference(clean_logits[None])[0])
-    corrupt_m = float(runs.difference(corrupt_logits[None])[0])
-    runs.unchanged = corrupt_m
-    gap = clean_m - corrupt_m
-    if abs(gap) < 1e-6:
-        raise QkvError(
-            f"logit(target) - logit(foil) is {clean_m:.4f} on both prompts, so there is nothing to recover: "
-            "choose a corrupt prompt that changes the answer"
-        )
+    _choose_answers(runs, out_tokenizer, target, foil, clean_logits, corrupt_logits)
+    clean_m, corrupt_m = _differences(runs, clean_logits, corrupt_logits)
 
     def recovered(m: Tensor) -> np.ndarray:
-        return ((m - corrupt_m) / gap).cpu().numpy()
+        return ((m - corrupt_m) / (clean_m - corrupt_m)).cpu().numpy()
 
+    clean_tokens = token_labels(tokenizer, clean_ids)
     columns = {"source": clean_tokens, "target": token_labels(out_tokenizer, prefix_ids[0].tolist())
                if prefix_ids is not None else []}  # fmt: skip
-    maps = []
-    for stream, side in patched:
-        maps += _stream_maps(runs, stream, acts, columns[side], recovered, named=len(patched) > 1)
+    maps = [m for stream, side in patched for m in _stream_maps(runs, stream, acts, columns[side], recovered,
+                                                                named=len(patched) > 1)]  # fmt: skip
     return Patching(
         kind=config.kind,
         clean_tokens=clean_tokens,
-        corrupt_tokens=corrupt_tokens,
+        corrupt_tokens=token_labels(tokenizer, corrupt_ids),
         target_id=runs.target,
         target_token=token_label(out_tokenizer, runs.target),
         foil_id=runs.foil,
@@ -246,3 +208,65 @@ def patch(
         maps=maps,
         prefix_tokens=columns["target"] if translator else None,
     )
+
+
+def _prompt_pair(tokenizer: Tokenizer, clean: str, corrupt: str, limit: int) -> tuple[list[int], list[int]]:
+    """The two prompts' ids: as many tokens each (patching swaps position by position), and not the same."""
+    clean_ids = encode_text(tokenizer, clean, limit=limit, what="clean prompt")
+    corrupt_ids = encode_text(tokenizer, corrupt, limit=limit, what="corrupt prompt")
+    if len(clean_ids) != len(corrupt_ids):
+        clean_tokens, corrupt_tokens = token_labels(tokenizer, clean_ids), token_labels(tokenizer, corrupt_ids)
+        raise QkvError(
+            f"the clean prompt is {len(clean_ids)} tokens and the corrupt one {len(corrupt_ids)}: patching swaps "
+            "activations position by position, so reword one of them to the same token length "
+            f"(clean: {' '.join(clean_tokens)} | corrupt: {' '.join(corrupt_tokens)})"
+        )
+    if clean_ids == corrupt_ids:
+        raise QkvError("the clean and corrupt prompts are the same tokens: change the corrupt one where it matters")
+    return clean_ids, corrupt_ids
+
+
+def _decoder_prefix(tokenizer: Tokenizer, prefix: str, limit: int, device: torch.device) -> Tensor:
+    """A translator's decoder input (1, T): <bos> and the target written so far, within the context."""
+    if tokenizer.bos_id is None:
+        raise QkvError("the target tokenizer has no <bos> token: a translator needs one to start decoding")
+    decoder_input = [tokenizer.bos_id, *tokenizer.encode(prefix)]
+    if len(decoder_input) > limit:
+        raise QkvError(f"--prefix is longer than the model's {limit} positions: shorten it")
+    return torch.tensor([decoder_input], device=device)
+
+
+def _run_count(patched: list[tuple[Stream, str]], lengths: dict[str, int]) -> int:
+    """Patched runs in all: every residual site (L + 1 rows x the side's positions) and every head's output."""
+    return sum(
+        (stream.n_layers + 1) * lengths[side] + stream.n_layers * stream.n_heads * len(_attention_sublayers(stream))
+        for stream, side in patched
+    )
+
+
+def _choose_answers(runs: PatchRuns, tokenizer: Tokenizer, target: str | None, foil: str | None,
+                    clean_logits: Tensor, corrupt_logits: Tensor) -> None:  # fmt: skip
+    """Set ``runs``' target (given, or the clean run's top token) and foil (given, or the corrupt run's top)."""
+    runs.target = one_token(tokenizer, target, what="--target") if target else int(clean_logits.argmax())
+    runs.foil = one_token(tokenizer, foil, what="--foil") if foil else int(corrupt_logits.argmax())
+    if runs.foil == runs.target and foil:
+        raise QkvError("--foil is the same token as the target: give two different tokens")
+    if runs.foil == runs.target:
+        label = token_label(tokenizer, runs.target)
+        raise QkvError(
+            f"the foil is the target {label!r} itself (the corrupt prompt also leads to it): give --foil TOKEN, "
+            "the answer the corrupt prompt should lead to"
+        )
+
+
+def _differences(runs: PatchRuns, clean_logits: Tensor, corrupt_logits: Tensor) -> tuple[float, float]:
+    """m = logit(target) - logit(foil) on the clean and the corrupt run; they must differ to recover anything."""
+    clean_m = float(runs.difference(clean_logits[None])[0])
+    corrupt_m = float(runs.difference(corrupt_logits[None])[0])
+    runs.unchanged = corrupt_m
+    if abs(clean_m - corrupt_m) < 1e-6:
+        raise QkvError(
+            f"logit(target) - logit(foil) is {clean_m:.4f} on both prompts, so there is nothing to recover: "
+            "choose a corrupt prompt that changes the answer"
+        )
+    return clean_m, corrupt_m

@@ -23,12 +23,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor, nn
 
 from qkv.inspect.names import act_name, block_name
 from qkv.models.family import TRANSLATOR, family_of
+
+if TYPE_CHECKING:
+    from qkv.models.config import BaseConfig
+    from qkv.models.rnnsearch import RNNSearch
+    from qkv.models.transformer import Transformer
 
 
 @dataclass(frozen=True)
@@ -96,12 +102,12 @@ def stream(model: nn.Module, part: str) -> Stream:
     """The residual stream of ``part`` ("encoder" or "decoder"), as the model's family describes it."""
     family = family_of(model)
     embedding, stack = family.streams[part]
-    config = model.config  # type: ignore[union-attr]
+    config = cast("BaseConfig", model.config)  # a model with a residual stream is a Transformer's kind
     if part == "decoder":  # a decoder block, with cross-attention in the middle when it reads an encoder
         sublayers = TRANSLATOR_SUBLAYERS if family.has("cross-attention") else GPT_SUBLAYERS
     else:  # an encoder block: self-attention, then the feed-forward net
         sublayers = ENCODER_SUBLAYERS
-    n_layers = len(model.get_submodule(stack).blocks)  # type: ignore[arg-type]
+    n_layers = len(cast(nn.ModuleList, model.get_submodule(stack).blocks))
     return Stream(part, embedding, stack, n_layers, config.n_heads, sublayers, config.norm_first)
 
 
@@ -126,13 +132,14 @@ def final_norm(model: nn.Module) -> nn.Module:
     """The norm between the last block and W_U: a LayerNorm or RMSNorm (pre-LN models) or nn.Identity (post-LN)."""
     family = family_of(model)
     assert family.output is not None
-    return model.get_submodule(family.streams[family.output][1]).final_norm  # type: ignore[return-value]
+    return cast(nn.Module, model.get_submodule(family.streams[family.output][1]).final_norm)
 
 
 @torch.no_grad()
 def read_out(model: nn.Module, resid: Tensor) -> Tensor:
     """logits = W_U final_norm(resid) (+ b): what the model does to its last block's output. (..., vocab)"""
-    return model.unembedding(final_norm(model)(resid))  # type: ignore[union-attr, operator]
+    unembedding = cast(nn.Module, model.unembedding)
+    return unembedding(final_norm(model)(resid))
 
 
 def device_of(model: nn.Module) -> torch.device:
@@ -148,7 +155,8 @@ def run_model(model: nn.Module, source: Tensor, target: Tensor | None = None, *,
     if family.role == TRANSLATOR:
         assert target is not None
         if last_only:
-            return model.decode(target, model.encode(source), last_only=True)
+            translator = cast("Transformer | RNNSearch", model)
+            return translator.decode(target, translator.encode(source), last_only=True)
         return model(source, target)
     return model(source, last_only=True) if last_only else model(source)
 
@@ -161,7 +169,7 @@ def resume_at(model: nn.Module, stream: Stream, row: int) -> Iterator[None]:
     blocks. Activation patching uses it: a site in block ``row`` leaves blocks 0..row-1 unchanged, so
     recomputing them is waste (half of every run on average). Nothing else may run the model meanwhile."""
     stack = model.get_submodule(stream.stack)
-    blocks = stack.blocks
+    blocks = cast(nn.ModuleList, stack.blocks)
     stack.blocks = nn.ModuleList(list(blocks)[row:])  # the modules keep the names capture gave them
     try:
         yield

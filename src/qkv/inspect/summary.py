@@ -37,9 +37,9 @@ def brief(value: Any, depth: int = 0) -> str:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return short_repr(value, depth + 1) if depth < 1 else f"{type(value).__name__}(...)"
     if isinstance(value, dict):
-        shown = [f"{brief(k, depth + 1)}: {brief(v, depth + 1)}" for k, v in list(value.items())[:ITEMS]]
+        pairs = [f"{brief(k, depth + 1)}: {brief(v, depth + 1)}" for k, v in list(value.items())[:ITEMS]]
         more = f", ... {len(value)} keys" if len(value) > ITEMS else ""
-        return "{" + ", ".join(shown) + more + "}"
+        return "{" + ", ".join(pairs) + more + "}"
     if isinstance(value, list | tuple) and value and isinstance(value[0], list | tuple):
         sizes = []  # a nested list by its sizes: top_tokens is list(rows x T x k)
         while isinstance(value, list | tuple):

@@ -23,6 +23,7 @@ transformer"):
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor, nn
@@ -33,8 +34,12 @@ from qkv.inspect.summary import ShortRepr
 from qkv.inspect.tokens import token_labels
 from qkv.layers.capture import capture
 from qkv.model_dir import ModelBundle
+from qkv.models.config import ModelConfig
 from qkv.models.family import ENCODER, Family, family_of
 from qkv.tokenizers import Tokenizer
+
+if TYPE_CHECKING:
+    from qkv.models.transformer import Transformer
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,14 @@ def _parts(family: Family, acts: dict[str, Tensor]) -> dict[str, Part]:
     return parts
 
 
+def context_length(config: ModelConfig) -> int:
+    """The positions ``config``'s model attends over: every family with a context has ``context_length``
+    (Word2Vec has none, and every view that reads a text refuses it first)."""
+    length = getattr(config, "context_length", None)
+    assert isinstance(length, int), f"a {config.kind} model has no context length"
+    return length
+
+
 def encode_text(tokenizer: Tokenizer, text: str, *, limit: int, what: str, specials: bool = False) -> list[int]:
     """Token ids of ``text`` (with <bos>/<eos> around it if ``specials`` and the tokenizer has them)."""
     if not text:
@@ -175,7 +188,7 @@ def trace(bundle: ModelBundle, text: str, *, target: str | None = None) -> Trace
     if family.two_vocabularies:
         result = _trace_translator(bundle, text, target)
     else:  # one text; an encoder reads it between its <bos>/<eos> ([CLS] ... [SEP])
-        ids = encode_text(tokenizer, text, limit=config.context_length, what="text", specials=family.role == ENCODER)
+        ids = encode_text(tokenizer, text, limit=context_length(config), what="text", specials=family.role == ENCODER)
         with capture(model) as acts:
             model(torch.tensor([ids], device=_device(model)))
         result = Trace(model, config.kind, ids, token_labels(tokenizer, ids), acts)
@@ -196,20 +209,21 @@ def decoder_input(bundle: ModelBundle, text: str, target: str | None) -> tuple[l
     target_tok = bundle.target_tokenizer or source_tok
     if target_tok.bos_id is None or target_tok.eos_id is None:
         raise QkvError("the target tokenizer has no <bos> or <eos> token: a translator needs both to decode")
-    src = encode_text(source_tok, text, limit=config.context_length, what="source text")
+    src = encode_text(source_tok, text, limit=context_length(config), what="source text")
     if target is None:
         src_ids = torch.tensor([src], device=_device(model))
-        out = greedy_decode(model, src_ids, bos_id=target_tok.bos_id, eos_id=target_tok.eos_id)[0]
+        translator = cast("Transformer", model)  # or RNNSearch: the same encode/decode
+        out = greedy_decode(translator, src_ids, bos_id=target_tok.bos_id, eos_id=target_tok.eos_id)[0]
         generated = True
     else:
         out = target_tok.encode(target)
         generated = False
-        if len(out) >= config.context_length:  # refused like a source that long, never cut without a word
+        if len(out) >= context_length(config):  # refused like a source that long, never cut without a word
             raise QkvError(
                 f"the target text is {len(out)} tokens long but the model's context takes at most "
-                f"{config.context_length - 1} after <bos>: shorten it"
+                f"{context_length(config) - 1} after <bos>: shorten it"
             )
-    tgt = [target_tok.bos_id, *out][: config.context_length]  # a greedy translation stops at the context
+    tgt = [target_tok.bos_id, *out][: context_length(config)]  # a greedy translation stops at the context
     return src, tgt, generated
 
 

@@ -38,6 +38,7 @@ from qkv.inspect.summary import ShortRepr
 from qkv.inspect.tokens import token_labels
 from qkv.inspect.trace import trace
 from qkv.model_dir import ModelBundle
+from qkv.models.config import BaseConfig
 from qkv.models.family import LANGUAGE_MODEL, family_of
 
 
@@ -127,7 +128,8 @@ def walkthrough(bundle: ModelBundle, text: str, *, top: int = 5, vocab: bool = F
     family_of(bundle.model).require_role(LANGUAGE_MODEL, "the walk-through")  # one text, one stack, W_U
     if top < 1:
         raise QkvError(f"--top {top} must be at least 1")
-    model = bundle.model
+    model, config = bundle.model, bundle.config
+    assert isinstance(config, BaseConfig)  # a language model is a Transformer's kind
     stream = output_stream(model, what="the walk-through")
     traced = trace(bundle, text)
     acts = traced.acts
@@ -143,7 +145,7 @@ def walkthrough(bundle: ModelBundle, text: str, *, top: int = 5, vocab: bool = F
         ids=traced.source_ids,
         token_vectors=tokens.numpy(),
         position_vectors=None if positions is None else positions.numpy(),
-        positional=bundle.config.positional,
+        positional=config.positional,
         embedding=embedding.numpy(),
         attention=attention,
         residual_norms=norms.numpy(),  # (L + 1, T)

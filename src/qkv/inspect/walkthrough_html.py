@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 from qkv.io import atomic_write_text
 
-if TYPE_CHECKING:  # a type only: the result module imports this renderer for its notebook view
-    from qkv.inspect.walkthrough import Walkthrough
+if TYPE_CHECKING:
+    from qkv.inspect.view_types import WalkthroughView
 
 STATIC = Path(__file__).resolve().parents[1] / "server" / "static"
 
@@ -35,7 +35,7 @@ def _inline(text: str) -> str:
     return text.replace("</", "<\\/")
 
 
-def walkthrough_html(walk: Walkthrough, *, title: str = "Walk-through", digits: int = 4) -> str:
+def walkthrough_html(walk: WalkthroughView, *, title: str = "Walk-through", digits: int = 4) -> str:
     """The page as a string; ``walk`` must carry the vocabulary labels (``walkthrough(..., vocab=True)``)."""
     if walk.vocab_labels is None:
         raise ValueError("the standalone page needs every vocabulary label: call walkthrough(..., vocab=True)")
@@ -67,7 +67,7 @@ def walkthrough_html(walk: Walkthrough, *, title: str = "Walk-through", digits: 
 """
 
 
-def write_walkthrough_html(walk: Walkthrough, path: str | Path, *, title: str = "Walk-through") -> Path:
+def write_walkthrough_html(walk: WalkthroughView, path: str | Path, *, title: str = "Walk-through") -> Path:
     """Write :func:`walkthrough_html` to ``path`` (atomically) and return the path."""
     path = Path(path)
     atomic_write_text(path, walkthrough_html(walk, title=title))

@@ -22,6 +22,8 @@ The steps reuse the core functions of :mod:`qkv.layers.attention` (``attention_s
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 
@@ -167,6 +169,8 @@ class CausalAttention(nn.Module):
     not a parameter); it is boolean, True where attention is allowed, like every mask in qkv.
     """
 
+    mask: Tensor  # (ctx, ctx) the buffer registered in __init__
+
     def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, qkv_bias: bool = False) -> None:
         super().__init__()
         self.d_out = d_out
@@ -239,7 +243,7 @@ def wrapper_to_multihead(wrapper: MultiHeadAttentionWrapper) -> MultiHeadAttenti
     wrapper may change the width. The biases follow the wrapper's: on W_q, W_k, W_v (``qkv_bias``) and on
     W_o (``bias``) separately, so the seed's default (a bias in W_o only) has no q/k/v biases here either.
     """
-    heads: list[CausalAttention] = list(wrapper.heads)
+    heads = cast("list[CausalAttention]", list(wrapper.heads))  # the wrapper's ModuleList holds its heads
     n_heads, head_dim = len(heads), heads[0].d_out
     d_model = n_heads * head_dim
     d_in = heads[0].W_query.in_features
@@ -260,5 +264,6 @@ def wrapper_to_multihead(wrapper: MultiHeadAttentionWrapper) -> MultiHeadAttenti
     else:
         mha.out_proj.weight.copy_(wrapper.out_proj.weight)
     if mha.out_proj.bias is not None:
+        assert wrapper.out_proj is not None  # out_bias: the wrapper's W_o has a bias
         mha.out_proj.bias.copy_(wrapper.out_proj.bias)
     return mha

@@ -23,7 +23,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
@@ -156,9 +156,11 @@ class Tokenizer(ABC):
         """``encode(text)`` as a 1-D int64 numpy array, for corpora; a subclass may compute it faster."""
         return np.asarray(self._encode_ids(text), dtype=np.int64)
 
-    def encode_batch(self, texts: list[str], **kw: bool) -> list[list[int]]:
+    def encode_batch(
+        self, texts: list[str], *, add_bos: bool = False, add_eos: bool = False, special: bool = False
+    ) -> list[list[int]]:
         """``encode`` of each text; takes the same keyword arguments."""
-        return [self.encode(text, **kw) for text in texts]
+        return [self.encode(text, add_bos=add_bos, add_eos=add_eos, special=special) for text in texts]
 
     def decode(self, ids: Sequence[int] | torch.Tensor, *, skip_special: bool = True) -> str:
         """Text of ``ids`` (a list or a 1-D tensor). ``skip_special`` drops <pad>, <bos> and <eos>;
@@ -190,8 +192,9 @@ class Tokenizer(ABC):
         """``ids`` as a list of Python ints, each a valid id, or a QkvError saying what is wrong."""
         if hasattr(ids, "tolist"):  # a torch tensor or a numpy array
             if getattr(ids, "ndim", 1) != 1:
+                shape = tuple(cast("torch.Tensor", ids).shape)  # or a numpy array's
                 raise QkvError(
-                    f"decode takes one sequence of ids, got an array of shape {tuple(ids.shape)}: "
+                    f"decode takes one sequence of ids, got an array of shape {shape}: "
                     "pass a 1-D tensor, or use decode_batch for a 2-D one"
                 )
             ids = ids.tolist()
@@ -228,7 +231,7 @@ class Tokenizer(ABC):
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write ``to_dict()`` as JSON to ``path`` atomically (a temp file in the same folder, then rename),
         so a crash never leaves a half-written tokenizer behind."""
-        atomic_write_json(path, self.to_dict())
+        atomic_write_json(Path(path), self.to_dict())
 
     @classmethod
     def load(cls, path_or_dict: str | os.PathLike[str] | Mapping[str, Any]) -> Tokenizer:
@@ -242,7 +245,7 @@ class Tokenizer(ABC):
         return tok
 
     def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self.to_dict() == other.to_dict()  # type: ignore[union-attr]
+        return type(self) is type(other) and self.to_dict() == other.to_dict()
 
     __hash__ = None  # type: ignore[assignment]  # mutable-looking value type: equal by content
 
@@ -379,7 +382,7 @@ def check_vocab_size(vocab_size: int) -> None:
         raise QkvError(
             f"vocab_size must be a whole number between 1 and {MAX_VOCAB_SIZE:,}, got {vocab_size!r}: GPT-2 uses "
             "50,257; try e.g. 8000"
-        )  # type: ignore[attr-defined]
+        )
 
 
 def count_unknown(tokenizer: Tokenizer, text: str, ids: list[int] | None = None) -> tuple[int, int]:
@@ -427,7 +430,8 @@ _PIECES = re.compile(r"\w+|[^\w\s]|\s")  # words, punctuation marks and single s
 def unknown_pieces(tokenizer: Tokenizer, text: str, limit: int = _NAMED) -> list[str]:
     """The first ``limit`` distinct pieces of ``text`` that become <unk>: characters for a tokenizer with a token
     per character, else words or punctuation marks (each distinct piece encoded once)."""
-    unk, found = tokenizer.unk_id, []
+    unk = tokenizer.unk_id
+    found: list[str] = []
     if unk is None:
         return found
     for piece in dict.fromkeys(_PIECES.findall(text)):
