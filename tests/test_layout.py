@@ -27,15 +27,10 @@ LONG_FUNCTIONS: set[str] = {
     "decoding/beam_search.py:beam_search",
     "data/prepare.py:prepare",
     "training/launch.py:run_training",
-    "export/onnx.py:export_onnx",
     "training/tasks/translation.py:prepare_translator",
     "inspect/explain.py:explain_attention",
     "training/checkpoint.py:save_training_checkpoint",
-    "cli/explain.py:_explain",
     "training/tasks/language_model.py:prepare_language_model",
-    "cli/serve.py:add_arguments",
-    "server/app.py:create_app",
-    "cli/lens.py:run",
 }
 
 
