@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from qkv.cli.common import add_device_arguments, add_model_argument, use_device
 from qkv.cli.options import add_alias, add_top_argument, note, picture_path
 from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.models.family import family_of
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -144,7 +148,7 @@ def _print(out: dict) -> None:
 def analogy_table(result: dict):
     """A rich table of ``AnalogyResult.to_dict()``: one row per section, then the total."""
     from rich.table import Table
-    from rich.text import JustifyMethod, Text
+    from rich.text import Text
 
     title = f"analogy accuracy (3CosAdd over the {result['restrict_vocab']:,} most frequent words)"
     table = Table(title=Text(title), title_justify="left", show_edge=False)
