@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from qkv.cli.common import add_device_arguments, add_model_argument, use_device
 from qkv.cli.options import add_alias, add_top_argument, note, picture_path
 from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.models.family import family_of
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         raise QkvError("--target-side is for translators, which have a source and a target embedding")
     has_positions = bundle is None or family_of(bundle.model).has("positions")
     if args.positions is not None and not has_positions:  # it drew the paper's sinusoid, which this model never adds
+        assert bundle is not None  # without a model there are positions (the paper's)
         raise QkvError(
             f"{family_of(bundle.model).title} adds no positions to its vectors, so it has no table to draw: drop "
             "--positions, or give it without a model for the paper's sinusoidal table"
@@ -147,7 +152,9 @@ def analogy_table(result: dict):
 
     title = f"analogy accuracy (3CosAdd over the {result['restrict_vocab']:,} most frequent words)"
     table = Table(title=Text(title), title_justify="left", show_edge=False)
-    for name, justify in (("section", "left"), ("correct", "right"), ("answered", "right"), ("skipped", "right")):
+    columns: list[tuple[str, JustifyMethod]] = [("section", "left"), ("correct", "right"), ("answered", "right"),
+                                                ("skipped", "right")]  # fmt: skip
+    for name, justify in columns:
         table.add_column(name, justify=justify)
     table.add_column("accuracy", justify="right")
     for row in result["sections"]:

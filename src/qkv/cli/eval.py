@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import cast
 
 from qkv.cli.common import (
     add_device_arguments,
@@ -38,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
         return evaluate_translator_from_cli(args)
     from qkv.loading import load
     from qkv.models.family import family_of
+    from qkv.models.gpt import GPT
     from qkv.training.perplexity import score_text
 
     path = model_path(args)
@@ -57,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     bundle = check_role(bundle, path, expect="language model")
     text = read_text(args.file)
     note_unknown(bundle.tokenizer, text, what=args.file)
-    score = score_text(bundle.model, bundle.tokenizer, text)
+    score = score_text(cast(GPT, bundle.model), bundle.tokenizer, text)  # check_role: a language model
     if args.json:
         print(json.dumps(score.as_dict()))
     else:

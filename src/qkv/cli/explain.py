@@ -73,15 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shown.add_argument("--json", action="store_true", help="print every number as JSON instead of tables")
 
 
-def _explain(args: argparse.Namespace):
-    from pathlib import Path
-
-    from qkv.inspect import examples
-    from qkv.inspect.explain import explain_given, explain_projected
-    from qkv.inspect.explain_model import explain_model
-
-    seed_given = args.seed is not None
-    args.seed = args.seed if seed_given else SEED_DEFAULT
+def _check_explain_args(args: argparse.Namespace) -> None:
+    """QkvError unless the arguments name at most one source of numbers, positive shapes and a non-empty text."""
     sources = [name for name in ("run_dir", "model", "qkv", "embeddings", "example") if getattr(args, name)]
     if len(sources) > 1:
         flags = " and ".join("--" + ("run" if s == "run_dir" else s) for s in sources)
@@ -90,57 +83,94 @@ def _explain(args: argparse.Namespace):
         raise QkvError("--heads and --d-k must be at least 1")
     if args.text is not None and not args.text.strip():
         raise QkvError("the text is empty: give some text, or leave it out for the worked example")
+
+
+def _explain(args: argparse.Namespace):
+    """The explanation of one attention computation: a model's (--run/--model), a file's numbers (--qkv,
+    --embeddings), one of the book's worked examples, or random vectors for the text."""
+    seed_given = args.seed is not None
+    args.seed = args.seed if seed_given else SEED_DEFAULT
+    _check_explain_args(args)
     query = args.query
     causal = bool(args.causal)
     if args.run_dir or args.model:
-        from qkv.cli.common import note_unknown, use_device
-
-        if not args.text:
-            raise QkvError('give the text to run the model on, e.g. qkv explain "The quick brown fox" --run RUN_DIR')
-        bundle = load(args.run_dir or args.model, device=use_device(args))
-        note_unknown(bundle.tokenizer, args.text, what="the text")
-        return explain_model(
-            bundle, args.text, layer=args.layer, head=args.head, part=args.part, causal=args.causal, query=query,
-            target=args.target,
-        )  # fmt: skip
+        return _model_explanation(args, query)
     words = args.text.split() if args.text else None
     if args.qkv or args.embeddings:
-        path = Path(args.qkv or args.embeddings)
-        file_tokens, matrices = examples.read_matrices(path)
-        if args.qkv:
-            missing = [n for n in ("Q", "K", "V") if n not in matrices]
-            if missing:
-                raise QkvError(f"{path} lacks {', '.join(missing)}: give Q, K and V (one row per token)")
-            tokens = examples.check_tokens(file_tokens, words, len(matrices["Q"]), path)
-            explanation = explain_given(
-                tokens, matrices["Q"], matrices["K"], matrices["V"], causal=causal, query=query, title=str(path)
-            )
-            if "X" in matrices:
-                explanation.embeddings = matrices["X"]
-            return explanation
-        if "X" not in matrices:
-            raise QkvError(f"{path} has no embeddings: give X (one row per token), or use --qkv for Q, K, V")
-        tokens = examples.check_tokens(file_tokens, words, len(matrices["X"]), path)
-        weights = {name: matrices.get(name) for name in ("W_q", "W_k", "W_v", "W_o")}
-        return explain_projected(
-            tokens, matrices["X"], **weights, n_heads=args.heads, head=args.head, d_k=args.d_k, seed=args.seed,
-            causal=causal, query=query, title=str(path),
-        )  # fmt: skip
+        return _file_explanation(args, words, causal, query)
+    explanation = _book_example(args, words, seed_given, causal, query)
+    if explanation is not None:
+        return explanation
+    assert words is not None  # no text is the quick-fox example, above
+    return _random_example(words, args, causal, query)
+
+
+def _model_explanation(args: argparse.Namespace, query: str | None):
+    """Q, K, V and the weights of a loaded model's layer and head on the text (the model's own mask)."""
+    from qkv.cli.common import note_unknown, use_device
+    from qkv.inspect.explain_model import explain_model
+
+    if not args.text:
+        raise QkvError('give the text to run the model on, e.g. qkv explain "The quick brown fox" --run RUN_DIR')
+    bundle = load(args.run_dir or args.model, device=use_device(args))
+    note_unknown(bundle.tokenizer, args.text, what="the text")
+    return explain_model(
+        bundle, args.text, layer=args.layer, head=args.head, part=args.part, causal=args.causal, query=query,
+        target=args.target,
+    )  # fmt: skip
+
+
+def _file_explanation(args: argparse.Namespace, words: list[str] | None, causal: bool, query: str | None):
+    """The numbers of a file: Q, K, V as given (--qkv), or embeddings X projected by its (or random) weights."""
+    from pathlib import Path
+
+    from qkv.inspect import examples
+    from qkv.inspect.explain import explain_given, explain_projected
+
+    path = Path(args.qkv or args.embeddings)
+    file_tokens, matrices = examples.read_matrices(path)
+    if args.qkv:
+        missing = [n for n in ("Q", "K", "V") if n not in matrices]
+        if missing:
+            raise QkvError(f"{path} lacks {', '.join(missing)}: give Q, K and V (one row per token)")
+        tokens = examples.check_tokens(file_tokens, words, len(matrices["Q"]), path)
+        explanation = explain_given(
+            tokens, matrices["Q"], matrices["K"], matrices["V"], causal=causal, query=query, title=str(path)
+        )
+        if "X" in matrices:
+            explanation.embeddings = matrices["X"]
+        return explanation
+    if "X" not in matrices:
+        raise QkvError(f"{path} has no embeddings: give X (one row per token), or use --qkv for Q, K, V")
+    tokens = examples.check_tokens(file_tokens, words, len(matrices["X"]), path)
+    weights = {name: matrices.get(name) for name in ("W_q", "W_k", "W_v", "W_o")}
+    return explain_projected(
+        tokens, matrices["X"], **weights, n_heads=args.heads, head=args.head, d_k=args.d_k, seed=args.seed,
+        causal=causal, query=query, title=str(path),
+    )  # fmt: skip
+
+
+def _book_example(args: argparse.Namespace, words: list[str] | None, seed_given: bool, causal: bool,
+                  query: str | None):  # fmt: skip
+    """The book's worked example the arguments name (--example, or its exact words, or no text at all), or
+    None when they name none."""
+    from qkv.inspect import examples
+
     example = None if args.example is None else examples.example_name(args.example)  # 004 and 003 still work
     if example is None:
         if words in (None, examples.QUICK_FOX_TOKENS):
             example = "quick-fox"
         elif words == examples.JOURNEY_TOKENS:
             example = "journey"
-    if example is not None:
-        own = examples.QUICK_FOX_TOKENS if example == "quick-fox" else examples.JOURNEY_TOKENS
-        if words is not None and words != own:
-            raise QkvError(f"example {example} has its own text: drop the text, or drop --example for random vectors")
-        seed = args.seed if seed_given else 123  # the book's torch.manual_seed(123)
-        return examples.explain_example(
-            example, causal=causal, query=query, seed=seed, d_k=args.d_k, n_heads=args.heads, head=args.head
-        )
-    return _random_example(words, args, causal, query)
+    if example is None:
+        return None
+    own = examples.QUICK_FOX_TOKENS if example == "quick-fox" else examples.JOURNEY_TOKENS
+    if words is not None and words != own:
+        raise QkvError(f"example {example} has its own text: drop the text, or drop --example for random vectors")
+    seed = args.seed if seed_given else 123  # the book's torch.manual_seed(123)
+    return examples.explain_example(
+        example, causal=causal, query=query, seed=seed, d_k=args.d_k, n_heads=args.heads, head=args.head
+    )
 
 
 def _random_example(words: list[str], args: argparse.Namespace, causal: bool, query: str | None):

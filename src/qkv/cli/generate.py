@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import TYPE_CHECKING, Protocol, cast
 
 import torch
 
@@ -28,6 +29,9 @@ from qkv.cli.options import compile_note, note
 from qkv.cli.sampling import add_sampling_arguments, sampling_params
 from qkv.errors import QkvError
 
+if TYPE_CHECKING:
+    from qkv.models.gpt.config import GPTConfig
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_argument(parser)
@@ -38,6 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_quantize_argument(parser)
     parser.add_argument("--no-cache", action="store_true", help="recompute every step instead of using the KV cache")
     add_step_argument(parser)
+
+
+class _CroppedIds(Protocol):
+    """What :func:`qkv.decoding.stream` returns besides ids: the prompt tokens dropped to fit the context."""
+
+    cropped: int
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,9 +83,11 @@ def run(args: argparse.Namespace) -> int:
         streamer = TextStreamer(tokenizer, prompt_ids=shown)
         tokens = stream(model, prompt, params, eos_id=tokenizer.eos_id, use_cache=not args.no_cache, step=args.step,
                         generator=generator)  # fmt: skip
-        if tokens.cropped and i == 0:
-            note(f"the prompt is longer than the model's context of {model.config.context_length} tokens; "
-                 f"the first {tokens.cropped} tokens were dropped")  # fmt: skip
+        cropped = cast(_CroppedIds, tokens).cropped
+        if cropped and i == 0:
+            context = cast("GPTConfig", model.config).context_length
+            note(f"the prompt is longer than the model's context of {context} tokens; "
+                 f"the first {cropped} tokens were dropped")  # fmt: skip
         sys.stdout.write(tokenizer.decode(shown))
         for token in tokens:
             made += 1

@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from qkv.cli.common import add_device_arguments, add_model_argument, model_path, note_unknown, use_device
 from qkv.cli.options import (
@@ -32,6 +34,11 @@ from qkv.cli.options import (
 from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.models.family import LANGUAGE_MODEL, family_of
+
+if TYPE_CHECKING:
+    from qkv.inspect.figures import Picture
+    from qkv.inspect.lens import LogitLens
+    from qkv.model_dir import ModelBundle
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,7 +105,6 @@ def legible_window(lens, position: int):
 
 
 def run(args: argparse.Namespace) -> int:
-    from qkv.inspect.circuit_figures import draw_logit_lens
     from qkv.inspect.lens import logit_lens
     from qkv.inspect.tokens import find_position
     from qkv.inspect.trace import check_range
@@ -115,26 +121,42 @@ def run(args: argparse.Namespace) -> int:
         note_unknown(bundle.target_tokenizer or bundle.tokenizer, args.target, what="the target")
     check_range("decoder", lens.n_rows - 1, 1, args.layer, None)
     position = find_position(lens.tokens, args.position, what="--position")
-    page = None
-    if args.html is not None:
-        from qkv.inspect.walkthrough import walkthrough
-        from qkv.inspect.walkthrough_html import write_walkthrough_html
-
-        name = f" ({bundle.path.name})" if bundle.path else ""
-        walk = walkthrough(bundle, args.text, top=args.top, vocab=True)
-        page = write_walkthrough_html(walk, html_path(args, "lens.png"), title=f"Walk-through{name}")
-    picture = None
-    if not args.no_plot:
-        where = f" ({bundle.path.name})" if bundle.path else ""
-        what = "P(final prediction)" if args.color == "final" else "P(top token)"
-        out = picture_path(args.out, args.run_dir, "lens.png")
-        shown, span = legible_window(lens, position)
-        title = f"logit lens{where}{span}: colour = {what}"
-        picture = draw_logit_lens(shown, out, color=args.color, title=title)
+    page = _walkthrough_page(args, bundle) if args.html is not None else None
+    picture = None if args.no_plot else _lens_picture(args, bundle, lens, position)
     if args.json:
         plot = str(picture.path) if picture else None
         print(json.dumps({**lens.to_dict(), "plot": plot, "html": str(page) if page else None}, ensure_ascii=False))
         return 0
+    _print_lens(args, lens, position, picture, page)
+    return 0
+
+
+def _walkthrough_page(args: argparse.Namespace, bundle: ModelBundle) -> Path:
+    """Write the walk-through of the text (--html) as one HTML page; its path."""
+    from qkv.inspect.walkthrough import walkthrough
+    from qkv.inspect.walkthrough_html import write_walkthrough_html
+
+    name = f" ({bundle.path.name})" if bundle.path else ""
+    walk = walkthrough(bundle, args.text, top=args.top, vocab=True)
+    return write_walkthrough_html(walk, html_path(args, "lens.png"), title=f"Walk-through{name}")
+
+
+def _lens_picture(args: argparse.Namespace, bundle: ModelBundle, lens: LogitLens, position: int) -> Picture:
+    """Draw the lens's heatmap (the legible window ending at ``position``), coloured as --color says."""
+    from qkv.inspect.circuit_figures import draw_logit_lens
+
+    where = f" ({bundle.path.name})" if bundle.path else ""
+    what = "P(final prediction)" if args.color == "final" else "P(top token)"
+    out = picture_path(args.out, args.run_dir, "lens.png")
+    shown, span = legible_window(lens, position)
+    title = f"logit lens{where}{span}: colour = {what}"
+    return draw_logit_lens(shown, out, color=args.color, title=title)
+
+
+def _print_lens(
+    args: argparse.Namespace, lens: LogitLens, position: int, picture: Picture | None, page: Path | None
+) -> None:
+    """The lens as text: the tokens read, what each cell is, the table, and the files written."""
     from rich.console import Console
     from rich.text import Text
 
@@ -157,4 +179,3 @@ def run(args: argparse.Namespace) -> int:
         console.print(Text(f"wrote {picture.path} ({picture.width}x{picture.height} pixels)"))
     if page is not None:
         console.print(Text(f"wrote {page} (the walk-through: open it in a browser)"))
-    return 0

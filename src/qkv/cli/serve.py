@@ -35,6 +35,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     parser.add_argument("--max-prompt-tokens", type=int, default=1024, help="longest prompt accepted (1024)")
     parser.add_argument("--max-tokens", type=int, default=512, help="largest max_tokens a request may ask for (512)")
+    _add_scheduling_arguments(parser)
+    _add_request_bounds(parser)
+    parser.add_argument("--chat-template", default=None, metavar="FILE",
+                        help="a Jinja chat template for /v1/chat/completions instead of the model's own")  # fmt: skip
+    add_step_argument(parser)
+    add_device_arguments(parser)
+    add_quantize_argument(parser)
+    parser.add_argument(
+        "--log-level", default="info", choices=("debug", "info", "warning", "error"),
+        help="the server's log: info (the default) has one line per request with its timings; warning, error: problems",
+    )  # fmt: skip
+
+
+def _add_scheduling_arguments(parser: argparse.ArgumentParser) -> None:
+    """How requests share the model: the scheduler, the batch and its KV cache pool, the waits."""
     parser.add_argument(
         "--scheduler", choices=("batched", "sequential"), default="batched",
         help="batched (default): one decoding loop steps every running completion together (continuous "
@@ -70,6 +85,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="how long a request waits for a free slot before 503: 10s (the default), 500ms, 1m; a number is seconds",
     )
+
+
+def _add_request_bounds(parser: argparse.ArgumentParser) -> None:
+    """What one request may ask for and who may ask: completions per prompt, logprobs, body size, host names."""
     parser.add_argument("--max-n", type=int, default=8, help="most completions per prompt a request may ask for (8)")
     parser.add_argument(
         "--max-logprobs", type=int, default=5, help="most top alternatives per token in logprobs (5, as OpenAI)"
@@ -81,15 +100,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-host", action="append", default=[], metavar="NAME",
         help="also answer requests whose Host header is NAME (repeatable; '*' for any name)",
-    )  # fmt: skip
-    parser.add_argument("--chat-template", default=None, metavar="FILE",
-                        help="a Jinja chat template for /v1/chat/completions instead of the model's own")  # fmt: skip
-    add_step_argument(parser)
-    add_device_arguments(parser)
-    add_quantize_argument(parser)
-    parser.add_argument(
-        "--log-level", default="info", choices=("debug", "info", "warning", "error"),
-        help="the server's log: info (the default) has one line per request with its timings; warning, error: problems",
     )  # fmt: skip
 
 

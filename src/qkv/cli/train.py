@@ -163,7 +163,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if f.name == "model":
             continue
         kind = FLAG_TYPES.get(f.name) or type(f.default)
-        bare = {"nargs": "?", "const": FLAG_CONSTS[f.name]} if f.name in FLAG_CONSTS else {}
+        bare: dict[str, Any] = {"nargs": "?", "const": FLAG_CONSTS[f.name]} if f.name in FLAG_CONSTS else {}
         flag = FLAG_NAMES.get(f.name) or f"--{f.name.replace('_', '-')}"
         convert = FLAG_CONVERT.get(f.name) or (_bool if kind is bool else kind)
         train.add_argument(

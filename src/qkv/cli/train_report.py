@@ -49,7 +49,7 @@ def print_samples(run_dir, *, length: int, temperatures: tuple[float, ...] = (0.
 
     bundle = load(run_dir)  # a LoRA run: its base with the adapters
     tokenizer = bundle.tokenizer
-    prompt = tokenizer.encode("\n") or [tokenizer.bos_id]
+    prompt = tokenizer.encode("\n") or [t for t in (tokenizer.bos_id,) if t is not None]
     for temperature in temperatures:
         print(f"\n--- sample at temperature {temperature} ---", flush=True)
         streamer = TextStreamer(tokenizer)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
+from typing import TYPE_CHECKING, cast
 
 from qkv.cli.common import (
     add_device_arguments,
@@ -22,6 +23,10 @@ from qkv.cli.common import (
 from qkv.cli.options import compile_note, note
 from qkv.errors import QkvError
 from qkv.io import read_text
+
+if TYPE_CHECKING:
+    from qkv.models.rnnsearch.config import RNNSearchConfig
+    from qkv.models.transformer.config import TransformerConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,9 +81,10 @@ def run(args: argparse.Namespace) -> int:
     translator = Translator.from_bundle(bundle, step=args.step)
     compile_note(args.step)
     sentences = read_sentences(args)
-    longest = bundle.config.context_length - 1  # the decoder's positions, <bos> first
+    context = cast("TransformerConfig | RNNSearchConfig", bundle.config).context_length  # a translator's
+    longest = context - 1  # the decoder's positions, <bos> first
     if args.max_len_b >= longest:
-        note(f"--max-len-b {args.max_len_b} is past the model's {bundle.config.context_length} positions: each "
+        note(f"--max-len-b {args.max_len_b} is past the model's {context} positions: each "
              f"translation stops at {longest} tokens at most")  # fmt: skip
     note_unknown(bundle.tokenizer, sentences, what="the sentences")
     with warnings.catch_warnings(record=True):
@@ -97,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if translator.cropped:
         print(
             f"warning: {translator.cropped} sentence(s) were longer than the model's maximum of "
-            f"{bundle.config.context_length} tokens and were cropped",
+            f"{context} tokens and were cropped",
             file=sys.stderr,
         )
     for number, n_best in enumerate(results):

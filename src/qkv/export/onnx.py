@@ -42,7 +42,7 @@ import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -51,8 +51,12 @@ from torch import Tensor, nn
 from qkv.errors import QkvError
 from qkv.export.past import PastKeyValues
 from qkv.io import check_writable, writing
+from qkv.layers.attention import MultiHeadAttention
 from qkv.models import GPT, Encoder, Transformer, mean_pool
+from qkv.models.config import BaseConfig
 from qkv.models.family import ENCODER, LANGUAGE_MODEL, TRANSLATOR, WORD_VECTORS, family_of
+from qkv.models.gpt.config import GPTConfig
+from qkv.models.transformer.config import TransformerConfig
 from qkv.quantization import is_quantized, quantization_scheme, weight_bytes
 
 EXAMPLE_BATCH, EXAMPLE_LENGTH, EXAMPLE_PAST = 2, 3, 2  # tracing shapes; 0 and 1 would be specialised
@@ -77,7 +81,7 @@ class GPTGraph(nn.Module):
 
     def forward(self, input_ids: Tensor, *past: Tensor) -> tuple[Tensor, ...]:
         cache = PastKeyValues(_pairs(past))
-        logits = self.model(input_ids, cache=cache)  # type: ignore[arg-type]  # (B, T, vocab)
+        logits = self.model(input_ids, cache=cache)  # (B, T, vocab)
         return (logits, *cache.presents())
 
 
@@ -106,7 +110,7 @@ class TranslatorEncoderGraph(nn.Module):
         memory = self.model.encode(input_ids, src_padding_mask=_padding(attention_mask))  # (B, S, d_model)
         out: list[Tensor] = []
         for block in self.model.decoder.blocks:
-            attention = block.cross_attn
+            attention = cast(MultiHeadAttention, block.cross_attn)  # a decoder block of an encoder-decoder has one
             out += [attention.split_heads(attention.key(memory)), attention.split_heads(attention.value(memory))]
         return tuple(out)  # (B, h_kv, S, d_k) each: what MultiHeadAttention keeps in a static cache
 
@@ -139,8 +143,14 @@ def _cache_names(prefix: str, n_layers: int) -> list[str]:
     return [f"{prefix}_{kind}_{i}" for i in range(n_layers) for kind in ("key", "value")]
 
 
+def _config(model: nn.Module) -> BaseConfig:
+    """The exported model's config: a Transformer's (:func:`check_exportable` refuses the other families)."""
+    return cast(BaseConfig, model.config)
+
+
 def _empty_like_cache(model: nn.Module, batch: int, length: int) -> list[Tensor]:
-    config = model.config  # type: ignore[attr-defined]
+    config = _config(model)
+    assert config.n_kv_heads is not None  # filled from n_heads by BaseConfig.__post_init__
     return [torch.zeros(batch, config.n_kv_heads, length, config.head_dim) for _ in range(2)]  # h_kv heads
 
 
@@ -185,6 +195,7 @@ def _export(
                 f"torch.onnx could not export this {type(graph).__name__} ({detail[:300]}): please report it "
                 "with the model's config.json"
             ) from None
+    assert program is not None  # dynamo=True always returns the program
     program.model.metadata_props.update(metadata)
     return program, path, weight_bytes(graph) > SINGLE_FILE_LIMIT
 
@@ -251,9 +262,9 @@ def check_exportable(model: nn.Module, path: Path, *, overwrite: bool = True) ->
         raise QkvError(
             f"qkv exports Transformer language models, encoders and encoder-decoders to ONNX, not {family.title}"
         )
-    if model.config.context_length < MIN_CONTEXT:
+    if _config(model).context_length < MIN_CONTEXT:
         raise QkvError(
-            f"a context of {model.config.context_length} positions is too short to export: the exporter traces "
+            f"a context of {_config(model).context_length} positions is too short to export: the exporter traces "
             f"{MIN_CONTEXT} positions; use a model with context_length >= {MIN_CONTEXT}"
         )
     check_free(output_paths(model, path), overwrite)
@@ -273,43 +284,57 @@ def export_onnx(
     path = Path(path)
     check_exportable(model, path, overwrite=overwrite)
     model = model.cpu().eval()
-    config = model.config  # type: ignore[attr-defined]
-    meta = {"qkv.config": json.dumps(config.to_dict()), "qkv.export": uuid.uuid4().hex}
-    batch, length, past = EXAMPLE_BATCH, EXAMPLE_LENGTH, EXAMPLE_PAST
-    ids = torch.zeros(batch, length, dtype=torch.long)
-    seq = {0: "batch", 1: "sequence"}
-    cache_dims = {0: "batch", 2: "past_sequence"}
+    meta = {"qkv.config": json.dumps(_config(model).to_dict()), "qkv.export": uuid.uuid4().hex}
     role = family_of(model).role
     if role == LANGUAGE_MODEL:
-        n = config.n_layers
-        pasts = [t for _ in range(n) for t in _empty_like_cache(model, batch, past)]
-        return _save_all(
-            [
-                _export(
-                    GPTGraph(model),
-                    (ids, *pasts),
-                    (["input_ids", *_cache_names("past", n)], ["logits", *_cache_names("present", n)]),
-                    (seq, (cache_dims,) * 2 * n),
-                    path,
-                    {**meta, "qkv.graph": "gpt"},
-                )
-            ]
-        )
-    mask = torch.ones(batch, length, dtype=torch.long)
+        return _save_all([_export_gpt(cast(GPT, model), path, meta)])
     if role == ENCODER:
-        return _save_all(
-            [
-                _export(
-                    EncoderGraph(model, pooling=pooling, normalize=normalize),
-                    (ids, mask),
-                    (["input_ids", "attention_mask"], ["last_hidden_state", "sentence_embedding"]),
-                    (seq, seq),
-                    path,
-                    {**meta, "qkv.graph": "encoder", "qkv.pooling": pooling, "qkv.normalize": str(normalize).lower()},
-                )
-            ]
-        )
-    n = config.n_decoder_layers
+        return _save_all([_export_encoder(cast(Encoder, model), path, meta, pooling, normalize)])
+    return _save_all(_export_translator(cast(Transformer, model), path, meta))
+
+
+_SEQ = {0: "batch", 1: "sequence"}  # the dynamic axes of input_ids (B, T) and of what follows its T
+_CACHE_DIMS = {0: "batch", 2: "past_sequence"}  # of a past or present key/value (B, h_kv, P, d_k)
+
+
+def _export_gpt(model: GPT, path: Path, meta: dict[str, str]) -> tuple[Any, Path, bool]:
+    """The one graph of a language model: tokens and a KV cache in, logits and the grown cache out."""
+    n = cast(GPTConfig, model.config).n_layers
+    ids = torch.zeros(EXAMPLE_BATCH, EXAMPLE_LENGTH, dtype=torch.long)
+    pasts = [t for _ in range(n) for t in _empty_like_cache(model, EXAMPLE_BATCH, EXAMPLE_PAST)]
+    return _export(
+        GPTGraph(model),
+        (ids, *pasts),
+        (["input_ids", *_cache_names("past", n)], ["logits", *_cache_names("present", n)]),
+        (_SEQ, (_CACHE_DIMS,) * 2 * n),
+        path,
+        {**meta, "qkv.graph": "gpt"},
+    )
+
+
+def _export_encoder(
+    model: Encoder, path: Path, meta: dict[str, str], pooling: str, normalize: bool
+) -> tuple[Any, Path, bool]:
+    """The one graph of an encoder: tokens and their mask in, hidden states and the pooled sentence vector out."""
+    ids = torch.zeros(EXAMPLE_BATCH, EXAMPLE_LENGTH, dtype=torch.long)
+    mask = torch.ones(EXAMPLE_BATCH, EXAMPLE_LENGTH, dtype=torch.long)
+    return _export(
+        EncoderGraph(model, pooling=pooling, normalize=normalize),
+        (ids, mask),
+        (["input_ids", "attention_mask"], ["last_hidden_state", "sentence_embedding"]),
+        (_SEQ, _SEQ),
+        path,
+        {**meta, "qkv.graph": "encoder", "qkv.pooling": pooling, "qkv.normalize": str(normalize).lower()},
+    )
+
+
+def _export_translator(model: Transformer, path: Path, meta: dict[str, str]) -> list[tuple[Any, Path, bool]]:
+    """An encoder-decoder's two graphs: the encoder's (source in, every layer's cross keys and values out) and
+    the decoder's (target tokens, pasts and crosses in; logits and presents out), each naming the other."""
+    n = cast(TransformerConfig, model.config).n_decoder_layers
+    batch, length = EXAMPLE_BATCH, EXAMPLE_LENGTH
+    ids = torch.zeros(batch, length, dtype=torch.long)
+    mask = torch.ones(batch, length, dtype=torch.long)
     encoder_path, decoder_path = output_paths(model, path)
     src = {0: "batch", 1: "source_sequence"}
     cross_dims = {0: "batch", 2: "source_sequence"}
@@ -321,7 +346,7 @@ def export_onnx(
         encoder_path,
         {**meta, "qkv.graph": "translator-encoder", "qkv.decoder": decoder_path.name},
     )
-    pasts = [t for _ in range(n) for t in _empty_like_cache(model, batch, past)]
+    pasts = [t for _ in range(n) for t in _empty_like_cache(model, batch, EXAMPLE_PAST)]
     crosses = [t for _ in range(n) for t in _empty_like_cache(model, batch, length + 1)]
     decoder = _export(
         TranslatorDecoderGraph(model),
@@ -330,11 +355,11 @@ def export_onnx(
             ["input_ids", "encoder_attention_mask", *_cache_names("past", n), *_cache_names("cross", n)],
             ["logits", *_cache_names("present", n)],
         ),
-        (seq, src, (cache_dims,) * 2 * n + (cross_dims,) * 2 * n),
+        (_SEQ, src, (_CACHE_DIMS,) * 2 * n + (cross_dims,) * 2 * n),
         decoder_path,
         {**meta, "qkv.graph": "translator-decoder", "qkv.encoder": encoder_path.name},
     )
-    return _save_all([encoder, decoder])
+    return [encoder, decoder]
 
 
 def sentence_head_of(bundle: Any) -> dict[str, Any]:

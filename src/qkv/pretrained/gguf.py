@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -190,8 +190,10 @@ def load_gguf(path: str | Path, *, device: str | torch.device = "cpu", dequantiz
     (the file's exact numbers, as transformers reads them)."""
     file = read_gguf(path)
     module = architecture(file)
+    arch = file.architecture
+    assert arch is not None  # architecture() refused a file without one
     try:
-        config = module.config_from_gguf(ArchMetadata(file.metadata, file.architecture), file)
+        config = cast(GPTConfig, module.config_from_gguf(ArchMetadata(file.metadata, arch), file))  # a decoder's
         tokenizer = tokenizer_from_gguf(file.metadata)
         if tokenizer.vocab_size != config.vocab_size:
             raise QkvError(
@@ -199,7 +201,7 @@ def load_gguf(path: str | Path, *, device: str | torch.device = "cpu", dequantiz
             )
         check_fits(config, device)  # block_count 10^8: the figure, before anything is built
         with single_thread():
-            rows = module.rows(config, file.architecture)
+            rows = module.rows(config, arch)
             model = fill_model(unfilled_model(config), file, rows, module.IGNORED, dequantize=dequantize)
         check_finite(model_tensors(model), "the file", "the file is damaged; download or convert it again")
     except QkvError as error:

@@ -38,14 +38,14 @@ from qkv.quantization.int8_linear import Int8Linear
 KEPT = (*INT4_KINDS, "Q8_0")  # the GGUF types kept quantized
 
 
-def _owner(model: nn.Module, target: str) -> tuple[str, nn.Module] | None:
+def _owner(model: nn.Module, target: str) -> tuple[str, nn.Linear | Unembedding] | None:
     """(name, module) of the float linear layer whose weight is ``target``, or None."""
     name, _, leaf = target.rpartition(".")
     module = model.get_submodule(name) if name else model
     return (name, module) if leaf == "weight" and isinstance(module, (nn.Linear, Unembedding)) else None
 
 
-def _tied(model: nn.Module, weight: torch.Tensor) -> tuple[list[nn.Module], list[nn.Embedding]]:
+def _tied(model: nn.Module, weight: torch.Tensor) -> tuple[list[Unembedding], list[nn.Embedding]]:
     """The unembeddings and the token embeddings whose matrix is ``weight``."""
     heads = [m for m in model.modules() if isinstance(m, Unembedding) and m.weight is weight]
     embeddings = [m for m in model.modules() if isinstance(m, nn.Embedding) and m.weight is weight]
@@ -59,11 +59,11 @@ def _replace(model: nn.Module, old: nn.Module, new: nn.Module) -> None:
                 setattr(module, child_name, new)
 
 
-def _layer(data: torch.Tensor, kind: str, old: nn.Module) -> nn.Module:
+def _layer(data: torch.Tensor, kind: str, old: nn.Linear | Unembedding) -> nn.Module:
     """The int4 or int8 layer of blocks ``data`` (N, bytes per row) replacing ``old`` (it keeps old's bias)."""
     n_out, n_in = old.weight.shape
     if kind == "Q8_0":
-        new: nn.Module = Int8Linear.from_gguf(data, kind, (n_out, n_in))
+        new: Int8Linear | Int4Linear = Int8Linear.from_gguf(data, kind, (n_out, n_in))
     else:
         new = Int4Linear.from_gguf(data, kind, (n_out, n_in))
     new.bias = old.bias  # the same parameter: the file's bias tensor fills it, before or after this one
@@ -83,17 +83,19 @@ def keep_quantized(model: nn.Module, raw: RawTensor, row: Row, targets: list[str
         if raw.type != "Q8_0" or len(heads) != 1:
             return None
         owners = [("", heads[0])]
-    if any(owner is None for owner in owners):
+    found = [owner for owner in owners if owner is not None]
+    if len(found) < len(owners):
         return None
     data = torch.from_numpy(raw.blocks.copy()).view(raw.shape[0], -1)  # (N, bytes per row): row order is block order
     parts = row.to_qkv(data)  # W_q's rows unpermuted, GPT-2's attn_qkv split: whole rows of blocks either way
     layers = []
-    for (_, old), part in zip(owners, parts, strict=True):  # type: ignore[misc]
+    for (_, old), part in zip(found, parts, strict=True):
         if part.shape[0] != old.weight.shape[0] or raw.shape[1] != old.weight.shape[1]:
             return None  # the float path's shape check says what is wrong
         new = _layer(part.contiguous(), raw.type, old)
         _replace(model, old, new)
         layers.append(new)
     for embedding in tied_embeddings:
+        assert isinstance(layers[0], Int8Linear)  # a tied W_E is kept only for Q8_0
         _replace(model, embedding, Int8TokenEmbedding(layers[0], scale=getattr(embedding, "scale", 1.0)))
     return layers

@@ -15,7 +15,7 @@ import json
 import pickle
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -24,6 +24,7 @@ from qkv.chat_templates.source import hf_folder_template
 from qkv.errors import QkvError
 from qkv.io import check_readable
 from qkv.model_dir import ModelBundle, save_model_dir
+from qkv.models.config import ModelConfig
 from qkv.models.description import HFConversion
 from qkv.models.family import families, family_of
 from qkv.models.memory import check_fits
@@ -186,7 +187,7 @@ def load_pretrained(name_or_path: str | Path, *, device: str | torch.device = "c
     model.eval()
     return ModelBundle(
         model=model,
-        config=model.config,
+        config=cast(ModelConfig, model.config),  # the family's config, which nn.Module's stubs cannot name
         tokenizer=tokenizer,
         target_tokenizer=target_tokenizer,
         path=folder,

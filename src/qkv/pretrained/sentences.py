@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +22,7 @@ from torch import Tensor
 from qkv.decoding.sessions import encode
 from qkv.errors import QkvError
 from qkv.model_dir import ModelBundle
+from qkv.models.encoder.config import EncoderConfig
 from qkv.models.encoder.model import mean_pool
 from qkv.models.family import ENCODER, family_of
 from qkv.tokenizers import Tokenizer
@@ -153,9 +154,10 @@ def embed_sentences(
     if max_batch_tokens < 1:
         raise QkvError(f"max_batch_tokens must be at least 1, not {max_batch_tokens}")
     head = head or read_sentence_head(bundle.path)
-    limit = min(head.max_tokens or model.config.context_length, model.config.context_length)
+    config = cast(EncoderConfig, model.config)  # the role check above: an encoder's
+    limit = min(head.max_tokens or config.context_length, config.context_length)
     rows = bert_rows(bundle.tokenizer, texts, max_tokens=limit)
-    vectors = torch.empty(len(rows), model.config.d_model, device=weight.device, dtype=weight.dtype)
+    vectors = torch.empty(len(rows), config.d_model, device=weight.device, dtype=weight.dtype)
     for batch in length_batches([len(r) for r in rows], max_batch_tokens):
         ids, padding_mask = pad_rows([rows[i] for i in batch], bundle.tokenizer)
         ids, padding_mask = ids.to(weight.device), padding_mask.to(weight.device)

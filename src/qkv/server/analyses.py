@@ -9,6 +9,7 @@ plain synchronous torch code, run on the model thread.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 from qkv.inspect.attention_maps import maps_from_trace
 from qkv.inspect.next_token import next_token
@@ -17,6 +18,7 @@ from qkv.inspect.trace import trace
 from qkv.inspect.walkthrough import walkthrough
 from qkv.model_dir import ModelBundle
 from qkv.models.family import family_of
+from qkv.server.config_shape import DecoderConfig
 from qkv.server.errors import ServiceError
 from qkv.server.jobs import check_prompt_length
 from qkv.server.limits import Limits
@@ -48,9 +50,9 @@ def check_view_size(bundle: ModelBundle, n_tokens: int, what: str) -> None:
     """413 when a language model's attention maps for ``n_tokens`` tokens, layers x heads x T^2 weights, would be
     more than :data:`MAX_WEIGHTS` (SmolLM2's 30 x 9 heads over 1,000 tokens are 270 million: gigabytes of JSON a
     browser cannot take). A translator's maps are smaller models' and pass."""
-    config = bundle.config
-    if family_of(bundle.model).two_vocabularies or not hasattr(config, "n_layers"):
+    if family_of(bundle.model).two_vocabularies or not hasattr(bundle.config, "n_layers"):
         return
+    config = cast(DecoderConfig, bundle.config)
     heads = config.n_layers * config.n_heads
     if heads * n_tokens**2 > MAX_WEIGHTS:
         most = math.isqrt(MAX_WEIGHTS // heads)

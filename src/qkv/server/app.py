@@ -98,6 +98,16 @@ def create_app(
     app.add_middleware(
         RequestGuard, hosts=allowed_hosts() if hosts is None else hosts, max_bytes=service.limits.max_request_bytes
     )
+    _add_error_handlers(app, service)
+    for router in ROUTERS:
+        app.include_router(router)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+def _add_error_handlers(app: FastAPI, service: Service) -> None:
+    """Every failure as OpenAI's error body: the service's own errors, QkvError (400), a body that fails
+    validation (422), FastAPI's 404 and 405 (naming what is served), and anything else (500)."""
 
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
@@ -128,8 +138,3 @@ def create_app(
     async def _failure(request: Request, exc: Exception) -> JSONResponse:
         body = error_body(f"the server failed: {type(exc).__name__}: {exc}", "server_error")
         return JSONResponse(body, status_code=500)
-
-    for router in ROUTERS:
-        app.include_router(router)
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    return app

@@ -43,7 +43,7 @@ def machine_names() -> list[str]:
     hostname = socket.gethostname()
     names = [hostname, socket.getfqdn()]
     try:
-        names += [info[4][0] for info in socket.getaddrinfo(hostname, None)]
+        names += [str(info[4][0]) for info in socket.getaddrinfo(hostname, None)]
     except OSError:
         pass
     return names

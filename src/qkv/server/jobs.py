@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import torch
 
@@ -160,10 +161,12 @@ def read_prompts(request: CompletionRequest, tokenizer: Tokenizer, limits: Limit
     """The request's prompts as text and token ids (a text, texts, token ids, or lists of token ids)."""
     given = request.prompt
     if isinstance(given, str) or (given and all(isinstance(x, int) for x in given)):
-        given = [given]
+        items = cast("list[str | list[int]]", [given])  # one prompt: a text, or its token ids
+    else:
+        items = cast("list[str | list[int]]", given)  # texts, or lists of token ids
     prompts = []
-    for i, item in enumerate(given):
-        what = "prompt" if len(given) == 1 else f"prompt {i}"
+    for i, item in enumerate(items):
+        what = "prompt" if len(items) == 1 else f"prompt {i}"
         if isinstance(item, str):
             ids, text = tokenizer.encode(item), item
             check_prompt_length(len(ids), limits, what)
@@ -250,7 +253,7 @@ def prepare_chat(request: ChatCompletionRequest, bundle: ModelBundle, template: 
     logprobs = (request.top_logprobs or 0) if request.logprobs else None
     params = sampling_params(request, max_tokens=max_tokens, logprobs=logprobs)
     messages = [m.model_dump(exclude_none=True) for m in request.messages]
-    variables = {"tools": request.tools} if request.tools else {}
+    variables: dict[str, Any] = {"tools": request.tools} if request.tools else {}
     try:
         prompt = chat_prompt(bundle, messages, template=template, **variables)
     except QkvError as error:

@@ -8,9 +8,12 @@ agree. The first prompt token has no logprob (null): nothing comes before it.
 
 from __future__ import annotations
 
+from typing import cast
+
 from torch import nn
 
 from qkv.decoding.text import Entry, text_offsets, top_dict
+from qkv.models.gpt import GPT
 from qkv.tokenizers.base import Tokenizer
 from qkv.tokenizers.token_text import token_text
 from qkv.training.perplexity import token_log_probs
@@ -19,13 +22,14 @@ from qkv.training.perplexity import token_log_probs
 def prompt_entries(model: nn.Module, tokenizer: Tokenizer, ids: list[int], top: int) -> list[Entry]:
     """The prompt's tokens with their logprobs (the first one null), as ``echo`` returns them (a forward pass:
     run it on the model thread)."""
-    scored = token_log_probs(model, ids, top=top)
+    scored = token_log_probs(cast(GPT, model), ids, top=top)  # a language model (the route checked)
     offsets = text_offsets(tokenizer, ids)
     entries = [Entry(token_text(tokenizer, ids[0]), None, None, 0)]
     for t in range(1, len(ids)):
         lp = float(scored.logprobs[t - 1])
         alternatives = []
         if top:
+            assert scored.top_ids is not None and scored.top_logprobs is not None  # asked for with top > 0
             alternatives = list(zip(scored.top_ids[t - 1].tolist(), scored.top_logprobs[t - 1].tolist(), strict=True))
         entries.append(Entry(token_text(tokenizer, ids[t]), lp, top_dict(tokenizer, alternatives, ids[t], lp),
                              offsets[t]))  # fmt: skip

@@ -24,6 +24,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import AsyncIterator
+from typing import cast
 
 from qkv.decoding.engine import Engine
 from qkv.decoding.request import Request, TokenOutput
@@ -89,6 +90,11 @@ class Run:
 
 
 # ------------------------------------------------------------------------------------- one at a time
+
+
+def _run_of(request: Request) -> Run:
+    """The run a row of the engine belongs to: the scheduler tags every request it adds with its run."""
+    return cast(Run, request.tag)
 
 
 class SequentialRun(Run):
@@ -211,7 +217,7 @@ class BatchScheduler:
         """One pass (from the model thread): admit what fits, drop who left, step, route the outputs."""
         engine = self.engine
         with self._cond:
-            admitted = []
+            admitted: list[Request] = []
             while self.waiting_rows and len(admitted) < engine.free:
                 run, request = self.waiting_rows.popleft()
                 if run.job.cancelled.is_set():  # its client left while it waited
@@ -224,17 +230,17 @@ class BatchScheduler:
                 admitted.append(request)
             self.passes += 1
         self._route(engine.add(admitted))  # their prompts in one forward
-        gone = [r for r in engine.requests if r.tag.job.cancelled.is_set() or id(r) in r.tag.stopped]
+        gone = [r for r in engine.requests if _run_of(r).job.cancelled.is_set() or id(r) in _run_of(r).stopped]
         engine.abort(gone)
         for request in gone:
-            request.tag.left_at_step = self.steps  # when its rows left (the tests read it)
-            request.tag.row_left()
+            _run_of(request).left_at_step = self.steps  # when its rows left (the tests read it)
+            _run_of(request).row_left()
         self._route(engine.step())
         self.steps += 1
 
     def _route(self, outputs: list[TokenOutput]) -> None:
         for output in outputs:
-            run = output.request.tag
+            run = _run_of(output.request)
             if run.job.cancelled.is_set() or id(output.request) in run.stopped:
                 if output.finish_reason is not None or output.error is not None:
                     run.row_left()

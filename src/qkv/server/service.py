@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict
+from typing import cast
 
 import torch
 
@@ -24,6 +25,7 @@ from qkv.errors import QkvError
 from qkv.model_dir import ModelBundle
 from qkv.models.family import LANGUAGE_MODEL, TRANSLATOR, Family, family_of
 from qkv.server.analyses import encode_checked
+from qkv.server.config_shape import DecoderConfig, ServedConfig, TranslatorConfig
 from qkv.server.errors import ServiceError
 from qkv.server.limits import Gate, Limits
 from qkv.server.metrics import Metrics
@@ -89,7 +91,7 @@ class Service:
         self.bundle = bundle
         self.chat_template = chat_template  # --chat-template; None: the model's own (qkv.chat_templates)
         self.model = bundle.model.eval()
-        self.config = bundle.config
+        self.config = cast(ServedConfig, bundle.config)  # a Transformer's or RNNSearch's (NEEDS refuses the rest)
         self.family = family_of(self.model)
         self.kind = self.family.name
         self.refused = refusals(self.family)
@@ -150,6 +152,8 @@ class Service:
         c, family = self.config, self.family
         two = family.two_vocabularies  # a translator: two stacks, two vocabularies
         vocab = [getattr(c, name) for name in family.vocab_fields]
+        translator = cast(TranslatorConfig, c)
+        stacks = (translator.n_encoder_layers, translator.n_decoder_layers) if two else None
         return ModelInfo(
             name=self.name,
             kind=self.kind,
@@ -157,9 +161,9 @@ class Service:
             description=family.title,
             path=str(self.bundle.path),
             parameters=sum(p.numel() for p in self.model.parameters()),
-            layers=c.n_encoder_layers + c.n_decoder_layers if two else c.n_layers,
-            encoder_layers=c.n_encoder_layers if two else None,
-            decoder_layers=c.n_decoder_layers if two else None,
+            layers=stacks[0] + stacks[1] if stacks else cast(DecoderConfig, c).n_layers,
+            encoder_layers=stacks[0] if stacks else None,
+            decoder_layers=stacks[1] if stacks else None,
             heads=c.n_heads,
             d_model=c.d_model,
             context_length=self.context_length,
@@ -195,6 +199,7 @@ class Service:
 
     def translate_texts(self, texts: list[str], beam: int) -> list[str]:
         """The best translation of each sentence, greedy or with beam search (``beam`` > 1), in one call."""
+        assert self.translator is not None  # the translations route is refused to other families
         with torch.inference_mode():
             return self.translator.translate(texts, beam=beam)
 

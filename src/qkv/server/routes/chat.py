@@ -43,11 +43,13 @@ def logprobs_content(entries: list[Entry], top: int) -> dict:
 async def chat_completions(body: ChatCompletionRequest, request: Request, service: ServiceDep):
     service.require("/v1/chat/completions")
     service.check_model(body.model)
-    work = (prepare_chat, body, service.bundle, service.chat_template, service.limits, service.device)
-    job = await run_in_threadpool(*work)
+    job = await run_in_threadpool(
+        prepare_chat, body, service.bundle, service.chat_template, service.limits, service.device
+    )
     texts = choice_texts(job, service.tokenizer, body.logprobs)
-    head = {"id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()), "model": service.name}
-    job.id = head["id"]
+    job.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+    head = {"id": job.id, "created": int(time.time()), "model": service.name}
+    assert service.scheduler is not None  # a language model has one (service.require refused the rest)
     run = await service.scheduler.start(job)  # a slot (rows of the batch, or the gate), or 503
     made = pieces(run, texts, [], service.metrics)
     top = body.top_logprobs or 0

@@ -58,9 +58,9 @@ async def completions(body: CompletionRequest, request: Request, service: Servic
     job = await run_in_threadpool(prepare_completion, body, service.tokenizer, service.limits, service.device)
     texts = choice_texts(job, service.tokenizer, body.logprobs is not None)
     opened = await openings(job, texts, service, body.logprobs) if body.echo else []
-    head = {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "object": "text_completion", "created": int(time.time()),
-            "model": service.name}  # fmt: skip
-    job.id = head["id"]
+    job.id = f"cmpl-{uuid.uuid4().hex[:24]}"
+    head = {"id": job.id, "object": "text_completion", "created": int(time.time()), "model": service.name}
+    assert service.scheduler is not None  # a language model has one (service.require refused the rest)
     run = await service.scheduler.start(job)  # a slot (rows of the batch, or the gate), or 503
     made = pieces(run, texts, opened, service.metrics)
     logprobs = body.logprobs is not None
