@@ -17,20 +17,7 @@ MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
 LONG_FILES: set[str] = {"data/prepare.py", "tokenizers/base.py", "training/config.py"}
-LONG_FUNCTIONS: set[str] = {
-    "inspect/explain_view.py:render_explanation",
-    "inspect/patching.py:patch",
-    "storage.py:load_weights",
-    "inspect/explain_model.py:explain_model",
-    "decoding/beam_search.py:beam_search",
-    "data/prepare.py:prepare",
-    "export/onnx.py:export_onnx",
-    "inspect/explain.py:explain_attention",
-    "cli/explain.py:_explain",
-    "cli/serve.py:add_arguments",
-    "server/app.py:create_app",
-    "cli/lens.py:run",
-}
+LONG_FUNCTIONS: set[str] = set()
 
 
 def modules() -> list[Path]:

@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from qkv.inspect.trace import check_range
 
     check_top(args.top)
-    bundle = load(model_path(args), device=use_device(args))
+    bundle = load(model_path(args), device=use_device(args), dequantize=True)  # the file's numbers, in float32
     check_answer_tokens(bundle, args.target, args.token, args.foil)
     result = attribute(bundle, args.text, target=args.token, foil=args.foil, position=args.position,
                        prefix=args.target)  # fmt: skip

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     asked = bool(args.neighbours or args.analogy or args.analogies)
     if path is None and (asked or args.out or args.positions is None):
         raise QkvError("which model? give a run directory (RUN_DIR) or --model; only --positions works without one")
-    bundle = load(path, device=use_device(args)) if path else None
+    bundle = load(path, device=use_device(args), dequantize=True) if path else None
     if args.target and (bundle is None or not family_of(bundle.model).two_vocabularies):
         raise QkvError("--target-side is for translators, which have a source and a target embedding")
     has_positions = bundle is None or family_of(bundle.model).has("positions")

@@ -112,7 +112,7 @@ def _model_explanation(args: argparse.Namespace, query: str | None):
 
     if not args.text:
         raise QkvError('give the text to run the model on, e.g. qkv explain "The quick brown fox" --run RUN_DIR')
-    bundle = load(args.run_dir or args.model, device=use_device(args))
+    bundle = load(args.run_dir or args.model, device=use_device(args), dequantize=True)
     note_unknown(bundle.tokenizer, args.text, what="the text")
     return explain_model(
         bundle, args.text, layer=args.layer, head=args.head, part=args.part, causal=args.causal, query=query,

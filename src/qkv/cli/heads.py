@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     from qkv.inspect.heads import detect_heads
 
     check_top(args.top)
-    bundle = load(model_path(args), device=use_device(args))
+    bundle = load(model_path(args), device=use_device(args), dequantize=True)  # the file's numbers, in float32
     detection = detect_heads(bundle, length=args.length, batch=args.batch, seed=args.seed, bos=args.bos)
     parts = [detection.part(args.part)] if args.part else detection.parts
     fitting = [p for p in parts if _fits(p, args.layer, args.head)]

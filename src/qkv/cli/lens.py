@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     from qkv.inspect.tokens import find_position
     from qkv.inspect.trace import check_range
 
-    bundle = load(model_path(args), device=use_device(args))
+    bundle = load(model_path(args), device=use_device(args), dequantize=True)  # the file's numbers, in float32
     family = family_of(bundle.model)
     if args.target is not None and not family.two_vocabularies:
         raise QkvError(f"--target is for translators: {family.title} reads one text")

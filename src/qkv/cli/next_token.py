@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.digits < 0:
         raise QkvError("--digits must be >= 0")
-    bundle = load(model_path(args), device=use_device(args))
+    bundle = load(model_path(args), device=use_device(args), dequantize=True)  # the file's numbers, in float32
     family = family_of(bundle.model)
     if args.target and not family.two_vocabularies:
         raise QkvError(f"--target is for translators: {family.title} continues the prompt itself")

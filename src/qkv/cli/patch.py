@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     from qkv.inspect.patching import patch
 
     check_top(args.top)
-    bundle = load(model_path(args), device=use_device(args))
+    bundle = load(model_path(args), device=use_device(args), dequantize=True)  # the file's numbers, in float32
     check_answer_tokens(bundle, args.target, args.token, args.foil)
     bar, update = _progress()
     if bar is not None:

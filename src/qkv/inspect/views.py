@@ -145,8 +145,12 @@ class ModelViews(ModelBundle):
         return walkthrough(self, text, top=top, vocab=True)
 
 
-def views(model: str | Path | ModelBundle, *, device: str | torch.device = "cpu") -> ModelViews:
+def views(
+    model: str | Path | ModelBundle, *, device: str | torch.device = "cpu", dequantize: bool = True
+) -> ModelViews:
     """:class:`ModelViews` of ``model``: a bundle already loaded, or anything :func:`qkv.load` opens (a run
-    folder, a quantized folder, a Hugging Face folder, a Hub name)."""
-    bundle = model if isinstance(model, ModelBundle) else load(model, device=device)
+    folder, a quantized folder, a Hugging Face folder, a GGUF file, a Hub name). A GGUF file's 4- and 8-bit
+    matrices are read as float32 (``dequantize``): the views show the file's numbers, computed without the
+    rounding of activations that quantized products add, as the ``qkv`` inspection verbs do."""
+    bundle = model if isinstance(model, ModelBundle) else load(model, device=device, dequantize=dequantize)
     return bundle if isinstance(bundle, ModelViews) else ModelViews.of(bundle)
