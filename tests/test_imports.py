@@ -165,6 +165,12 @@ def test_no_import_circles() -> None:
     assert found == [], "import circles:\n" + "\n".join(" -> ".join(c) for c in found)
 
 
+def test_no_import_circles_even_through_type_only_imports() -> None:
+    runs, type_only = import_graph()
+    found = cycles({name: runs[name] | type_only[name] for name in runs})
+    assert found == [], "import circles (type-only imports included):\n" + "\n".join(" -> ".join(c) for c in found)
+
+
 def test_no_module_imports_from_a_higher_floor() -> None:
     runs, type_only = import_graph()
     upward = [
