@@ -79,3 +79,16 @@ def test_the_quantization_scheme_must_match(tmp_path) -> None:
     with pytest.raises(QkvError, match="holds int8 weights, but quantization.json describes an int4 model"):
         load_weights(Tied(), tmp_path / "w.safetensors", quantization="int4")
     assert load_weights(Tied(), tmp_path / "w.safetensors", quantization="int8") is not None
+
+
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_a_nan_or_inf_is_found_in_any_piece_of_a_large_tensor(monkeypatch, contiguous: bool) -> None:
+    import qkv.storage
+
+    monkeypatch.setattr(qkv.storage, "CHECK_NUMBERS", 64)  # many pieces of a small tensor
+    for bad, word in ((float("nan"), "NaN"), (float("inf"), "infinite values")):
+        tensor = torch.zeros(40, 30) if contiguous else torch.zeros(30, 40).T  # (40, 30) either way
+        tensor[39, 29] = bad  # the last piece
+        assert qkv.storage.non_finite([("w", tensor)]) == ("w", word)
+        tensor[39, 29] = 0.0
+        assert qkv.storage.non_finite([("w", tensor)]) is None
