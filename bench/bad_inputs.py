@@ -36,6 +36,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -50,7 +51,6 @@ import bad_inputs_cases_more  # noqa: E402
 import bad_inputs_cases_python  # noqa: E402
 import bad_inputs_cases_sizes  # noqa: E402
 from bad_inputs_cases import Case  # noqa: E402
-from bad_inputs_fixtures import make_fixtures  # noqa: E402
 from bad_inputs_http import HTTP_CASES, HttpCase, Servers  # noqa: E402
 
 CASES = [
@@ -221,7 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     fixtures = Path(args.fixtures) if args.fixtures else scratch / "fixtures"
     if not (fixtures / "llama.gguf").is_file():
         print(f"building the fixtures in {fixtures} ...", file=sys.stderr, flush=True)
-        make_fixtures(fixtures)
+        # In a process of its own: training them starts OpenMP's threads, and a child forked from a process whose
+        # threads are running hangs in its first parallel operation (the translator cases did).
+        build = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bad_inputs_fixtures as f; "
+        subprocess.run([sys.executable, "-c", build + f"f.make_fixtures(f.Path({str(fixtures)!r}))"], check=True)
     for path in fixtures.rglob("*"):
         path.chmod(path.stat().st_mode | 0o755 if path.is_dir() else path.stat().st_mode | 0o644)
     fixtures.chmod(0o755)
