@@ -88,6 +88,9 @@ def drop_root_reads() -> None:
     libc.capset(ctypes.byref(header), data)
 
 
+_child_threads = [1]  # the threads each forked child uses (main() sets it)
+
+
 def _child(case: Case, paths: dict, work: Path) -> None:
     """In the forked child: run the case with stdout/stderr into files, write its result, exit."""
     out, err = os.open(work / "stdout", os.O_WRONLY | os.O_CREAT), os.open(work / "stderr", os.O_WRONLY | os.O_CREAT)
@@ -95,6 +98,9 @@ def _child(case: Case, paths: dict, work: Path) -> None:
     os.dup2(out, 1), os.dup2(err, 2), os.dup2(stdin, 0)
     sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115  (strict, as a real terminal's stdin)
     os.chdir(work / "cwd")
+    import torch
+
+    torch.set_num_threads(_child_threads[0])
     result: dict = {"code": 0}
     try:
         if case.user:
@@ -214,8 +220,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{case.surface:6} {case.expect:6} {case.name}")
         print(len(cases), "cases")
         return 0
+    import torch
+
     import qkv
 
+    # The parent runs the cases' setups (quantize, spoil a copy) and forks a child per case. A child forked after
+    # OpenMP's threads started in the parent hangs in its first parallel operation, so the parent keeps to one
+    # thread (no team is ever made) and each child gets the machine's threads back.
+    _child_threads[0] = torch.get_num_threads()
+    torch.set_num_threads(1)
     scratch = Path(tempfile.mkdtemp(prefix="qkv-bad-inputs-"))
     os.chmod(scratch, 0o777)
     fixtures = Path(args.fixtures) if args.fixtures else scratch / "fixtures"
