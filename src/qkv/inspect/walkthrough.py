@@ -25,6 +25,7 @@ that fits them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -128,8 +129,7 @@ def walkthrough(bundle: ModelBundle, text: str, *, top: int = 5, vocab: bool = F
     family_of(bundle.model).require_role(LANGUAGE_MODEL, "the walk-through")  # one text, one stack, W_U
     if top < 1:
         raise QkvError(f"--top {top} must be at least 1")
-    model, config = bundle.model, bundle.config
-    assert isinstance(config, BaseConfig)  # a language model is a Transformer's kind
+    model, config = bundle.model, cast(BaseConfig, bundle.config)  # a language model's: the require_role above
     stream = output_stream(model, what="the walk-through")
     traced = trace(bundle, text)
     acts = traced.acts

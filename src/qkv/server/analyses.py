@@ -50,7 +50,8 @@ def check_view_size(bundle: ModelBundle, n_tokens: int, what: str) -> None:
     """413 when a language model's attention maps for ``n_tokens`` tokens, layers x heads x T^2 weights, would be
     more than :data:`MAX_WEIGHTS` (SmolLM2's 30 x 9 heads over 1,000 tokens are 270 million: gigabytes of JSON a
     browser cannot take). A translator's maps are smaller models' and pass."""
-    if family_of(bundle.model).two_vocabularies or not hasattr(bundle.config, "n_layers"):
+    family = family_of(bundle.model)
+    if family.two_vocabularies or not family.has("self-attention heads"):
         return
     config = cast(DecoderConfig, bundle.config)
     heads = config.n_layers * config.n_heads
