@@ -92,7 +92,7 @@ def rounded(x: torch.Tensor) -> torch.Tensor:
 
 class Reference(nn.Module):
     """A quantized layer's arithmetic in float64: its dequantized weights, and x rounded where the C step rounds it
-    (int8 activations; int4 rounds x for s q and keeps it for the minimums m)."""
+    (int8 activations, and int4: its weights s q + m times the rounded x, as llama.cpp's Q4_1 x Q8_1 product)."""
 
     def __init__(self, layer: nn.Module) -> None:
         super().__init__()
@@ -100,11 +100,8 @@ class Reference(nn.Module):
         self.bias = None if layer.bias is None else layer.bias.double()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if isinstance(self.layer, Int4Linear):
-            m = self.layer.weight_min.double().repeat_interleave(self.layer.group_size, dim=1)
-            y = rounded(x) @ (self.weight - m).T + x @ m.T
-        else:
-            y = (rounded(x) if self.layer.activations == "int8" else x) @ self.weight.T
+        rounds = isinstance(self.layer, Int4Linear) or self.layer.activations == "int8"
+        y = (rounded(x) if rounds else x) @ self.weight.T
         return y if self.bias is None else y + self.bias
 
 
