@@ -225,3 +225,26 @@ def test_bad_input_is_one_line() -> None:
         Int4Linear.from_float(torch.full((8, 32), 1e5))
     with pytest.raises(QkvError, match="NaN or infinite"):
         Int4Linear.from_float(torch.full((8, 32), float("nan")))
+
+
+def test_int8_activations_multiply_x_rounded_in_blocks_of_32(monkeypatch) -> None:
+    """W4A8: the layer rounds x to int8 in blocks of 32 before its product (the C step's arithmetic), and the
+    rounding changes the numbers, so it is not skipped."""
+    from qkv.quantization.activation_blocks import round_blocks
+
+    torch.manual_seed(2)
+    layer = Int4Linear.from_float(torch.randn(48, 64) * 0.05, torch.randn(48))
+    x = torch.randn(3, 64) * torch.rand(64) * 4
+    with torch.no_grad():
+        weight_only = layer(x)
+        layer.activations = "int8"
+        rounded = layer(x)
+        layer.activations = "float"
+        assert torch.equal(rounded, layer(round_blocks(x)))
+    grid = kernel_grid(layer)
+    bound = BF16_UNIT * F.linear(round_blocks(x).double().abs(), grid.abs() + reference_bias_free(layer).abs()) + 1e-5
+    assert bool(((rounded.double() - reference(round_blocks(x), layer)).abs() <= 2 * bound).all())
+    assert (rounded - weight_only).abs().max() > 1e-3
+    layer.activations = "int8"
+    stacked = Int4Linear.cat([layer, layer])
+    assert stacked.activations == "int8" and "int8 activations" in repr(stacked)

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from qkv.layers.blocks import DecoderBlock
     from qkv.models.gpt import GPT
 
-MAT_F32, MAT_I8, MAT_I8A8, MAT_I4 = 0, 1, 2, 3
+MAT_F32, MAT_I8, MAT_I8A8, MAT_I4, MAT_I4F = 0, 1, 2, 3, 4
 NORM_NONE, NORM_RMS, NORM_LAYER = 0, 1, 2
 BLOCK = 32  # values of x rounded to int8 with one scale (int8 activations, int4 products)
 ACTIVATIONS = {"relu": 0, "gelu": 1, "gelu_tanh": 2, "silu": 3, "relu2": 4}
@@ -169,7 +169,8 @@ class NativeStep:
         if type(module) is Int4Linear:
             n, k = module.out_features, module.in_features
             s, m = self._ptr(module.weight_scale, torch.float16), self._ptr(module.weight_min, torch.float16)
-            return Mat(MAT_I4, n, k, module.group_size, self._ptr(module.qweight, torch.uint8), None, s, m, bias)
+            kind = MAT_I4 if module.activations == "int8" else MAT_I4F
+            return Mat(kind, n, k, module.group_size, self._ptr(module.qweight, torch.uint8), None, s, m, bias)
         raise Unsupported(f"a {type(module).__name__} layer (the native step multiplies float32, int8 and int4 ones)")
 
     def _norm(self, module: nn.Module) -> Norm:

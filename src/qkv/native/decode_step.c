@@ -91,12 +91,14 @@ static void activate_rows(int act, const float *g, float *f, int B, int64_t ff, 
 #undef ACTIVATE
 }
 
-static int rounds_x(const Mat *m) { return m && m->n > 0 && (m->kind == MAT_I8A8 || m->kind == MAT_I4); }
+/* Whether a product reads its input prepared (prepare_input): rounded to int8, or reordered as MAT_I4F's. */
+static int rounds_x(const Mat *m) { return m && m->n > 0 && (m->kind == MAT_I8A8 || m->kind == MAT_I4 || m->kind == MAT_I4F); }
 
 /* The input from vector b0 on. */
 static Input from(const Input *in, int b0) {
     Input part = *in;
     part.x += b0 * in->ldx, part.absq += b0 * in->stride, part.swapped += b0 * in->stride;
+    part.fswapped += b0 * in->stride;
     part.signs += b0 * (in->stride / 64), part.scales += b0 * (in->stride / 64 * LANES);
     part.sums += b0 * (in->stride / BLOCK);
     return part;
@@ -133,13 +135,15 @@ static void norm_rows(const Norm *n, const float *x, const int64_t *rows, Input 
 /* The prepared input's arrays for B vectors of up to kmax values: their bytes, and the Input over them. */
 static size_t input_bytes(int B, int64_t kmax) {
     int64_t stride = (kmax + 63) / 64 * 64;
-    return (size_t)B * (2 * stride + stride / 64 * (sizeof(uint64_t) + LANES * sizeof(float)) + stride / BLOCK * sizeof(float));
+    return (size_t)B * (2 * stride + stride * sizeof(float) + stride / 64 * (sizeof(uint64_t) + LANES * sizeof(float)) +
+                        stride / BLOCK * sizeof(float));
 }
 
 static Input input_at(void *memory, int B, int64_t kmax) {
     int64_t stride = (kmax + 63) / 64 * 64;
     Input in = {.stride = stride};
     float *f = memory;
+    in.fswapped = f, f += B * stride;
     in.scales = f, f += B * (stride / 64 * LANES);
     in.sums = f, f += B * (stride / BLOCK);
     in.signs = (uint64_t *)f;

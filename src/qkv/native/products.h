@@ -1,7 +1,7 @@
 /* Matrix products y = W x + b for B input vectors (B <= MAX_ROWS) over one thread's slice of W's rows.
 
    Decoding reads every weight once per step to do 2 B flops with it, so these loops stream W once, from the
-   first row of the slice to the last, and use each weight loaded for all B vectors. Four kinds of matrix
+   first row of the slice to the last, and use each weight loaded for all B vectors. Five kinds of matrix
    (struct Mat, kind):
 
      MAT_F32   float32 W (n, k)                                     y = W x
@@ -10,8 +10,9 @@
      MAT_I4    4-bit levels (n, k / 2 bytes: column 2j in the low    y = sum_c s_c d_c (Q_c xq_c)
                nibble of byte j, 2j + 1 in the high one), float16       + sum_c m_c d_c sum(xq_c)
                scale s and minimum m per group of `group` columns
+     MAT_I4F   the same                                             y = sum_j (s q_j + m) x_j      x in float32
 
-   The last two round x to int8 in blocks c of 32 values, xq_c = round(x_c / d_c) with d_c = max|x_c| / 127,
+   MAT_I8A8 and MAT_I4 round x to int8 in blocks c of 32 values, xq_c = round(x_c / d_c) with d_c = max|x_c| / 127,
    as llama.cpp's Q8 products do: a block's rounding error is at most d_c / 2, so one large activation
    (small models have a few, in fixed channels) spoils only its own block. The integer dot products of a
    block are exact (AVX-512 VNNI, 64 byte products per instruction); each block's sum is then scaled in
@@ -48,7 +49,7 @@
 
 typedef float vf __attribute__((vector_size(64)));
 
-enum { MAT_F32 = 0, MAT_I8 = 1, MAT_I8A8 = 2, MAT_I4 = 3 };
+enum { MAT_F32 = 0, MAT_I8 = 1, MAT_I8A8 = 2, MAT_I4 = 3, MAT_I4F = 4 };
 
 typedef struct {
     int32_t kind, n, k, group;
@@ -66,6 +67,7 @@ typedef struct {            /* B vectors of k <= kmax values, in every form a pr
     uint8_t *absq;          /* (B, stride) |xq| in column order (MAT_I8A8) */
     uint64_t *signs;        /* (B, stride / 64) bit j: xq_j < 0 */
     int8_t *swapped;        /* (B, stride) xq, each block's even columns, then its odd ones (MAT_I4) */
+    float *fswapped;        /* (B, stride) x in the same order, unrounded (MAT_I4F) */
     float *scales;          /* (B, stride / 64 * 16) per 64 columns: d of the first block x8, the second x8 */
     float *sums;            /* (B, stride / 32) d_c sum(xq_c) of each block */
 } Input;
@@ -106,6 +108,7 @@ static inline int32_t round_block(const Input *in, int b, int64_t c, const float
     int64_t at = c * BLOCK;
     uint8_t *absq = in->absq + b * in->stride + at;
     int8_t *swapped = in->swapped + b * in->stride + at;
+    float *fswapped = in->fswapped + b * in->stride + at;
     uint64_t *signs = in->signs + b * (in->stride / 64) + at / 64;
 #if defined(__AVX512BW__)
     __m512i lo = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xc), _mm512_set1_ps(inv)));  /* nearest, ties even */
@@ -119,6 +122,9 @@ static inline int32_t round_block(const Input *in, int b, int64_t c, const float
     const __m512i odds = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
     _mm_storeu_si128((__m128i *)swapped, _mm512_cvtepi32_epi8(_mm512_permutex2var_epi32(lo, evens, hi)));
     _mm_storeu_si128((__m128i *)(swapped + LANES), _mm512_cvtepi32_epi8(_mm512_permutex2var_epi32(lo, odds, hi)));
+    __m512 x0 = _mm512_loadu_ps(xc), x1 = _mm512_loadu_ps(xc + LANES);
+    _mm512_storeu_ps(fswapped, _mm512_permutex2var_ps(x0, evens, x1));
+    _mm512_storeu_ps(fswapped + LANES, _mm512_permutex2var_ps(x0, odds, x1));
     return _mm512_reduce_add_epi32(_mm512_add_epi32(lo, hi));
 #else
     int32_t total = 0;
@@ -129,6 +135,7 @@ static inline int32_t round_block(const Input *in, int b, int64_t c, const float
         if (q < 0) *signs |= 1ull << ((at + j) % 64);
         else *signs &= ~(1ull << ((at + j) % 64));
         swapped[(j % 2) * (BLOCK / 2) + j / 2] = (int8_t)q;
+        fswapped[(j % 2) * (BLOCK / 2) + j / 2] = xc[j];
     }
     return total;
 #endif
@@ -300,6 +307,60 @@ INLINE void row_i4(const uint8_t *w, const uint16_t *s16, const uint16_t *m16, i
     }
 }
 
+/* MAT_I4F: the same 4-bit rows times float32 x, y = sum_j (s q_j + m) x_j, the dequantized matrix's numbers (an
+   int4 file's own float32 model's) up to the order of the sums: x is not rounded. Per block, the 16 values a level
+   stands for, s l + m for l = 0..15, make one vector (a table); each byte's two nibbles, widened to 32 bits, pick
+   their weights from it (vpermps reads an index's low four bits: the low nibble as it is, the high one shifted
+   down), 16 even columns and 16 odd ones, which multiply x in the same order (Input.fswapped). */
+INLINE void row_i4f(const uint8_t *w, const uint16_t *s16, const uint16_t *m16, int64_t k, int shift,
+                    const Input *in, int B, float *out) {
+    const int64_t blocks = k / BLOCK;
+#if defined(__AVX512BW__)
+    __m512 acc0[MAX_ROWS], acc1[MAX_ROWS];
+    for (int b = 0; b < B; b++) acc0[b] = acc1[b] = _mm512_setzero_ps();
+    const __m512 iota = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    for (int64_t c0 = 0; c0 < blocks; c0 += LANES) {  /* the scales and minimums of 16 blocks widened at once */
+        const int count = blocks - c0 < LANES ? (int)(blocks - c0) : LANES;
+        __m512 ss = _mm512_setzero_ps(), ms = _mm512_setzero_ps();
+        if (shift == 0) {
+            __mmask16 some = (__mmask16)((1u << count) - 1);
+            ss = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(some, s16 + c0));
+            ms = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(some, m16 + c0));
+        }
+        for (int i = 0; i < count; i++) {
+            const int64_t c = c0 + i;
+            __builtin_prefetch(w + c * 16 + PREFETCH_ROWS * k / 2, 0, 1);
+            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + c * 16)));
+            __m512i lane = _mm512_set1_epi32(i);
+            __m512 s = shift ? _mm512_set1_ps(half_to_float(s16[c >> shift])) : _mm512_permutexvar_ps(lane, ss);
+            __m512 m = shift ? _mm512_set1_ps(half_to_float(m16[c >> shift])) : _mm512_permutexvar_ps(lane, ms);
+            __m512 table = _mm512_fmadd_ps(iota, s, m);
+            __m512 even = _mm512_permutexvar_ps(v, table), odd = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
+            for (int b = 0; b < B; b++) {
+                const float *x = in->fswapped + b * in->stride + c * BLOCK;
+                acc0[b] = _mm512_fmadd_ps(even, _mm512_loadu_ps(x), acc0[b]);
+                acc1[b] = _mm512_fmadd_ps(odd, _mm512_loadu_ps(x + LANES), acc1[b]);
+            }
+        }
+    }
+    for (int b = 0; b < B; b++) out[b] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[b], acc1[b]));
+#else
+    for (int b = 0; b < B; b++) {
+        const float *x = in->fswapped + b * in->stride;
+        float total = 0.0f;
+        for (int64_t c = 0; c < blocks; c++) {
+            float s = half_to_float(s16[c >> shift]), m = half_to_float(m16[c >> shift]);
+            for (int j = 0; j < BLOCK / 2; j++) {
+                uint8_t byte = w[c * 16 + j];
+                total += (s * (float)(byte & 15) + m) * x[c * BLOCK + j];
+                total += (s * (float)(byte >> 4) + m) * x[c * BLOCK + BLOCK / 2 + j];
+            }
+        }
+        out[b] = total;
+    }
+#endif
+}
+
 /* ------------------------------------------------------------------------------------- a slice of rows */
 
 /* y[b * ldy + i] = (or +=, with add) row i of W x + b, for vector b < B. */
@@ -329,6 +390,10 @@ INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t
         case MAT_I8A8:
             row_i8a8((const int8_t *)m->w + i * k, k, in, B, out);
             for (int b = 0; b < B; b++) out[b] *= m->scale[i];
+            break;
+        case MAT_I4F:
+            row_i4f((const uint8_t *)m->w + i * (k / 2), m->s16 + i * groups, m->m16 + i * groups, k, shift, in, B,
+                    out);
             break;
         default:
             row_i4((const uint8_t *)m->w + i * (k / 2), m->s16 + i * groups, m->m16 + i * groups, k, shift, in, B,

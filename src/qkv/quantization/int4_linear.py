@@ -28,6 +28,13 @@ is widened to bfloat16 a slice of rows at a time and multiplied by oneDNN's bflo
 bfloat16 instructions; float32 otherwise). Every other device or dtype (CUDA, float64) takes the plain path:
 the dequantized matrix in x's dtype and ``F.linear`` (:func:`reference_product`), which is also what the
 tests compare the kernel with. bench/int4_linear.py measures the paths.
+
+**Activations.** By default x stays in floating point (weight-only int4), and the C decode step
+(:mod:`qkv.native`) multiplies it by the dequantized weights s Q + m as they are. A layer whose ``activations`` is
+``"int8"`` (:func:`~qkv.quantization.set_activations`) first rounds x to int8 in blocks of 32
+(:mod:`qkv.quantization.activation_blocks`), as llama.cpp's Q4 x Q8 products do: the C step then multiplies
+integer levels by integer levels (AVX-512 VNNI), faster, at the price of x's rounding error (SmolLM2's Q4_1
+file agrees with its float32 numbers on fewer next tokens: docs/generation.md has the figures).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from torch import Tensor, nn
 
 from qkv.errors import QkvError
 from qkv.layers.fused import ConcatenatedProjections, fuse_linears
+from qkv.quantization.activation_blocks import round_blocks
 from qkv.quantization.gguf_blocks import q4_groups
 
 LEVELS = 15  # the top level: 4 bits, 0..15
@@ -191,6 +199,8 @@ class Int4Linear(nn.Module):
     gradient, like :class:`~qkv.quantization.int8_linear.Int8Linear`'s, and never trained.
     """
 
+    activations = "float"  # or "int8": x rounded to int8 in blocks of 32 first (W4A8); set_activations sets it
+
     def __init__(self, in_features: int, out_features: int, bias: bool = True, group_size: int = GROUP_SIZE) -> None:
         super().__init__()
         check_group_size(group_size, in_features)
@@ -242,6 +252,7 @@ class Int4Linear(nn.Module):
             raise ValueError("stacked int4 layers need one input width, one group size and all or none with a bias")
         n_out = sum(m.out_features for m in layers)
         stacked = cls(first.in_features, n_out, bias=first.bias is not None, group_size=first.group_size)
+        stacked.activations = first.activations
         stacked.set_groups(
             *(torch.cat([getattr(m, n) for m in layers]) for n in ("qweight", "weight_scale", "weight_min"))
         )
@@ -267,6 +278,8 @@ class Int4Linear(nn.Module):
         return self._packed[1]
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.activations == "int8" and x.numel():  # W4A8: the product of the rounded x (as the C step's)
+            x = round_blocks(x)
         tensors = (self.qweight, self.weight_scale, self.weight_min)
         if x.device.type != "cpu" or x.dtype not in KERNEL_DTYPES or x.numel() == 0 or torch.compiler.is_compiling():
             return reference_product(x, *tensors, self.bias)  # (..., K) -> (..., N)
@@ -277,7 +290,7 @@ class Int4Linear(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-            f"int4, groups of {self.group_size}"
+            f"int4, groups of {self.group_size}{', int8 activations' if self.activations == 'int8' else ''}"
         )
 
 
@@ -285,7 +298,7 @@ class Int4Linear(nn.Module):
 def _fuse_int4(first: Int4Linear, *others: nn.Module) -> nn.Module:
     """W_q, W_k, W_v (or W_g, W_1) as one stacked int4 layer: each row keeps its groups, so the same numbers."""
     modules = (first, *others)
-    if all(type(m) is Int4Linear for m in modules):
+    if all(type(m) is Int4Linear and m.activations == first.activations for m in modules):
         try:
             return Int4Linear.cat(modules)  # type: ignore[arg-type]
         except ValueError:

@@ -166,12 +166,12 @@ def check_group_size_fits(model: nn.Module, scheme: str, group_size: int) -> Non
 
 
 def set_activations(model: nn.Module, activations: str) -> nn.Module:
-    """Make every int8 layer of ``model`` keep its inputs in float ("float", weight-only) or quantize them per
-    vector ("int8"); the weights are untouched. Returns the model."""
+    """Make every int8 and int4 layer of ``model`` keep its inputs in float ("float", weight-only) or round them
+    to int8 too ("int8": W8A8, W4A8); the weights are untouched. Returns the model."""
     if activations not in ACTIVATIONS:
-        raise QkvError(f"activations={activations!r}: choose float (weight-only int8) or int8 (inputs quantized too)")
+        raise QkvError(f"activations={activations!r}: choose float (weight-only) or int8 (inputs quantized too)")
     for module in model.modules():
-        if isinstance(module, Int8Linear):
+        if isinstance(module, (Int8Linear, Int4Linear)):
             module.activations = activations
     model.__dict__.pop("_fast_step", None)  # its stacked W_q/W_k/W_v copies were made in the old mode
     return model

@@ -1,0 +1,33 @@
+"""Activations rounded to int8 in blocks of 32, as the int8-activation products (W8A8, W4A8) round them.
+
+A product whose input x is int8 too (llama.cpp's Q8 vectors, qkv's C decode step for layers with
+``activations = "int8"``) cuts x into blocks c of 32 consecutive values along its last axis and rounds each
+block on its own scale:
+
+    d_c = max_j |x_cj| / 127,    xq_cj = round(x_cj / d_c)  in [-127, 127],    x_cj ~ d_c xq_cj,
+
+so a block's error is at most d_c / 2 per value, and one large activation (small models keep a few in fixed
+channels) coarsens only its own block. :func:`round_blocks` returns d_c xq_c in x's dtype: what a PyTorch path
+multiplies so that its numbers are those of the integer product (up to the order of the sums). Ties go to the
+even level, as the CPU's conversion does, and x is scaled by 127 / max (the C step's form) rather than divided.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+BLOCK = 32  # values per block: llama.cpp's Q8_0 / Q8_1 and the C step's
+LEVEL = 127  # the top level (symmetric int8)
+
+
+def round_blocks(x: Tensor) -> Tensor:
+    """x (..., K), K a multiple of 32, with each block of 32 rounded to int8 levels times its scale."""
+    if x.shape[-1] % BLOCK:
+        raise ValueError(
+            f"int8 activations are rounded in blocks of {BLOCK}: a width of {x.shape[-1]} is not a multiple"
+        )
+    blocks = x.float().reshape(*x.shape[:-1], x.shape[-1] // BLOCK, BLOCK)  # (..., K / 32, 32)
+    top = blocks.abs().amax(-1, keepdim=True)
+    levels = torch.round(blocks * torch.where(top > 0, LEVEL / top, torch.zeros_like(top)))
+    return (levels * (top / LEVEL)).reshape(x.shape).to(x.dtype)

@@ -1,0 +1,45 @@
+"""x rounded to int8 in blocks of 32: the levels are integers within ±127 on each block's own scale, the error is
+at most half a step, and the numbers are the C step's (an int8-activation product by the identity)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from qkv import native
+from qkv.quantization.activation_blocks import round_blocks
+from qkv.quantization.int8_linear import Int8Linear
+
+
+def test_levels_are_integers_on_each_blocks_scale_within_half_a_step() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 96)
+    x[0, 0, 7] = 50.0  # one large value coarsens its own block only
+    ours = round_blocks(x)
+    blocks, rounded = x.view(3, 5, 3, 32), ours.view(3, 5, 3, 32)
+    step = blocks.abs().amax(-1, keepdim=True) / 127
+    levels = rounded / step
+    assert torch.allclose(levels, levels.round(), atol=1e-3) and levels.abs().max() <= 127 + 1e-3
+    assert bool(((rounded - blocks).abs() <= step / 2 + 1e-6).all())
+    assert torch.equal(ours[0, 0, 32:], round_blocks(x[0, 0, 32:]))  # the blocks are independent
+    assert ours.shape == x.shape and ours.dtype == x.dtype
+
+
+def test_zeros_stay_zeros_and_other_widths_are_refused() -> None:
+    assert torch.equal(round_blocks(torch.zeros(2, 64)), torch.zeros(2, 64))
+    assert round_blocks(torch.zeros(0, 32)).shape == (0, 32)
+    with pytest.raises(ValueError, match="multiple"):
+        round_blocks(torch.ones(1, 40))
+
+
+def test_the_c_step_rounds_the_same_numbers() -> None:
+    if native.library() is None:
+        pytest.skip(f"the C kernels are unavailable: {native.unavailable_reason()}")
+    from qkv.decoding.native_step import native_product
+
+    torch.manual_seed(1)
+    x = torch.randn(4, 128) * torch.rand(128) * 5
+    identity = Int8Linear.from_float(torch.eye(128), None)  # q = 127 on the diagonal, s = 1 / 127
+    identity.activations = "int8"
+    theirs = native_product(identity, x)  # the C step's d xq, times 127 / 127
+    assert torch.allclose(theirs, round_blocks(x), rtol=1e-6, atol=1e-7)
