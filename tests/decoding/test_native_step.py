@@ -60,8 +60,8 @@ MODELS = {  # every branch of the C step: norms, feed-forwards, RoPE or learned 
         )
     ),  # fmt: skip
 }
-SCHEMES = ("float32", "int8", "int8 activations", "int4", "int4 activations")
-ROUNDED = ("int8 activations", "int4 activations")  # the schemes that round x to int8
+SCHEMES = ("float32", "int8", "int8 activations", "int8 g32", "int8 activations g32", "int4", "int4 activations")
+ROUNDED = ("int8 activations", "int8 activations g32", "int4 activations")  # the schemes that round x to int8
 
 
 @pytest.fixture(autouse=True)
@@ -78,7 +78,9 @@ def make(name: str, scheme: str) -> nn.Module:
             if param_name.endswith(("norm.weight", "bias")):
                 p.uniform_(0.5, 1.5)
     if scheme != "float32":
-        quantize_model(model, "int4" if scheme.startswith("int4") else "int8")
+        quantize_model(
+            model, "int4" if scheme.startswith("int4") else "int8", group_size=32 if "g32" in scheme else None
+        )
         set_activations(model, "int8" if scheme in ROUNDED else "float")
     return model
 
@@ -114,25 +116,35 @@ def float64_reference(model: nn.Module) -> nn.Module:
     return reference.double()
 
 
+INT8_GROUPS = ["int8 g32", "int8 g64", "int8 g96", "int8 activations g32", "int8 activations g64"]
+GROUPED_WIDTH = {32: 416, 64: 384, 96: 288}  # 13 blocks of 32 (the last pair half empty), 12, and 9 in groups of 3
+
+
 @pytest.mark.parametrize("rows", [1, 3, 8, 11])
 @pytest.mark.parametrize(
     "kind",
-    ["float32", "int8", "int8 activations", "int4 g32", "int4 g128", "int4 g32 activations", "int4 g128 activations"],
-)
+    ["float32", "int8", "int8 activations", *INT8_GROUPS, "int4 g32", "int4 g128", "int4 g32 activations",
+     "int4 g128 activations"],
+)  # fmt: skip
 def test_each_product_computes_the_layers_numbers(kind: str, rows: int) -> None:
     """One product of each kind, against its arithmetic in float64 (rows beyond 8 take a second pass); the
-    widths leave a block of 32 and a row of 16 over, and x has one large value, as small models' do."""
+    widths leave a block of 32 and a row of 16 over, and x has one large value, as small models' do. Int8 with
+    scales per group: columns of different sizes, so that each group's scale differs."""
     torch.manual_seed(0)
-    weight, bias = torch.randn(40, 384), torch.randn(40)
-    x = torch.randn(rows, 384)
+    group = int(kind.split("g")[-1]) if kind.startswith("int8") and " g" in kind else 0
+    width = GROUPED_WIDTH[group] if group else 384
+    weight, bias = torch.randn(40, width), torch.randn(40)
+    if group:
+        weight = weight * torch.rand(width).mul(4).exp()  # scales from 1 to e^4 across the groups
+    x = torch.randn(rows, width)
     x[:, 5] = 40.0
     if kind == "float32":
         layer: nn.Module = nn.Linear(384, 40)
         layer.weight.data, layer.bias.data = weight, bias
         theirs = x.double() @ weight.double().T + bias.double()
     elif kind.startswith("int8"):
-        layer = Int8Linear.from_float(weight, bias)
-        layer.activations = "int8" if kind.endswith("activations") else "float"
+        layer = Int8Linear.from_float(weight, bias, group_size=group)
+        layer.activations = "int8" if "activations" in kind else "float"
         theirs = Reference(layer)(x.double())
     else:
         layer = Int4Linear.from_float(weight, bias, group_size=int(kind.split()[1][1:]))

@@ -1,5 +1,7 @@
 """Weight-only int8 layers: torch's own per-channel quantizer gives the same int8 matrix, and both paths of the
-product (the CPU int8 kernel, the dequantizing one) give F.linear's numbers on the dequantized weights."""
+product (the CPU int8 kernel, the dequantizing one) give F.linear's numbers on the dequantized weights. Layers
+with a scale per group of weights: torch's quantizer on each group as a row, F.linear and autograd on the
+dequantized weights."""
 
 from __future__ import annotations
 
@@ -7,9 +9,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from qkv.errors import QkvError
 from qkv.quantization import int8_linear as int8_module
 from qkv.quantization.int4_linear import bfloat16_gemm
-from qkv.quantization.int8_linear import Int8Linear, dequantize, int8_linear, kernel_applies, quantize_per_channel
+from qkv.quantization.int8_linear import (
+    Int8Linear,
+    dequantize,
+    int8_linear,
+    kernel_applies,
+    quantize_per_channel,
+    quantize_per_group,
+)
 
 
 def reference(x: torch.Tensor, layer: Int8Linear) -> torch.Tensor:
@@ -150,3 +160,100 @@ def test_cuda_takes_the_dequantizing_path() -> None:
     x = torch.randn(1, 128, device="cuda")
     assert not kernel_applies(x, layer.qweight)
     torch.testing.assert_close(layer(x).double().cpu(), reference(x.cpu(), layer.cpu()), atol=1e-4, rtol=1e-4)
+
+
+# ------------------------------------------------------------------------------------- scales per group of weights
+
+
+def grouped_weight(n_out: int, n_in: int) -> torch.Tensor:
+    """Columns of very different sizes, so that the groups of a row get very different scales."""
+    return torch.randn(n_out, n_in) * torch.rand(n_in).mul(4).exp()
+
+
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
+@pytest.mark.parametrize("group", [32, 64, 96])
+def test_groups_are_torchs_per_channel_quantizer_on_each_group_as_a_row(group) -> None:
+    weight = grouped_weight(12, 192)
+    weight[3, :group] = 0  # a group of zeros: scale 1, levels 0
+    q, scale = quantize_per_group(weight, group)
+    assert q.dtype == torch.int8 and scale.shape == (12, 192 // group) and scale[3, 0] == 1 and not q[3, :group].any()
+    rows = weight.reshape(-1, group)  # (N K / g, g): each group a row
+    theirs = torch.quantize_per_channel(rows, scale.reshape(-1).double(), torch.zeros(rows.shape[0]).long(), 0,
+                                        torch.qint8)  # fmt: skip
+    assert torch.equal(q, theirs.int_repr().reshape(12, 192))
+    torch.testing.assert_close(dequantize(q, scale), theirs.dequantize().reshape(12, 192), atol=0, rtol=0)
+    per_group = scale.repeat_interleave(group, dim=1)  # (N, K): each weight's scale
+    assert bool(((dequantize(q, scale) - weight).abs() <= per_group / 2 * (1 + 1e-6)).all())
+
+
+@pytest.mark.parametrize("leading", [(1,), (3,), (2, 20)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_grouped_layer_is_f_linear_on_its_dequantized_weights_and_never_the_row_kernel(monkeypatch, leading, bias):
+    calls = spy_kernel(monkeypatch)
+    torch.manual_seed(0)
+    layer = Int8Linear.from_float(grouped_weight(40, 128), torch.randn(40) if bias else None, group_size=32)
+    assert layer.group_size == 32 and layer.weight_scale.shape == (40, 4)
+    x = torch.randn(*leading, 128)
+    with torch.no_grad():
+        out = layer(x)
+    assert out.shape == (*leading, 40) and calls == []
+    theirs = reference(x, layer)
+    assert (out.double() - theirs).abs().max() <= 1e-5 * theirs.abs().max()
+
+
+def test_a_grouped_layer_in_slices_and_in_bfloat16(monkeypatch) -> None:
+    layer = Int8Linear.from_float(grouped_weight(40, 64), torch.randn(40), group_size=32)
+    x = torch.randn(3, 64)
+    whole = layer(x).detach()
+    monkeypatch.setattr(int8_module, "DEQUANTIZE_SLICE", 64 * 7)  # 7 rows at a time: 6 slices
+    torch.testing.assert_close(layer(x), whole, atol=1e-5 * float(whole.abs().max()), rtol=0)  # BLAS's sum order
+    torch.testing.assert_close(layer.to(torch.bfloat16)(x.bfloat16()).float(), whole, atol=0.5, rtol=2e-2)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_the_backward_of_a_grouped_layer_is_autograds_through_the_dequantized_matrix(monkeypatch, bias) -> None:
+    monkeypatch.setattr(int8_module, "DEQUANTIZE_SLICE", 64 * 5)  # several slices of rows
+    layer = Int8Linear.from_float(grouped_weight(24, 64), torch.randn(24) if bias else None, group_size=32)
+    x = torch.randn(2, 5, 64, requires_grad=True)
+    grad = torch.randn(2, 5, 24)
+    layer(x).backward(grad)
+    x64 = x.detach().double().requires_grad_()
+    bias64 = None if layer.bias is None else layer.bias.detach().double().requires_grad_()
+    F.linear(x64, layer.weight.double(), bias64).backward(grad.double())
+    torch.testing.assert_close(x.grad.double(), x64.grad, atol=1e-4, rtol=1e-5)
+    if bias:
+        torch.testing.assert_close(layer.bias.grad.double(), bias64.grad, atol=1e-5, rtol=1e-6)
+    assert layer.qweight.grad is None and layer.weight_scale.grad is None
+
+
+def test_stacked_grouped_layers_give_the_parts_and_refuse_other_group_sizes() -> None:
+    parts = [Int8Linear.from_float(grouped_weight(n, 64), torch.randn(n), group_size=32) for n in (32, 16, 8)]
+    stacked = Int8Linear.cat(parts)
+    assert stacked.group_size == 32 and stacked.weight_scale.shape == (56, 2)
+    for x in (torch.randn(1, 64), torch.randn(2, 12, 64)):
+        theirs = torch.cat([p(x) for p in parts], dim=-1)
+        torch.testing.assert_close(stacked(x), theirs, atol=1e-5 * float(theirs.abs().max()), rtol=0)
+    for other in (Int8Linear.from_float(torch.randn(8, 64), torch.randn(8)), Int8Linear.from_float(
+            torch.randn(8, 64), torch.randn(8), group_size=64)):  # fmt: skip
+        with pytest.raises(ValueError, match="one group size"):
+            Int8Linear.cat([parts[0], other])
+
+
+def test_group_size_zero_is_a_scale_per_row_and_bad_sizes_are_refused() -> None:
+    weight = torch.randn(8, 64)
+    per_row = Int8Linear.from_float(weight, group_size=0)
+    q, scale = quantize_per_channel(weight)
+    assert per_row.group_size == 0 and torch.equal(per_row.qweight, q) and torch.equal(per_row.weight_scale, scale)
+    assert "groups" not in repr(per_row) and "groups of 32" in repr(Int8Linear(64, 8, group_size=32))
+    for bad in (48, 16, -32):
+        with pytest.raises(QkvError, match="multiple of 32"):
+            Int8Linear(64, 8, group_size=bad)
+    with pytest.raises(QkvError, match="96 inputs, not a multiple of the int8 group size 64: use --group-size 32"):
+        Int8Linear(96, 8, group_size=64)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_grouped_layers() -> None:
+    layer = Int8Linear.from_float(grouped_weight(64, 128), torch.randn(64), group_size=32).cuda()
+    x = torch.randn(3, 128, device="cuda")
+    torch.testing.assert_close(layer(x).double().cpu(), reference(x.cpu(), layer.cpu()), atol=1e-3, rtol=1e-4)

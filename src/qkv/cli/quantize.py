@@ -1,5 +1,6 @@
 """Save a copy of a model with int8 or int4 weights. --bits 8 (the default): every linear layer and the
-unembedding quantized to int8 with one scale per output channel. --bits 4: the linear layers to int4 in groups
+unembedding quantized to int8 with one scale per output channel, or with --group-size G one per G weights of a
+row (32: GGUF's Q8_0, less rounding error). --bits 4: the linear layers to int4 in groups
 of --group-size weights with a scale and a minimum each (the unembedding int8). Weight-only by default: the
 activations stay float (--activations int8 quantizes each input vector too: W8A8). The copy is an ordinary model
 folder plus quantization.json: generate, translate, embed, eval and serve load it without the original, with
@@ -14,7 +15,6 @@ from qkv.cli.common import add_device_arguments, add_model_argument, model_path,
 from qkv.cli.options import add_alias
 from qkv.errors import QkvError
 from qkv.loading import load
-from qkv.quantization.int4_linear import GROUP_SIZE
 from qkv.quantization.int8_linear import ACTIVATIONS
 
 
@@ -26,16 +26,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--bits",
         type=_bits,
         default=8,
-        help="8 (default): int8, a scale per output channel; 4: int4, groups of --group-size weights with a scale "
-        "and a minimum each (the unembedding stays int8)",
+        help="8 (default): int8, a scale per output channel (or per --group-size weights); 4: int4, groups of "
+        "--group-size weights with a scale and a minimum each (the unembedding stays int8)",
     )
     parser.add_argument(
         "--group-size",
         type=int,
-        default=GROUP_SIZE,
+        default=None,
         metavar="G",
-        help="--bits 4: weights per group, 32 (default, GGUF's Q4 block), 64, 128 or 256; it must divide every "
-        "layer's input width",
+        help="weights per scale along each row. --bits 4: 32 (default, GGUF's Q4 block), 64, 128 or 256. --bits 8: "
+        "default one scale per output row; a multiple of 32 (32 is GGUF's Q8_0) for a scale per group, less "
+        "rounding error. It must divide every layer's input width",
     )
     add_alias(parser, "--scheme", of="--bits", dest="bits", type=_bits)  # the older spelling: int8 or int4
     parser.add_argument(
@@ -64,15 +65,13 @@ def _bits(text: str) -> int | str:
 def run(args: argparse.Namespace) -> int:
     from qkv.io import read_text
     from qkv.quantization import weight_bytes
-    from qkv.quantization.int4_linear import check_group_size
-    from qkv.quantization.model import scheme_for_bits
+    from qkv.quantization.model import group_sizes, scheme_for_bits
     from qkv.quantization.save import save_quantized
 
     if isinstance(args.bits, str):
         raise QkvError(f"{args.bits!r} is not a quantization scheme: use --bits 8 (int8) or --bits 4 (int4)")
     scheme = scheme_for_bits(args.bits)
-    if scheme == "int4":
-        check_group_size(args.group_size)  # the value itself, before loading the model
+    group_sizes(scheme, args.group_size)  # the value itself, before loading the model
     calibration_text = None if args.calibrate is None else read_text(args.calibrate, what="calibration text")
     bundle = load(model_path(args), device=use_device(args))
     note_unknown(bundle.tokenizer, calibration_text or "", what="the calibration text")
@@ -86,8 +85,9 @@ def run(args: argparse.Namespace) -> int:
         group_size=args.group_size,
     )
     after = weight_bytes(bundle.model)
+    groups = f" in groups of {args.group_size}" if scheme == "int8" and args.group_size else ""
     print(
-        f"qkv quantize: wrote {out} ({scheme} weights: {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB, "
+        f"qkv quantize: wrote {out} ({scheme} weights{groups}: {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB, "
         f"{before / after:.1f}x smaller{', int8 activations' if args.activations == 'int8' else ''})",
         file=sys.stderr,
     )

@@ -10,10 +10,11 @@ parallel region; only the embedding lookup stays here (a table lookup, whatever 
 model's own tensors, kept alive by the :class:`NativeStep`), or says why it cannot:
 
 - each matrix is one of float32 (``nn.Linear``, :class:`~qkv.layers.linear.Linear`, the unembedding), int8
-  (:class:`~qkv.quantization.int8_linear.Int8Linear`: weight-only, or with int8 activations, computed with VNNI
-  where the CPU has it) or int4 (:class:`~qkv.quantization.int4_linear.Int4Linear`, groups of 32 to 256); the
-  products keep x in float32 except for int8 activations, so int8 and int4 come out at least as exact as
-  PyTorch's kernels (which round x to bfloat16);
+  (:class:`~qkv.quantization.int8_linear.Int8Linear`, a scale per row or per group of 32 or more columns:
+  weight-only, or with int8 activations, computed with VNNI where the CPU has it) or int4
+  (:class:`~qkv.quantization.int4_linear.Int4Linear`, groups of 32 to 256); the products keep x in float32
+  except for int8 activations, so int8 and int4 come out at least as exact as PyTorch's kernels (which round x
+  to bfloat16);
 - the blocks are pre-LN (RMSNorm or LayerNorm), self-attention only, with or without RoPE, biases, grouped
   keys and values, or a sliding window; the feed-forward plain or gated with one of qkv's activations;
 - the model is float32 on the CPU.
@@ -163,9 +164,14 @@ class NativeStep:
             return Mat(MAT_F32, n, k, 0, self._ptr(weight, f32), None, None, None, bias)
         if type(module) is Int8Linear:
             n, k = module.qweight.shape
+            group = module.group_size  # 0: a scale per row (n,); else per group of columns (n, k / group)
+            if group and (group % BLOCK or k % group or module.weight_scale.shape != (n, k // group)):
+                raise Unsupported(f"an int8 layer of {k} inputs with scales {tuple(module.weight_scale.shape)} in "
+                                  f"groups of {group} (the native step takes groups of a multiple of {BLOCK} dividing "
+                                  "the inputs)")  # fmt: skip
             q, scale = self._ptr(module.qweight, torch.int8), self._ptr(module.weight_scale, f32)
             kind = MAT_I8A8 if module.activations == "int8" and k % BLOCK == 0 else MAT_I8
-            return Mat(kind, n, k, 0, q, scale, None, None, bias)
+            return Mat(kind, n, k, group, q, scale, None, None, bias)
         if type(module) is Int4Linear:
             n, k = module.out_features, module.in_features
             s, m = self._ptr(module.weight_scale, torch.float16), self._ptr(module.weight_min, torch.float16)

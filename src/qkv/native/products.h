@@ -7,6 +7,9 @@
      MAT_F32   float32 W (n, k)                                     y = W x
      MAT_I8    int8 Q (n, k), float32 scale s (n,)                  y = s (Q x)                    x in float32
      MAT_I8A8  the same Q and s                                     y = s sum_c d_c (Q_c xq_c)     x in int8 blocks
+     (either, group > 0: s float32 (n, k / group), a scale per group of `group` columns (a multiple of 32):
+      MAT_I8 y = sum_j (s_j//group Q_j) x_j, each 16 weights scaled before their FMAs; MAT_I8A8
+      y = sum_c s_c d_c (Q_c xq_c), s_c the scale of block c's group)
      MAT_I4    4-bit levels (n, k / 2 bytes: column 2j in the low    y = sum_c s_c d_c (Q_c xq_c)
                nibble of byte j, 2j + 1 in the high one), float16       + sum_c m_c d_c sum(xq_c)
                scale s and minimum m per group of `group` columns
@@ -167,17 +170,26 @@ static void prepare_input(Input *in, int b, int64_t k) { prepare_blocks(in, b, k
 
 /* A row w of a float32 (or, with I8, int8) matrix times B vectors: out (B). Two chains of sums per vector (an
    FMA's latency exceeds a load's), in the same order whatever B is: a vector's result never depends on the others
-   (so several tokens of one text in one step get the numbers they would get one step at a time). */
-INLINE void row_float(const void *w, const int I8, int64_t k, const Input *in, int B, float *out) {
+   (so several tokens of one text in one step get the numbers they would get one step at a time). With gs (I8 in
+   groups of `group` columns, a multiple of 32, as k), the row's group scales: each 32 columns (one group) loaded
+   are scaled by theirs before the FMAs; NULL (and group 0) in every other call, which the inlining removes. */
+INLINE void row_float(const void *w, const int I8, int64_t k, const float *gs, int64_t group, const Input *in,
+                      int B, float *out) {
 #define WEIGHTS(j) (I8 ? load_i8((const int8_t *)w + (j)) : load_f((const float *)w + (j)))
-#define WEIGHT(j) (I8 ? (float)((const int8_t *)w)[j] : ((const float *)w)[j])
+#define WEIGHT(j) ((I8 ? (float)((const int8_t *)w)[j] : ((const float *)w)[j]) * (gs ? gs[(j) / group] : 1.0f))
     vf acc0[MAX_ROWS], acc1[MAX_ROWS];
     for (int b = 0; b < B; b++) acc0[b] = acc1[b] = (vf){0};
-    int64_t j = 0;
+    int64_t j = 0, edge = group;  /* gs: the column where the next group starts, and the scale of this one */
+    const float *scale = gs;
     for (; j + 2 * LANES <= k; j += 2 * LANES) {
         __builtin_prefetch((const char *)w + (I8 ? 1 : 4) * (j + PREFETCH_ROWS * k), 0, 1);
         if (!I8) __builtin_prefetch((const float *)w + j + LANES + PREFETCH_ROWS * k, 0, 1);  /* two lines of floats */
         vf a = WEIGHTS(j), c = WEIGHTS(j + LANES);
+        if (gs) {  /* 32 columns, one group: group and k are multiples of 32 */
+            if (j == edge) scale++, edge += group;
+            a *= *scale;
+            c *= *scale;
+        }
         for (int b = 0; b < B; b++) {
             acc0[b] += a * load_f(in->x + b * in->ldx + j);
             acc1[b] += c * load_f(in->x + b * in->ldx + j + LANES);
@@ -185,6 +197,7 @@ INLINE void row_float(const void *w, const int I8, int64_t k, const Input *in, i
     }
     if (j + LANES <= k) {
         vf a = WEIGHTS(j);
+        if (gs) a *= gs[j / group];
         for (int b = 0; b < B; b++) acc0[b] += a * load_f(in->x + b * in->ldx + j);
         j += LANES;
     }
@@ -204,19 +217,32 @@ static inline __m512i load_bytes(const void *p, int64_t left) {
 }
 #endif
 
-INLINE void row_i8a8(const int8_t *w, int64_t k, const Input *in, int B, float *out) {
+/* A row w of int8 weights times B vectors rounded to int8 blocks: out (B). With gs (groups of `group` columns,
+   a multiple of 32), each block's x scale d_c is multiplied by its group's scale s_c; NULL: the caller scales
+   the row's sums by its one scale. */
+INLINE void row_i8a8(const int8_t *w, int64_t k, const float *gs, int64_t group, const Input *in, int B,
+                     float *out) {
 #if HAVE_VNNI
     __m512 acc[MAX_ROWS];
     for (int b = 0; b < B; b++) acc[b] = _mm512_setzero_ps();
+    const float *scale = gs;  /* gs: the scale of column j's group, which ends before column edge */
+    int64_t edge = group;
     for (int64_t j = 0; j < k; j += 64) {
         __builtin_prefetch(w + j + PREFETCH_ROWS * k, 0, 1);
         __m512i wv = load_bytes(w + j, k - j);
+        __m512 s = _mm512_setzero_ps();
+        if (gs) {  /* [s of block c x8, s of block c + 1 x8] (block c + 1 past k: its dots are 0) */
+            while (j >= edge) scale++, edge += group;  /* scale: the group of column j */
+            float next = j + BLOCK < k && j + BLOCK >= edge ? scale[1] : scale[0];
+            s = _mm512_insertf32x8(_mm512_set1_ps(scale[0]), _mm256_set1_ps(next), 1);
+        }
         for (int b = 0; b < B; b++) {
             __mmask64 negative = in->signs[b * (in->stride / 64) + j / 64];
             __m512i signed_w = _mm512_mask_sub_epi8(wv, negative, _mm512_setzero_si512(), wv);
             __m512i x = _mm512_loadu_si512((const void *)(in->absq + b * in->stride + j));
             __m512i dots = _mm512_dpbusd_epi32(_mm512_setzero_si512(), x, signed_w);  /* lanes 0-7, 8-15: a block */
             __m512 d = _mm512_loadu_ps(in->scales + b * (in->stride / 64 * LANES) + j / 64 * LANES);
+            if (gs) d = _mm512_mul_ps(d, s);
             acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots), d, acc[b]);
         }
     }
@@ -233,7 +259,8 @@ INLINE void row_i8a8(const int8_t *w, int64_t k, const Input *in, int B, float *
                 int32_t q = (signs[j / 64] >> (j % 64)) & 1 ? -(int32_t)absq[j] : (int32_t)absq[j];
                 dot += q * (int32_t)w[j];
             }
-            total += (float)dot * scales[(c / 2) * LANES + (c % 2) * (LANES / 2)];
+            float d = scales[(c / 2) * LANES + (c % 2) * (LANES / 2)];
+            total += (float)dot * (gs ? d * gs[c * BLOCK / group] : d);
         }
         out[b] = total;
     }
@@ -381,14 +408,22 @@ INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t
     for (int64_t i = n0; i < n1; i++) {
         switch (m->kind) {
         case MAT_F32:
-            row_float((const float *)m->w + i * k, 0, k, in, B, out);
+            row_float((const float *)m->w + i * k, 0, k, NULL, 0, in, B, out);
             break;
-        case MAT_I8:
-            row_float((const int8_t *)m->w + i * k, 1, k, in, B, out);
+        case MAT_I8:  /* scales per group: inside the row's sums; one per row: after them */
+            if (m->group) {
+                row_float((const int8_t *)m->w + i * k, 1, k, m->scale + i * groups, m->group, in, B, out);
+                break;
+            }
+            row_float((const int8_t *)m->w + i * k, 1, k, NULL, 0, in, B, out);
             for (int b = 0; b < B; b++) out[b] *= m->scale[i];
             break;
         case MAT_I8A8:
-            row_i8a8((const int8_t *)m->w + i * k, k, in, B, out);
+            if (m->group) {
+                row_i8a8((const int8_t *)m->w + i * k, k, m->scale + i * groups, m->group, in, B, out);
+                break;
+            }
+            row_i8a8((const int8_t *)m->w + i * k, k, NULL, 0, in, B, out);
             for (int b = 0; b < B; b++) out[b] *= m->scale[i];
             break;
         case MAT_I4F:

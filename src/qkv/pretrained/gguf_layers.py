@@ -8,13 +8,12 @@ as qkv's quantized layers they keep the file's size and run on qkv's int4 and in
 | --- | --- | --- |
 | Q4_0, Q4_1 | :class:`~qkv.quantization.int4_linear.Int4Linear`, groups of 32 | exactly the file's |
 | Q4_K | the same | the file's levels; each group's scale and minimum rounded to float16 |
-| Q8_0 | :class:`~qkv.quantization.int8_linear.Int8Linear`, a scale per row | the file's, re-rounded per row |
+| Q8_0 | :class:`~qkv.quantization.int8_linear.Int8Linear`, groups of 32 | exactly the file's |
 | F32, F16, BF16, Q5_K, Q6_K | float32 (dequantized) | exactly the file's |
 
-Q5_K and Q6_K hold more than 4 bits, so int4 would lose what they keep; they stay float. Q8_0's scale per 32
-weights becomes one scale per row (torch's int8 kernels take that form), which moves each weight by at most
-half the row's scale (docs/deploy.md measures what that costs on SmolLM2). A token embedding tied to the
-unembedding (SmolLM2's, Q8_0 in its Q4 files) becomes the int8 unembedding and an
+Q5_K and Q6_K hold more than 4 bits, so int4 would lose what they keep; they stay float. Q8_0 keeps its scale
+per 32 weights (an int8 layer with ``group_size`` 32, its float16 scales widened to float32). A token embedding
+tied to the unembedding (SmolLM2's, Q8_0 in its Q4 files) becomes the grouped int8 unembedding and an
 :class:`~qkv.quantization.int8_embedding.Int8TokenEmbedding` reading the same rows, as ``quantize_model`` makes
 it; an untied embedding is only looked up, a row per token, and stays float.
 

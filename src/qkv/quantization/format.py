@@ -16,6 +16,14 @@ at int8 (the unembedding) apart::
 
     {..., "scheme": "int4", "group_size": 32, "modules": [...int4 layers...], "int8_modules": ["unembedding"]}
 
+Int8 layers with a scale per group of weights (``Int8Linear.group_size``, GGUF's Q8_0 for 32) store
+``weight_scale`` as (N, K / g) and add their group size, for the int8 scheme's layers and int4's int8_modules
+alike (one size for all of a model's int8 layers)::
+
+    {..., "scheme": "int8", "int8_group_size": 32, "modules": [...]}
+
+Without ``int8_group_size`` (older folders) the int8 layers have one scale per output row.
+
 :func:`quantization_info` writes it for a quantized model; :func:`apply_quantization` gives a freshly built
 float model the int8 and int4 layers it names, so that their weights load into it without the original model.
 """
@@ -30,6 +38,7 @@ from torch import nn
 from qkv.errors import QkvError
 from qkv.quantization.int4_linear import GROUP_SIZE, Int4Linear
 from qkv.quantization.int8_linear import ACTIVATIONS, Int8Linear
+from qkv.quantization.int8_linear import check_group_size as check_int8_group_size
 from qkv.quantization.model import SCHEMES, _quantize_module, description, set_activations
 
 FORMAT = "qkv-quantized"
@@ -44,14 +53,23 @@ def quantization_info(model: nn.Module) -> dict[str, Any] | None:
         return None
     modes = {module.activations for module in int8.values()}
     scheme, activations = "int4" if int4 else "int8", "int8" if modes == {"int8"} else "float"
-    info = {
+    groups = {module.group_size for module in int8.values()}
+    if len(groups) > 1:
+        raise QkvError(
+            f"the model's int8 layers mix scales per row and per group ({sorted(groups)}), which quantization.json "
+            "cannot describe: quantize it again with one group size"
+        )
+    int8_group_size = groups.pop() if groups else 0
+    info: dict[str, Any] = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
         "scheme": scheme,
-        "description": description(scheme, activations),
+        "description": description(scheme, activations, int8_group_size),
         "activations": activations,
         "modules": list(int4 or int8),
     }
+    if int8_group_size:
+        info["int8_group_size"] = int8_group_size
     if int4:
         sizes = {module.group_size for module in int4.values()}
         if len(sizes) > 1:
@@ -71,13 +89,23 @@ def apply_quantization(model: nn.Module, info: Any, where: str = "quantization.j
         )
     scheme, group_size = info["scheme"], info.get("group_size", GROUP_SIZE)
     int8_modules = info.get("int8_modules", []) if scheme == "int4" else []
+    int8_group_size = info.get("int8_group_size", 0)
     if not isinstance(group_size, int) or not isinstance(int8_modules, list):
         raise QkvError(f"{where} is not a qkv quantization description: restore it, or quantize the run again")
+    try:
+        check_int8_group_size(int8_group_size)
+    except QkvError:
+        raise QkvError(
+            f"{where} says int8_group_size {int8_group_size!r}, which is not a multiple of 32: fix the file, or "
+            "quantize the original run again"
+        ) from None
     layers = [(name, scheme) for name in info["modules"]] + [(name, "int8") for name in int8_modules]
     with torch.no_grad():
         for name, kind in layers:
             try:
-                _quantize_module(model, name, empty=True, scheme=kind, group_size=group_size)
+                _quantize_module(
+                    model, name, empty=True, scheme=kind, group_size=group_size, int8_group_size=int8_group_size
+                )
             except AttributeError:
                 raise QkvError(
                     f"{where} names a layer {name} that the model in config.json does not have: "

@@ -16,10 +16,9 @@ eight groups of 32 with w = (d sc) q - (dmin mn): int4 groups with s = d sc and 
 only s and m are rounded to float16 (d sc needs up to 17 bits), which moves a weight by at most 2^-11 of
 |s| q + |m|, a small part of the half step Q4_K itself rounds to.
 
-Q8_0 has a scale per 32 weights, and torch's int8 CPU kernel one per row; :func:`q8_0_levels` gives the
-blocks as they are, and :meth:`Int8Linear.from_gguf <qkv.quantization.int8_linear.Int8Linear.from_gguf>`
-re-rounds the dequantized rows per channel (absmax / 127), which adds at most half a row scale per weight
-(on SmolLM2-135M's Q8_0 embedding: 1.2% of its norm, at most half the row's largest d per weight; docs/deploy.md).
+Q8_0 has a scale per 32 weights: :func:`q8_0_levels` gives the blocks as they are, and
+:meth:`Int8Linear.from_gguf <qkv.quantization.int8_linear.Int8Linear.from_gguf>` keeps them as an int8 layer
+with groups of 32 (the float16 d widened to float32), so its weights are exactly the file's d q.
 
 ``data`` is the tensor's raw bytes as ``gguf.GGUFReader`` gives them (``tensor.data``: uint8, (N, bytes per
 row)); a reader that permutes rows (Llama's W_q and W_k for rotary halves) can permute ``data``'s rows first.

@@ -15,7 +15,8 @@ rounding so far (optimal brain surgeon on H):
     e = (w_j - s q_j) / U_jj,    w_{j+1..K} -= e U_{j, j+1..K},    U = chol(H^-1) (upper triangular),
 
 with H damped (H + lambda mean(diag H) I) so that it is invertible. The scales stay absmax / 127 per output
-channel, so the format, the kernels and the memory are exactly those of plain int8: only which integer each
+channel (or per group of weights of a row, for grouped int8 layers: column j then rounds on its group's scale),
+so the format, the kernels and the memory are exactly those of plain int8: only which integer each
 weight becomes changes. The columns are processed in blocks whose updates to the later columns are one matrix
 product (the "lazy batch" of the paper).
 
@@ -110,17 +111,21 @@ def _gptq(
 
 @torch.no_grad()
 def gptq_round(weight: Tensor, hessian: Tensor, scale: Tensor, *, damping: float = DAMPING) -> Tensor:
-    """int8 Q (N, K) for ``weight`` (N, K) with per-row ``scale`` (N,), minimising the output error under H (K, K).
+    """int8 Q (N, K) for ``weight`` (N, K) with per-row ``scale`` (N,), or scales per group of g weights
+    (N, K / g), minimising the output error under H (K, K).
 
     Inputs that never vary (a zero diagonal entry of H) carry no information: their weights are rounded to
     nearest, as no error can be moved onto them usefully.
     """
-    s = scale.detach().double()[:, None]  # (N, 1)
+    scales = scale.detach().double()
+    s = scales[:, None] if scales.dim() == 1 else scales  # (N, 1) or (N, K / g)
+    group = weight.shape[1] // s.shape[1]
     q = torch.empty(weight.shape, dtype=torch.float64)
 
     def round_column(j: int, pending: Tensor) -> Tensor:
-        q[:, j : j + 1] = torch.round(pending[:, :1] / s).clamp_(-Q_MAX, Q_MAX)
-        return q[:, j : j + 1] * s
+        step = s[:, j // group : j // group + 1]  # (N, 1): column j's scale
+        q[:, j : j + 1] = torch.round(pending[:, :1] / step).clamp_(-Q_MAX, Q_MAX)
+        return q[:, j : j + 1] * step
 
     _gptq(weight, hessian, damping, BLOCK, round_column)
     return q.to(torch.int8).contiguous()

@@ -2,19 +2,23 @@
 
     from qkv.quantization import quantize_model
     quantize_model(bundle.model, "int8")        # W_q, W_k, W_v, W_o, W_1, W_2 and W_U become Int8Linear
+    quantize_model(bundle.model, "int8", group_size=32)  # the same with a scale per 32 weights (GGUF's Q8_0)
     quantize_model(bundle.model, "int4")        # the same as Int4Linear (groups of 32), W_U as Int8Linear
 
 Each ``nn.Linear`` (qkv's :class:`~qkv.layers.linear.Linear` included) and each
 :class:`~qkv.layers.embedding.Unembedding` is replaced by an :class:`~qkv.quantization.int8_linear.Int8Linear`
-holding its weights as int8 with one scale per output channel. A token embedding tied to the unembedding
+holding its weights as int8 with one scale per output channel, or with ``group_size`` g one per g weights of a
+row (:class:`~qkv.quantization.int8_linear.Int8Linear`'s groups: less error, the dequantizing product). A token
+embedding tied to the unembedding
 (W_U = W_E^T, GPT-2 and the paper) becomes an :class:`~qkv.quantization.int8_embedding.Int8TokenEmbedding`
 that reads its rows from the same int8 matrix, so the tie and its memory saving survive. Everything else
 (untied embeddings, positions, LayerNorms, biases) stays in floating point.
 
 With the scheme "int4" the linear layers become :class:`~qkv.quantization.int4_linear.Int4Linear` (groups of
 ``group_size`` weights with a scale and a minimum each) and the unembedding, and any layer tied to an
-embedding, stays int8 per channel: the logits are the output most sensitive to rounding, and a tied matrix is
-also read row by row as the input vectors (llama.cpp's Q4 files keep it at 8 bits too, Q8_0).
+embedding, stays int8, per channel unless ``int8_group_size`` asks for groups: the logits are the output most
+sensitive to rounding, and a tied matrix is also read row by row as the input vectors (llama.cpp's Q4 files keep
+it at 8 bits too, Q8_0).
 
 With ``calibration=feed`` (a function that runs the float model on sample inputs), each weight's rounding is
 chosen to minimise its layer's output error on those inputs (GPTQ, :mod:`qkv.quantization.gptq`) instead of
@@ -41,6 +45,7 @@ from qkv.quantization.gptq import gptq_round, gptq_round_groups, input_hessians
 from qkv.quantization.int4_linear import GROUP_SIZE, Int4Linear, check_group_size
 from qkv.quantization.int8_embedding import Int8TokenEmbedding
 from qkv.quantization.int8_linear import ACTIVATIONS, Int8Linear
+from qkv.quantization.int8_linear import check_group_size as check_int8_group_size
 
 SCHEMES = ("int8", "int4")
 BITS = {"int8": 8, "int4": 4}
@@ -49,15 +54,23 @@ DESCRIPTIONS = {
     "int4": "int4 weights: groups of group_size weights along each row with a float16 scale and minimum "
     "(w = s q + m, q in 0..15); the unembedding int8 per channel",
 }
-"""What quantization.json's description says of the weights; :func:`description` adds the activations."""
+"""What quantization.json's description says of the weights (int8 layers per row); :func:`description` adds
+the activations and says so when the int8 layers have scales per group."""
 
 
-def description(scheme: str, activations: str) -> str:
-    """quantization.json's description: the weights (:data:`DESCRIPTIONS`), then what happens to the activations
-    ("activations" says the same as a field: float, or int8 for W8A8)."""
+def description(scheme: str, activations: str, int8_group_size: int = 0) -> str:
+    """quantization.json's description: the weights (:data:`DESCRIPTIONS`, with "per group of g weights" for
+    grouped int8 layers), then what happens to the activations ("activations" says the same as a field: float,
+    or int8 for W8A8)."""
+    weights = DESCRIPTIONS[scheme]
+    if int8_group_size:
+        groups = f"one scale per group of {int8_group_size} weights along each row"
+        weights = weights.replace("one scale per output channel", groups).replace(
+            "int8 per channel", f"int8 with {groups}"
+        )
     if activations == "int8":
-        return f"{DESCRIPTIONS[scheme]}; activations int8 too (each input vector quantized, W8A8)"
-    return f"{DESCRIPTIONS[scheme]}; activations stay float (weight-only)"
+        return f"{weights}; activations int8 too (each input vector quantized, W8A8)"
+    return f"{weights}; activations stay float (weight-only)"
 
 
 QUANTIZED = (Int8Linear, Int4Linear)  # the layer classes a quantized model holds
@@ -123,8 +136,10 @@ def _quantize_module(
     hessian: torch.Tensor | None = None,
     scheme: str = "int8",
     group_size: int = GROUP_SIZE,
+    int8_group_size: int = 0,
 ) -> nn.Module:
-    """Replace the float layer ``name`` by its int8 or int4 layer (``empty``: the structure only, for loading)."""
+    """Replace the float layer ``name`` by its int8 or int4 layer (``empty``: the structure only, for loading);
+    ``group_size`` is the int4 layers', ``int8_group_size`` the int8 layers' (0: a scale per row)."""
     module = model.get_submodule(name)
     if not isinstance(module, (nn.Linear, Unembedding)):
         raise QkvError(
@@ -143,9 +158,10 @@ def _quantize_module(
         _replace(model, module, new.to(weight.device))
         return new
     if empty:  # the structure only: the int8 weights are about to be loaded
-        new = Int8Linear(weight.shape[1], weight.shape[0], bias=bias is not None).to(weight.device)
+        new = Int8Linear(weight.shape[1], weight.shape[0], bias=bias is not None, group_size=int8_group_size)
+        new = new.to(weight.device)
     else:
-        new = Int8Linear.from_float(weight, bias)
+        new = Int8Linear.from_float(weight, bias, int8_group_size)
     if hessian is not None and not empty and not tied:
         new.qweight.data = gptq_round(weight, hessian, new.weight_scale).to(weight.device)
     for embedding in tied:
@@ -154,15 +170,37 @@ def _quantize_module(
     return new
 
 
-def check_group_size_fits(model: nn.Module, scheme: str, group_size: int) -> None:
-    """Refuse, before anything changes, an int4 group size that some layer's input width does not divide."""
-    if scheme != "int4":
-        return
-    check_group_size(group_size)  # the value itself, whatever the layers
+def group_sizes(scheme: str, group_size: int | None = None, int8_group_size: int | None = None) -> tuple[int, int]:
+    """(the int4 layers' group size, the int8 layers' one) that ``quantize_model``'s arguments ask for.
+
+    ``group_size`` is the scheme's: int4 (default 32) or, for the int8 scheme, the int8 layers' (default 0, a
+    scale per row); ``int8_group_size`` is the int4 scheme's int8 layers' (the unembedding; default 0). Each
+    value is checked by itself here (:func:`check_group_size_fits` checks it against the layers)."""
+    if scheme == "int8":
+        if group_size is not None and int8_group_size is not None and group_size != int8_group_size:
+            raise QkvError(
+                f"group_size={group_size} and int8_group_size={int8_group_size}: the int8 scheme has one group "
+                "size for all its layers; give one of them"
+            )
+        int8 = group_size if group_size is not None else int8_group_size
+        return GROUP_SIZE, check_int8_group_size(0 if int8 is None else int8)
+    int4 = check_group_size(GROUP_SIZE if group_size is None else group_size)
+    return int4, check_int8_group_size(0 if int8_group_size is None else int8_group_size)
+
+
+def check_group_size_fits(
+    model: nn.Module, scheme: str, group_size: int | None = None, int8_group_size: int | None = None
+) -> None:
+    """Refuse, before anything changes, a group size that some layer's input width does not divide (int4
+    layers: ``group_size``; int8 layers: see :func:`group_sizes`)."""
+    int4, int8 = group_sizes(scheme, group_size, int8_group_size)  # the values themselves, whatever the layers
     for name in _float_linears(model):
         module = model.get_submodule(name)
-        if _takes_int4(model, module):
-            check_group_size(group_size, cast(torch.Tensor, module.weight).shape[1], where=f"layer {name}")
+        n_in = cast(torch.Tensor, module.weight).shape[1]
+        if scheme == "int4" and _takes_int4(model, module):
+            check_group_size(int4, n_in, where=f"layer {name}")
+        elif int8:
+            check_int8_group_size(int8, n_in, where=f"layer {name}")
 
 
 def set_activations(model: nn.Module, activations: str) -> nn.Module:
@@ -183,7 +221,8 @@ def quantize_model(
     *,
     calibration: Callable[[nn.Module], object] | None = None,
     activations: str = "float",
-    group_size: int = GROUP_SIZE,
+    group_size: int | None = None,
+    int8_group_size: int | None = None,
 ) -> nn.Module:
     """Quantize every linear layer and the unembedding of ``model`` in place (see the module docstring).
 
@@ -191,19 +230,24 @@ def quantize_model(
     must run its own forward on sample inputs; the rounding then minimises each layer's output error on them
     (:mod:`qkv.gptq`). Layers it never reaches are rounded to nearest. Returns the model, in eval mode: a
     quantized model is for inference, never trained. A model that is already quantized is returned as it is.
-    ``activations`` is passed to :func:`set_activations`; ``group_size`` is the int4 scheme's (32, 64, 128 or
-    256, dividing every int4 layer's input width).
+    ``activations`` is passed to :func:`set_activations`. ``group_size`` is the scheme's: int4's (32, the
+    default, 64, 128 or 256), or int8's (0, the default: a scale per output row; else a multiple of 32), dividing
+    the input width of every layer it applies to; ``int8_group_size`` is the int4 scheme's int8 layers' (the
+    unembedding; default 0, per row).
     """
     check_scheme(scheme)
     if activations not in ACTIVATIONS:
         raise QkvError(f"activations={activations!r}: choose float (weight-only int8) or int8 (inputs quantized too)")
-    check_group_size_fits(model, scheme, group_size)
+    check_group_size_fits(model, scheme, group_size, int8_group_size)
+    int4, int8 = group_sizes(scheme, group_size, int8_group_size)
     names = _float_linears(model)
     hessians = input_hessians(model.eval(), names, calibration) if calibration is not None and names else {}
     with torch.no_grad():
         for name in names:
             hessian = hessians.pop(name, None)
-            _quantize_module(model, name, empty=False, hessian=hessian, scheme=scheme, group_size=group_size)
+            _quantize_module(
+                model, name, empty=False, hessian=hessian, scheme=scheme, group_size=int4, int8_group_size=int8
+            )
     return set_activations(model, activations).eval()
 
 

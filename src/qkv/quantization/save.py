@@ -33,8 +33,7 @@ from qkv.model_dir import (
 )
 from qkv.models.family import ENCODER, LANGUAGE_MODEL, WORD_VECTORS, family_of
 from qkv.pretrained.sentences import copy_sentence_head, embed_sentences
-from qkv.quantization.int4_linear import GROUP_SIZE
-from qkv.quantization.model import check_group_size_fits, check_scheme, is_quantized, quantize_model
+from qkv.quantization.model import check_group_size_fits, check_scheme, group_sizes, is_quantized, quantize_model
 from qkv.training.perplexity import token_log_probs
 
 if TYPE_CHECKING:
@@ -122,7 +121,8 @@ def save_quantized(
     *,
     calibration_text: str | None = None,
     activations: str = "float",
-    group_size: int = GROUP_SIZE,
+    group_size: int | None = None,
+    int8_group_size: int | None = None,
 ) -> Path:
     """Quantize ``bundle.model`` (a :class:`~qkv.model_dir.ModelBundle`) in place and save it as a model folder.
 
@@ -131,9 +131,12 @@ def save_quantized(
     roundings are calibrated on it (:func:`text_calibration`, :mod:`qkv.quantization.gptq`). ``activations``
     "int8" makes the int8 layers quantize their inputs too (W8A8, :mod:`qkv.quantization.dynamic`), recorded in
     quantization.json so that the folder loads that way. ``scheme`` "int4" makes the linear layers int4 in
-    groups of ``group_size`` weights (the unembedding int8).
+    groups of ``group_size`` weights (default 32; the unembedding int8, per row unless ``int8_group_size``);
+    with "int8", ``group_size`` > 0 gives the int8 layers a scale per group of that many weights (default 0: per
+    row). Recorded in quantization.json (:mod:`qkv.quantization.format`).
     """
     check_scheme(scheme)
+    group_sizes(scheme, group_size, int8_group_size)  # the values themselves, before anything is read
     if scheme == "int4" and activations == "int8":
         raise QkvError(
             "--activations int8 (W8A8) is for int8 layers (--bits 8): int4 layers keep their inputs float, so it "
@@ -150,8 +153,15 @@ def save_quantized(
     if is_quantized(bundle.model):
         raise QkvError(f"{bundle.path} is quantized already: quantize the float model it was made from")
     calibration = None if calibration_text is None else text_calibration(bundle, calibration_text)
-    check_group_size_fits(bundle.model, scheme, group_size)  # before calibrating, which takes minutes
-    quantize_model(bundle.model, scheme, calibration=calibration, activations=activations, group_size=group_size)
+    check_group_size_fits(bundle.model, scheme, group_size, int8_group_size)  # before calibrating (minutes)
+    quantize_model(
+        bundle.model,
+        scheme,
+        calibration=calibration,
+        activations=activations,
+        group_size=group_size,
+        int8_group_size=int8_group_size,
+    )
     save_model_dir(out, bundle.model, bundle.tokenizer, bundle.target_tokenizer, chat_template=bundle.chat_template)
     copy_sentence_head(bundle.path, out)
     return out
