@@ -159,6 +159,27 @@ def test_bits_and_group_size_bad_values_are_one_line(runs, capsys) -> None:
     assert not (runs["root"] / "never").exists()
 
 
+def test_quantize_to_int8_in_groups_of_32(runs, capsys) -> None:
+    out = runs["root"] / "gpt-int8-g32"
+    assert main(["quantize", runs["gpt"], "--out", str(out), "--bits", "8", "--group-size", "32"]) == 0
+    assert "int8 weights in groups of 32" in capsys.readouterr().err
+    info = json.loads((out / QUANTIZATION_FILE).read_text())
+    assert info["scheme"] == "int8" and info["int8_group_size"] == 32
+    model = load(str(out)).model
+    assert all(m.group_size == 32 for m in model.modules() if isinstance(m, Int8Linear))
+    reference = quantize_model(copy.deepcopy(load(runs["gpt"]).model), "int8", group_size=32)
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), reference(ids), rtol=0, atol=0)
+    assert "int8_group_size" not in json.loads((runs["root"] / "gpt-int8" / QUANTIZATION_FILE).read_text())
+    never = str(runs["root"] / "never-int8")
+    err = fails(capsys, "quantize", runs["gpt"], "--out", never, "--group-size", "48")
+    assert "int8 group size 48: int8 groups hold a multiple of 32 weights" in err
+    err = fails(capsys, "quantize", runs["gpt"], "--out", never, "--bits", "8", "--group-size", "64")
+    assert "has 32 inputs, not a multiple of the int8 group size 64: use --group-size 32" in err
+    assert not (runs["root"] / "never-int8").exists()
+
+
 def test_eval_with_int8_weights_is_close_to_float(runs, capsys) -> None:
     exact = json.loads(output(capsys, "eval", runs["gpt"], runs["text"], "--json"))
     int8 = json.loads(output(capsys, "eval", runs["gpt"], runs["text"], "--json", "--quantize", "int8"))

@@ -154,6 +154,21 @@ def test_each_product_computes_the_layers_numbers(kind: str, rows: int) -> None:
     assert (ours.double() - theirs).abs().max().item() <= 1e-5 * theirs.abs().max().item()
 
 
+@pytest.mark.parametrize("activations", ["float", "int8"])
+def test_a_grouped_int8_layers_pytorch_forward_agrees_with_the_c_product(activations: str) -> None:
+    """A prompt (the layer's PyTorch forward, 20 rows) and the decode steps (the C product) round x alike and give
+    the same numbers up to float32 summation order."""
+    torch.manual_seed(0)
+    layer = Int8Linear.from_float(torch.randn(40, 416) * torch.rand(416).mul(3).exp(), torch.randn(40), group_size=32)
+    layer.activations = activations
+    x = torch.randn(20, 416)
+    x[:, 7] = 40.0
+    with torch.no_grad():
+        prompt = layer(x)
+    steps = torch.cat([native_product(layer, x[i : i + 4]) for i in range(0, 20, 4)])
+    assert (steps - prompt).abs().max() <= 1e-5 * prompt.abs().max()
+
+
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_the_native_step_computes_the_python_steps_numbers(name: str, scheme: str) -> None:

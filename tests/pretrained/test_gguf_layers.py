@@ -1,7 +1,7 @@
 """GGUF matrices kept quantized as they load: Q4_0, Q4_1 and Q4_K as int4 layers holding the numbers gguf-py
-dequantizes (Q4_K within its scales' float16 rounding), Q8_0 as int8 within half a row's scale, the tied Q8_0
-embedding as the int8 unembedding, Q6_K and float tensors as float32; ``dequantize=True`` keeps the old all-float
-load. The real SmolLM2 file keeps its 210 Q4_1 matrices and its size."""
+dequantizes (Q4_K within its scales' float16 rounding), Q8_0 as int8 in groups of 32 holding them exactly, the
+tied Q8_0 embedding as the grouped int8 unembedding, Q6_K and float tensors as float32; ``dequantize=True`` keeps
+the old all-float load. The real SmolLM2 file keeps its 210 Q4_1 matrices, its Q8_0 embedding and its size."""
 
 from __future__ import annotations
 
@@ -83,18 +83,18 @@ def test_each_block_type_loads_as_its_layer_with_the_files_numbers(tmp_path) -> 
         assert isinstance(layer, layer_type), name
         assert not isinstance(float_layer, (Int4Linear, Int8Linear, Int8TokenEmbedding)), name
         ours, theirs = layer.weight, float_layer.weight
-        if kind in ("Q4_0", "Q4_1", "F16", "F32", "Q6_K"):
+        if kind in ("Q4_0", "Q4_1", "Q8_0", "F16", "F32", "Q6_K"):
             assert torch.equal(ours, theirs), name  # W_q's rows unpermuted as whole rows of blocks
         elif kind == "Q4_K":  # s = d sc and m = -dmin mn rounded to float16
             s = layer.weight_scale.float().repeat_interleave(32, dim=1)
             m = layer.weight_min.float().repeat_interleave(32, dim=1)
             assert ((ours - theirs).abs() <= (15 * s.abs() + m.abs()) * 2**-11 + 1e-7).all(), name
-        else:  # Q8_0: re-rounded to one scale per row
-            row_scale = theirs.abs().amax(dim=1, keepdim=True) / 127
-            assert ((ours - theirs).abs() <= row_scale / 2 + 1e-6).all(), name
-    assert isinstance(kept.unembedding, Int8Linear)
+        if kind == "Q8_0":
+            assert layer.group_size == 32, name
+    assert isinstance(kept.unembedding, Int8Linear) and kept.unembedding.group_size == 32
     assert kept.embedding.token_embedding.qweight is kept.unembedding.qweight  # the tie survives
     ids = torch.tensor([[5, 17, 99, 3]])
+    assert torch.equal(kept.embedding.token_embedding(ids), exact.embedding.token_embedding(ids))
     with torch.no_grad():
         assert torch.allclose(kept(ids), exact(ids), atol=0.05 * exact(ids).abs().max().item())
 
@@ -111,8 +111,15 @@ def test_the_real_file_keeps_its_q4_1_blocks(smollm2) -> None:
     kept = load_gguf(smollm2)
     int4 = [m for m in kept.model.modules() if isinstance(m, Int4Linear)]
     assert len(int4) == 210 and all(m.group_size == 32 for m in int4)  # 30 blocks x 7 matrices
-    assert isinstance(kept.model.unembedding, Int8Linear)
-    assert 90e6 < weight_bytes(kept.model) < 100e6  # the file is 98 MB; float32 would be 538 MB
+    unembedding = kept.model.unembedding
+    assert isinstance(unembedding, Int8Linear) and unembedding.group_size == 32  # the file's Q8_0 blocks
+    reader = need("gguf").GGUFReader(smollm2)
+    token_embd = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    theirs = torch.from_numpy(need("gguf").quants.dequantize(token_embd.data, token_embd.tensor_type))
+    assert torch.equal(unembedding.weight, theirs)  # exactly the gguf package's numbers
+    ids = torch.tensor([[1, 600, 49151]])
+    assert torch.equal(kept.model.embedding.token_embedding(ids), theirs[ids])  # the tied embedding reads them
+    assert 90e6 < weight_bytes(kept.model) < 102e6  # the file is 98 MB; float32 would be 538 MB
     exact = load_gguf(smollm2, dequantize=True).model
     for name in ("decoder.blocks.0.self_attn.query", "decoder.blocks.29.feed_forward.linear2"):
         assert torch.equal(kept.model.get_submodule(name).weight, exact.get_submodule(name).weight)

@@ -37,3 +37,13 @@ def test_scaled_embeddings_keep_their_factor() -> None:
     ids = torch.tensor([[0, 3, 9]])
     scaled = Int8TokenEmbedding(unembedding, scale=math.sqrt(64))
     torch.testing.assert_close(scaled(ids), F.embedding(ids, unembedding.weight) * 8.0)
+
+
+def test_a_grouped_matrix_gives_each_group_its_scale() -> None:
+    weight = torch.randn(30, 96) * torch.rand(96).mul(4).exp()  # groups of very different sizes
+    unembedding = Int8Linear.from_float(weight, group_size=32)
+    embedding = Int8TokenEmbedding(unembedding, scale=2.0)
+    assert embedding.weight_scale is unembedding.weight_scale and embedding.weight_scale.shape == (30, 3)
+    ids = torch.randint(0, 30, (3, 7))
+    assert torch.equal(embedding(ids), F.embedding(ids, unembedding.weight) * 2.0)  # torch's lookup on s Q
+    assert torch.equal(embedding.weight, unembedding.weight) and "groups of 32" in repr(embedding)

@@ -281,3 +281,60 @@ def test_a_group_size_the_widths_do_not_divide_is_refused_before_anything_change
     assert not is_quantized(model)
     with pytest.raises(QkvError, match=r"--bits 3: qkv quantizes to 8 bits .* use --bits 8 or --bits 4"):
         scheme_for_bits(3)
+
+
+def test_an_int8_folder_in_groups_records_them_and_loads_back_exactly(tmp_path, tokenizer) -> None:
+    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, n_layers=2, **SMALL)).eval()
+    save_model_dir(tmp_path / "float", model, tokenizer)
+    bundle = load_model_dir(tmp_path / "float")
+    save_quantized(bundle, tmp_path / "int8", group_size=32)
+    info = json.loads((tmp_path / "int8" / QUANTIZATION_FILE).read_text())
+    assert info == quantization_info(bundle.model)
+    assert info["scheme"] == "int8" and info["int8_group_size"] == 32 and "group of 32 weights" in info["description"]
+    assert all(m.group_size == 32 for m in bundle.model.modules() if isinstance(m, Int8Linear))
+    with safe_open(str(tmp_path / "int8" / MODEL_FILE), framework="pt") as f:
+        assert f.get_tensor("decoder.blocks.0.feed_forward.linear1.weight_scale").shape == (4 * 64, 64 // 32)
+    (tmp_path / "float" / MODEL_FILE).unlink()
+    again = load_model_dir(tmp_path / "int8")
+    assert isinstance(again.model.embedding.token_embedding, Int8TokenEmbedding)  # the tie kept, grouped
+    ids = torch.randint(0, tokenizer.vocab_size, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(again.model(ids), bundle.model(ids), rtol=0, atol=0)
+    per_row = quantization_info(quantize_model(GPT(GPTConfig(vocab_size=40, n_layers=1, **SMALL))))
+    assert "int8_group_size" not in per_row  # per row: the key is left out, as older folders have it
+
+
+def test_the_int4_schemes_int8_layers_take_groups_when_asked(tmp_path, tokenizer) -> None:
+    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, n_layers=1, **SMALL)).eval()
+    save_model_dir(tmp_path / "float", model, tokenizer)
+    plain = quantize_model(copy.deepcopy(model), "int4")
+    assert plain.unembedding.group_size == 0 and "int8_group_size" not in quantization_info(plain)
+    bundle = load_model_dir(tmp_path / "float")
+    save_quantized(bundle, tmp_path / "int4", "int4", int8_group_size=32)
+    info = json.loads((tmp_path / "int4" / QUANTIZATION_FILE).read_text())
+    assert info["int8_modules"] == ["unembedding"] and info["int8_group_size"] == 32 and info["group_size"] == 32
+    again = load_model_dir(tmp_path / "int4")
+    assert again.model.unembedding.group_size == 32
+    ids = torch.randint(0, tokenizer.vocab_size, (1, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(again.model(ids), bundle.model(ids), rtol=0, atol=0)
+
+
+def test_bad_int8_group_sizes_are_refused_before_anything_changes() -> None:
+    model = GPT(GPTConfig(vocab_size=40, n_layers=1, d_model=96, n_heads=4, context_length=16))
+    with pytest.raises(QkvError, match=r"layer decoder.blocks.0.self_attn.query has 96 inputs, not a multiple of "
+                       r"the int8 group size 64: use --group-size 32 or 96$"):  # fmt: skip
+        quantize_model(model, "int8", group_size=64)
+    for bad in (48, -32, 1):
+        with pytest.raises(QkvError, match=f"int8 group size {bad}: int8 groups hold a multiple of 32 weights"):
+            quantize_model(model, "int8", group_size=bad)
+    with pytest.raises(QkvError, match="int8 group size 40"):
+        quantize_model(model, "int4", int8_group_size=40)
+    assert not is_quantized(model)
+    good = quantization_info(quantize_model(copy.deepcopy(model), "int8", group_size=32))
+    with pytest.raises(QkvError, match="says int8_group_size 7, which is not a multiple of 32"):
+        apply_quantization(copy.deepcopy(model), {**good, "int8_group_size": 7})
+    mixed = quantize_model(copy.deepcopy(model), "int8", group_size=32)
+    mixed.unembedding = Int8Linear.from_float(mixed.unembedding.weight)  # one layer per row among groups
+    with pytest.raises(QkvError, match="mix scales per row and per group"):
+        quantization_info(mixed)

@@ -5,7 +5,8 @@
     quantize_model(bundle.model, "int4")        # the linear layers become Int4Linear (groups of 32), W_U int8
 
 - :mod:`~qkv.quantization.int8_linear`, :mod:`~qkv.quantization.int8_embedding`: the layers (int8 matrix Q,
-  one scale per output channel; a token embedding reading its rows from the tied W_U).
+  one scale per output channel or per group of weights, ``group_size``; a token embedding reading its rows from
+  the tied W_U).
 - :mod:`~qkv.quantization.int4_linear`: the int4 layer (groups of 32 to 256 weights with a scale and a minimum)
   on torch's packed int4 CPU kernel; :mod:`~qkv.quantization.gguf_blocks`: GGUF's Q4_0, Q4_1 and Q8_0 blocks
   read into it and into the int8 layer.
