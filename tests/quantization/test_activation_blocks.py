@@ -1,8 +1,10 @@
 """x rounded to int8 in blocks of 32: the levels are integers within ±127 on each block's own scale, the error is
-at most half a step, and the numbers are the C step's (an int8-activation product by the identity)."""
+at most half a step, and the numbers are the C step's (an int8-activation product by the identity) and, but for
+ties, the gguf package's Q8_0 levels."""
 
 from __future__ import annotations
 
+import gguf
 import pytest
 import torch
 
@@ -43,3 +45,19 @@ def test_the_c_step_rounds_the_same_numbers() -> None:
     identity.activations = "int8"
     theirs = native_product(identity, x)  # the C step's d xq, times 127 / 127
     assert torch.allclose(theirs, round_blocks(x), rtol=1e-6, atol=1e-7)
+
+
+def test_x_is_rounded_in_blocks_of_32_as_ggufs_q8_0_rounds_it() -> None:
+    """The same levels as the gguf package's Q8_0 quantizer (d = max|x_c| / 127, round(x / d)), except at exact
+    ties (it rounds them away from zero, the C step to even) and an ulp of 1 / d; a block of zeros stays zeros."""
+    torch.manual_seed(0)
+    x = torch.randn(6, 256) * torch.rand(6, 256).mul(3).exp()
+    x[2, 32:64] = 0
+    ours = round_blocks(x)
+    blocks = torch.from_numpy(gguf.quants.quantize(x.numpy(), gguf.GGMLQuantizationType.Q8_0)).reshape(6, 8, 34)
+    theirs = blocks[..., 2:].contiguous().view(torch.int8).float()  # (6, 8, 32) levels
+    top = x.reshape(6, 8, 32).abs().amax(-1, keepdim=True)
+    levels = torch.round(ours.reshape(6, 8, 32) * torch.where(top > 0, 127 / top, torch.zeros_like(top)))
+    assert (levels - theirs).abs().max() <= 1 and (levels != theirs).float().mean() < 1e-3
+    assert not ours[2, 32:64].any() and ours.shape == x.shape
+    assert bool(((ours - x).abs() <= top.repeat_interleave(32, dim=-1).reshape(6, 256) / 127 / 2 * 1.0001).all())

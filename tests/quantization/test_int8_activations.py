@@ -1,12 +1,11 @@
 """Int8 activations (W8A8): fbgemm's product equals the formula step by step, each row is independent of its
 batch, the error stays within the activations' rounding; and int8 layers fuse into one stacked layer. Layers with
-scales per group round x in blocks of 32 as GGUF's Q8_0 does (the gguf package's quantizer as the reference)."""
+scales per group multiply x rounded in blocks of 32 (as the C step rounds it) by their dequantized weights."""
 
 from __future__ import annotations
 
 import copy
 
-import gguf
 import pytest
 import torch
 import torch.nn.functional as F
@@ -16,6 +15,7 @@ from qkv.decoding.fast_step import fast_step_for
 from qkv.layers.fused import ConcatenatedProjections, fuse_linears
 from qkv.models import GPT, GPTConfig
 from qkv.quantization import dynamic, quantize_model, set_activations
+from qkv.quantization.activation_blocks import round_blocks
 from qkv.quantization.int8_linear import Int8Linear, dequantize
 
 needs_fbgemm = pytest.mark.skipif(not dynamic.available(), reason="needs torch's fbgemm (x86 CPU)")
@@ -149,22 +149,6 @@ def test_set_activations_reaches_every_layer_and_the_engine() -> None:
 # ------------------------------------------------------------------ grouped layers: x in int8 blocks of 32
 
 
-def test_x_is_rounded_in_blocks_of_32_as_ggufs_q8_0_rounds_it() -> None:
-    """The same levels as the gguf package's Q8_0 quantizer (d = max|x_c| / 127, round(x / d)), except at exact
-    ties (it rounds them away from zero, the C step to even) and an ulp of 1 / d; a block of zeros stays zeros."""
-    torch.manual_seed(0)
-    x = torch.randn(6, 256) * torch.rand(6, 256).mul(3).exp()
-    x[2, 32:64] = 0
-    ours = dynamic.round_blocks(x)
-    blocks = torch.from_numpy(gguf.quants.quantize(x.numpy(), gguf.GGMLQuantizationType.Q8_0)).reshape(6, 8, 34)
-    theirs = blocks[..., 2:].contiguous().view(torch.int8).float()  # (6, 8, 32) levels
-    top = x.reshape(6, 8, 32).abs().amax(-1, keepdim=True)
-    levels = torch.round(ours.reshape(6, 8, 32) * torch.where(top > 0, 127 / top, torch.zeros_like(top)))
-    assert (levels - theirs).abs().max() <= 1 and (levels != theirs).float().mean() < 1e-3
-    assert not ours[2, 32:64].any() and ours.shape == x.shape
-    assert bool(((ours - x).abs() <= top.repeat_interleave(32, dim=-1).reshape(6, 256) / 127 / 2 * 1.0001).all())
-
-
 def grouped_int8_layer(group: int = 32) -> Int8Linear:
     torch.manual_seed(1)
     weight = torch.randn(48, 128) * torch.rand(128).mul(3).exp()
@@ -181,7 +165,7 @@ def test_a_grouped_layer_multiplies_the_rounded_x_by_its_dequantized_weights(gro
     x = torch.randn(*leading, 128) * 3
     with torch.no_grad():
         out = layer(x)
-    theirs = F.linear(dynamic.round_blocks(x).double(), layer.weight.double(), layer.bias.double())
+    theirs = F.linear(round_blocks(x).double(), layer.weight.double(), layer.bias.double())
     assert out.shape == (*leading, 48) and (out.double() - theirs).abs().max() <= 1e-5 * theirs.abs().max()
     exact = F.linear(x.double(), layer.weight.double(), layer.bias.double())
     # |sum_j (x_j - x~_j) W_ij| <= sum_c (d_c / 2) sum_{j in c} |W_ij|, d_c = max_{j in c} |x_j| / 127
