@@ -70,7 +70,8 @@ def test_input_hessians_are_the_mean_outer_product_of_each_layers_inputs() -> No
     assert input_hessians(model, ["3"], lambda m: None) == {}  # a layer that saw nothing is left out
 
 
-def test_quantize_model_with_calibration_lowers_the_logit_error() -> None:
+@pytest.mark.parametrize("group_size", [0, 32])
+def test_quantize_model_with_calibration_lowers_the_logit_error(group_size) -> None:
     torch.manual_seed(0)
     model = GPT(
         GPTConfig(vocab_size=90, n_layers=2, d_model=64, n_heads=4, context_length=32, tie_embeddings=True)
@@ -79,8 +80,9 @@ def test_quantize_model_with_calibration_lowers_the_logit_error() -> None:
         for block in model.decoder.blocks:
             block.feed_forward.linear2.weight.mul_(3)
     calibration, held_out = torch.randint(0, 90, (16, 32)), torch.randint(0, 90, (8, 32))
-    nearest = quantize_model(copy.deepcopy(model))
-    calibrated = quantize_model(copy.deepcopy(model), calibration=lambda m: m(calibration))
+    nearest = quantize_model(copy.deepcopy(model), group_size=group_size)
+    calibrated = quantize_model(copy.deepcopy(model), calibration=lambda m: m(calibration), group_size=group_size)
+    assert all(m.group_size == group_size for m in calibrated.modules() if isinstance(m, Int8Linear))
     with torch.no_grad():
         exact = model(held_out)
         errors = [float((q(held_out) - exact).norm() / exact.norm()) for q in (nearest, calibrated)]
