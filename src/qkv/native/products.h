@@ -225,16 +225,19 @@ INLINE void row_i8a8(const int8_t *w, int64_t k, const float *gs, int64_t group,
 #if HAVE_VNNI
     __m512 acc[MAX_ROWS];
     for (int b = 0; b < B; b++) acc[b] = _mm512_setzero_ps();
-    const float *scale = gs;  /* gs: the scale of column j's group, which ends before column edge */
-    int64_t edge = group;
+    const int64_t per_group = group / BLOCK;  /* gs: blocks per group; block c's scale is gs[c / per_group] */
+    int64_t g = 0, left = per_group;  /* the group of block c, and the blocks from c to that group's end */
     for (int64_t j = 0; j < k; j += 64) {
         __builtin_prefetch(w + j + PREFETCH_ROWS * k, 0, 1);
         __m512i wv = load_bytes(w + j, k - j);
         __m512 s = _mm512_setzero_ps();
         if (gs) {  /* [s of block c x8, s of block c + 1 x8] (block c + 1 past k: its dots are 0) */
-            while (j >= edge) scale++, edge += group;  /* scale: the group of column j */
-            float next = j + BLOCK < k && j + BLOCK >= edge ? scale[1] : scale[0];
-            s = _mm512_insertf32x8(_mm512_set1_ps(scale[0]), _mm256_set1_ps(next), 1);
+            const float s0 = gs[g];
+            if (left <= 1) g++, left += per_group;  /* block c + 1 starts the next group */
+            const float s1 = j + BLOCK < k ? gs[g] : s0;
+            if (left <= 2) g++, left += per_group;
+            left -= 2;
+            s = _mm512_insertf32x8(_mm512_set1_ps(s0), _mm256_set1_ps(s1), 1);
         }
         for (int b = 0; b < B; b++) {
             __mmask64 negative = in->signs[b * (in->stride / 64) + j / 64];
