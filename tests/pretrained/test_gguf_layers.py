@@ -5,11 +5,14 @@ the old all-float load. The real SmolLM2 file keeps its 210 Q4_1 matrices, its Q
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import torch
 from torch import nn
 
 import qkv
+from qkv.model_dir import QUANTIZATION_FILE, load_model_dir, save_model_dir
 from qkv.pretrained.gguf import load_gguf
 from qkv.quantization import Int4Linear, Int8Linear, Int8TokenEmbedding, weight_bytes
 from tests.gguf_files import byte_level_tokenizer_metadata, need, random_tensors, write_file
@@ -97,6 +100,19 @@ def test_each_block_type_loads_as_its_layer_with_the_files_numbers(tmp_path) -> 
     assert torch.equal(kept.embedding.token_embedding(ids), exact.embedding.token_embedding(ids))
     with torch.no_grad():
         assert torch.allclose(kept(ids), exact(ids), atol=0.05 * exact(ids).abs().max().item())
+
+
+def test_a_saved_folder_records_the_q8_0_groups_and_loads_back_exactly(tmp_path) -> None:
+    bundle = load_gguf(mixed_file(tmp_path))
+    save_model_dir(tmp_path / "saved", bundle.model, bundle.tokenizer)
+    info = json.loads((tmp_path / "saved" / QUANTIZATION_FILE).read_text())
+    assert info["scheme"] == "int4" and info["int8_group_size"] == 32
+    assert sorted(info["int8_modules"]) == ["decoder.blocks.0.self_attn.value", "unembedding"]
+    again = load_model_dir(tmp_path / "saved").model
+    assert again.unembedding.group_size == 32 and again.decoder.blocks[0].self_attn.value.group_size == 32
+    ids = torch.tensor([[5, 17, 99, 3]])
+    with torch.no_grad():
+        assert torch.equal(again(ids), bundle.model(ids))
 
 
 def test_dequantize_is_the_old_all_float_load_and_qkv_load_passes_it(tmp_path) -> None:
