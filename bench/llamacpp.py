@@ -14,8 +14,9 @@ in ``$QKV_CACHE/bench/llamacpp``. The pairs compared:
 | --- | --- | --- |
 | fp32 | F32 | the file's numbers, both |
 | int8 (weight-only), W8A8 | Q8_0 | qkv: fp32 rounded per row; llama.cpp: per block of 32 |
-| int4 (the file's Q4_1 blocks) | Q4_1 | the same numbers |
-| int4 (the Q4_0 file's blocks) | Q4_0 | the same numbers |
+| int8-g32, w8a8-g32 | Q8_0 | both: fp32 rounded per block of 32 |
+| int4 (the file's Q4_1 blocks), weight-only; w4a8: x in int8 blocks | Q4_1 | the same numbers |
+| int4 (the Q4_0 file's blocks), weight-only; w4a8-q4_0 | Q4_0 | the same numbers |
 | - | F16 | |
 
 1. Decode: B prompts of 32 tokens (B = 1 and 8; llama.cpp's 8 are 8 sequences of one ``llama_decode`` batch),
@@ -40,7 +41,8 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 SHAKESPEARE = HERE.parent.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
-PAIRS = [("fp32", "F32"), ("int8", "Q8_0"), ("w8a8", "Q8_0"), ("int4", "Q4_1"), ("int4-q4_0", "Q4_0"), (None, "F16")]
+PAIRS = [("fp32", "F32"), ("int8", "Q8_0"), ("int8-g32", "Q8_0"), ("w8a8", "Q8_0"), ("w8a8-g32", "Q8_0"),
+         ("int4", "Q4_1"), ("w4a8", "Q4_1"), ("int4-q4_0", "Q4_0"), ("w4a8-q4_0", "Q4_0"), (None, "F16")]  # fmt: skip
 
 
 class Peer:

@@ -5,9 +5,13 @@ Widths, each made once from the shipped Q4_1 file and kept:
 
 - ``fp32``: ``qkv.load(file, dequantize=True)``, the file's numbers in float32 (llama.cpp's F32 file holds the same);
 - ``int8``, ``w8a8``: fp32 quantized by ``quantize_model(model, "int8")`` (a scale per output channel), weight-only,
-  and with int8 activations (``set_activations(model, "int8")``);
-- ``int4``: ``qkv.load(file)``, the file's own Q4_1 blocks as int4 layers (the same numbers as llama.cpp's Q4_1);
-- ``int4-q4_0``: ``qkv.load`` of the Q4_0 file llama.cpp's quantizer made.
+  and with int8 activations (``set_activations(model, "int8")``); ``int8-g32``, ``w8a8-g32``: a scale per group of
+  32 weights (``group_size=32``), as llama.cpp's Q8_0 blocks;
+- ``int4``: ``qkv.load(file)``, the file's own Q4_1 blocks as int4 layers (the same numbers as llama.cpp's Q4_1),
+  weight-only: x stays float;
+- ``int4-q4_0``: ``qkv.load`` of the Q4_0 file llama.cpp's quantizer made;
+- ``w4a8``, ``w4a8-q4_0``: the same layers with ``set_activations(model, "int8")``: x rounded to int8 in blocks of
+  32, as llama.cpp's Q4 x Q8 products do.
 
 Requests (one JSON object per line) as bench/llamacpp_peer.py's, with ``width`` instead of ``file``, plus
 ``{"op": "export", "file": OUT, "type": "f32" | "f16"}`` (qkv's ``export_gguf`` of fp32) and
@@ -46,11 +50,13 @@ class Widths:
 
             if width == "fp32":
                 model = self.fp32().model
-            elif width in ("int8", "w8a8"):
-                model = quantize_model(qkv.load(self.files["int4"], dequantize=True).model, "int8")
-                set_activations(model, "int8" if width == "w8a8" else "float")
-            else:
-                model = qkv.load(self.files[width]).model
+            elif width.startswith(("int8", "w8a8")):  # per row, or -g32: a scale per 32 weights (as Q8_0)
+                group = 32 if width.endswith("-g32") else 0
+                model = quantize_model(qkv.load(self.files["int4"], dequantize=True).model, "int8", group_size=group)
+                set_activations(model, "int8" if width.startswith("w8a8") else "float")
+            else:  # int4, int4-q4_0 (weight-only), w4a8, w4a8-q4_0 (x rounded to int8 too)
+                model = qkv.load(self.files[width.replace("w4a8", "int4")]).model
+                set_activations(model, "int8" if width.startswith("w4a8") else "float")
             self.models[width] = model
         return self.models[width]
 

@@ -179,16 +179,17 @@ INLINE void row_float(const void *w, const int I8, int64_t k, const float *gs, i
 #define WEIGHT(j) ((I8 ? (float)((const int8_t *)w)[j] : ((const float *)w)[j]) * (gs ? gs[(j) / group] : 1.0f))
     vf acc0[MAX_ROWS], acc1[MAX_ROWS];
     for (int b = 0; b < B; b++) acc0[b] = acc1[b] = (vf){0};
-    int64_t j = 0, edge = group;  /* gs: the column where the next group starts, and the scale of this one */
-    const float *scale = gs;
+    int64_t j = 0;
+    const int shift = group > 0 && (group & (group - 1)) == 0 ? __builtin_ctzll((unsigned long long)group) : -1;
+#define GROUP_OF(j) (shift >= 0 ? (j) >> shift : (j) / group)  /* a shift for groups of 2^n columns */
     for (; j + 2 * LANES <= k; j += 2 * LANES) {
         __builtin_prefetch((const char *)w + (I8 ? 1 : 4) * (j + PREFETCH_ROWS * k), 0, 1);
         if (!I8) __builtin_prefetch((const float *)w + j + LANES + PREFETCH_ROWS * k, 0, 1);  /* two lines of floats */
         vf a = WEIGHTS(j), c = WEIGHTS(j + LANES);
         if (gs) {  /* 32 columns, one group: group and k are multiples of 32 */
-            if (j == edge) scale++, edge += group;
-            a *= *scale;
-            c *= *scale;
+            const float scale = gs[GROUP_OF(j)];
+            a *= scale;
+            c *= scale;
         }
         for (int b = 0; b < B; b++) {
             acc0[b] += a * load_f(in->x + b * in->ldx + j);
@@ -197,7 +198,7 @@ INLINE void row_float(const void *w, const int I8, int64_t k, const float *gs, i
     }
     if (j + LANES <= k) {
         vf a = WEIGHTS(j);
-        if (gs) a *= gs[j / group];
+        if (gs) a *= gs[GROUP_OF(j)];
         for (int b = 0; b < B; b++) acc0[b] += a * load_f(in->x + b * in->ldx + j);
         j += LANES;
     }
@@ -208,6 +209,7 @@ INLINE void row_float(const void *w, const int I8, int64_t k, const float *gs, i
     }
 #undef WEIGHTS
 #undef WEIGHT
+#undef GROUP_OF
 }
 
 #if HAVE_VNNI
@@ -225,18 +227,17 @@ INLINE void row_i8a8(const int8_t *w, int64_t k, const float *gs, int64_t group,
 #if HAVE_VNNI
     __m512 acc[MAX_ROWS];
     for (int b = 0; b < B; b++) acc[b] = _mm512_setzero_ps();
-    const int64_t per_group = group / BLOCK;  /* gs: blocks per group; block c's scale is gs[c / per_group] */
-    int64_t g = 0, left = per_group;  /* the group of block c, and the blocks from c to that group's end */
+    const int shift = group > 0 && (group & (group - 1)) == 0 ? __builtin_ctzll((unsigned long long)group) : -1;
+    const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     for (int64_t j = 0; j < k; j += 64) {
         __builtin_prefetch(w + j + PREFETCH_ROWS * k, 0, 1);
         __m512i wv = load_bytes(w + j, k - j);
         __m512 s = _mm512_setzero_ps();
-        if (gs) {  /* [s of block c x8, s of block c + 1 x8] (block c + 1 past k: its dots are 0) */
-            const float s0 = gs[g];
-            if (left <= 1) g++, left += per_group;  /* block c + 1 starts the next group */
-            const float s1 = j + BLOCK < k ? gs[g] : s0;
-            if (left <= 2) g++, left += per_group;
-            left -= 2;
+        if (gs && group == BLOCK && j + BLOCK < k) {  /* [s of block c x8, s of block c + 1 x8]: two floats */
+            s = _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(gs + j / BLOCK)))));
+        } else if (gs) {  /* (block c + 1 past k: its dots are 0) */
+            const float s0 = gs[shift >= 0 ? j >> shift : j / group];
+            const float s1 = j + BLOCK < k ? gs[shift >= 0 ? (j + BLOCK) >> shift : (j + BLOCK) / group] : s0;
             s = _mm512_insertf32x8(_mm512_set1_ps(s0), _mm256_set1_ps(s1), 1);
         }
         for (int b = 0; b < B; b++) {
