@@ -198,7 +198,11 @@ def test_a_grouped_layer_is_f_linear_on_its_dequantized_weights_and_never_the_ro
         out = layer(x)
     assert out.shape == (*leading, 40) and calls == []
     theirs = reference(x, layer)
-    assert (out.double() - theirs).abs().max() <= 1e-5 * theirs.abs().max()
+    if x.numel() > int8_module.KERNEL_ROWS * 128 and bfloat16_gemm():  # a prompt: x and s Q in bfloat16
+        spread = F.linear(x.double().abs(), layer.weight.double().abs())
+        assert bool(((out.double() - theirs).abs() <= 2 * 2**-8 * spread + 1e-5).all())
+    else:
+        assert (out.double() - theirs).abs().max() <= 1e-5 * theirs.abs().max()
 
 
 def test_a_grouped_layer_in_slices_and_in_bfloat16(monkeypatch) -> None:

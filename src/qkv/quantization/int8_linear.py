@@ -154,16 +154,18 @@ def _dequantized_product(x: Tensor, q: Tensor, scale: Tensor, bias: Tensor | Non
     bfloat16 products (AVX-512 BF16, AMX): there x and Q go to bfloat16, which holds every int8 level exactly and
     multiplies about twice as fast as float32; as on the kernel path, x is rounded to bfloat16 and the sums come
     back as bfloat16, then scaled in float32. Grouped scales (N, K / g) cannot be applied to the sums: those
-    layers multiply x by the dequantized slices s Q (float32, then x's dtype)."""
+    layers multiply x by the dequantized slices s Q (computed in float32), in x's dtype, or for a prompt on such a
+    CPU in bfloat16 as the int4 layers do (s Q rounded to bfloat16 too: 2^-9 of each weight at most)."""
     n_out, n_in = q.shape
     step = max(1, DEQUANTIZE_SLICE // max(n_in, 1))
+    many = x.numel() > KERNEL_ROWS * n_in and x.dtype == torch.float32 and x.device.type == "cpu"
+    wide = torch.bfloat16 if many and bfloat16_gemm() else x.dtype
     if scale.dim() == 2:
-        pieces = [F.linear(x, dequantize(q[start : start + step], scale[start : start + step], x.dtype))
+        xs = x.to(wide)
+        pieces = [F.linear(xs, dequantize(q[start : start + step], scale[start : start + step], wide)).to(x.dtype)
                   for start in range(0, n_out, step)]  # fmt: skip
         y = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=-1)  # (..., N)
         return y if bias is None else y + bias.to(x.dtype)
-    many = x.numel() > KERNEL_ROWS * n_in and x.dtype == torch.float32 and x.device.type == "cpu"
-    wide = torch.bfloat16 if many and bfloat16_gemm() else x.dtype
     xs, scale, bias = x.to(wide), scale.to(x.dtype), None if bias is None else bias.to(x.dtype)
     pieces = []
     for start in range(0, n_out, step):
