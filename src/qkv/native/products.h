@@ -45,6 +45,7 @@
 
 #define LANES 16
 #define MAX_ROWS 8
+#define ROW_BLOCK 3  /* rows of a float32 matrix multiplied together (rows_float) */
 #define BLOCK 32
 #ifndef PREFETCH_ROWS
 #define PREFETCH_ROWS 4  /* rows of W ahead that a product asks the memory for (the hardware's prefetch lags) */
@@ -168,8 +169,37 @@ static void prepare_input(Input *in, int b, int64_t k) { prepare_blocks(in, b, k
 
 #define INLINE static inline __attribute__((always_inline))
 
-/* A row w of a float32 (or, with I8, int8) matrix times B vectors: out (B). Two chains of sums per vector (an
-   FMA's latency exceeds a load's), in the same order whatever B is: a vector's result never depends on the others
+/* R rows of a float32 matrix, `ldw` apart, times B vectors: out[r * MAX_ROWS + b]. Each 16 columns of x loaded
+   serve the R rows (R x B sums in registers): a one-row loop at batch 8 spends its time loading x, 1.35x slower.
+   One chain of sums per row and vector, in the same order whatever R and B are: a vector's result never depends
+   on the others (so several tokens of one text in one step get the numbers they would get one step at a time).
+   (int8 rows keep row_float: their conversions make one chain per row latency-bound at batch 1.) */
+INLINE void rows_float(const float *w, int64_t ldw, const int R, int64_t k, const Input *in, int B, float *out) {
+    vf acc[ROW_BLOCK][MAX_ROWS];
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < B; b++) acc[r][b] = (vf){0};
+    int64_t j = 0;
+    for (; j + LANES <= k; j += LANES) {
+        vf a[ROW_BLOCK];
+        for (int r = 0; r < R; r++) {
+            __builtin_prefetch(w + r * ldw + j + PREFETCH_ROWS * k, 0, 1);  /* a line of weights, rows ahead */
+            a[r] = load_f(w + r * ldw + j);
+        }
+        for (int b = 0; b < B; b++) {
+            vf xb = load_f(in->x + b * in->ldx + j);
+            for (int r = 0; r < R; r++) acc[r][b] += a[r] * xb;
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < B; b++) {
+            float sum = hsum(acc[r][b]);
+            for (int64_t t = j; t < k; t++) sum += w[r * ldw + t] * in->x[b * in->ldx + t];
+            out[r * MAX_ROWS + b] = sum;
+        }
+}
+
+/* A row w of an int8 matrix (or, without I8, a float32 one) times B vectors: out (B). Two chains of sums per
+   vector (an FMA's latency exceeds a load's: one chain is half as fast at batch 1), in the same order whatever B is: a vector's result never depends on the others
    (so several tokens of one text in one step get the numbers they would get one step at a time). With gs (I8 in
    groups of `group` columns, a multiple of 32, as k), the row's group scales: each 32 columns (one group) loaded
    are scaled by theirs before the FMAs; NULL (and group 0) in every other call, which the inlining removes. */
@@ -287,14 +317,21 @@ INLINE void store(const Mat *m, int64_t i, const float *out, int B, float *y, in
 /* Rows n0 .. n1-1 of y = W x + b for B vectors. */
 INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t ldy, int64_t n0, int64_t n1,
                          int add) {
-    float out[MAX_ROWS];
+    float out[ROW_BLOCK * MAX_ROWS];
     const int64_t k = m->k, groups = m->group ? k / m->group : 0;
     const int shift = m->group ? __builtin_ctz((unsigned)(m->group / BLOCK)) : 0;  /* groups of 32 << shift */
+    if (m->kind == MAT_F32) {  /* ROW_BLOCK rows at a time, then the last few one by one */
+        for (int64_t i = n0; i < n1;) {
+            const float *w = (const float *)m->w + i * k;
+            const int R = n1 - i >= ROW_BLOCK ? ROW_BLOCK : 1;
+            if (R == ROW_BLOCK) rows_float(w, k, ROW_BLOCK, k, in, B, out);
+            else rows_float(w, k, 1, k, in, B, out);
+            for (int r = 0; r < R; r++, i++) store(m, i, out + r * MAX_ROWS, B, y, ldy, add);
+        }
+        return;
+    }
     for (int64_t i = n0; i < n1; i++) {
         switch (m->kind) {
-        case MAT_F32:
-            row_float((const float *)m->w + i * k, 0, k, NULL, 0, in, B, out);
-            break;
         case MAT_I8:  /* scales per group: inside the row's sums; one per row: after them */
             if (m->group) {
                 row_float((const int8_t *)m->w + i * k, 1, k, m->scale + i * groups, m->group, in, B, out);
