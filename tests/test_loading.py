@@ -77,6 +77,23 @@ def test_a_quantized_folder_and_quantizing_as_it_loads(tmp_path, tokenizer, gpt)
         load(tmp_path / "float", quantize="int3")
 
 
+def test_activations_set_every_int8_and_int4_layer_and_need_one(tmp_path, tokenizer, gpt) -> None:
+    from qkv.quantization import Int4Linear, Int8Linear
+
+    save_model_dir(tmp_path / "float", gpt, tokenizer)
+    model = load(tmp_path / "float", quantize="int4", activations="int8").model
+    layers = [m for m in model.modules() if isinstance(m, (Int4Linear, Int8Linear))]
+    assert {type(m) for m in layers} == {Int4Linear, Int8Linear} and {m.activations for m in layers} == {"int8"}
+    ids = torch.tensor([tokenizer.encode(TEXT)[:8]])
+    with torch.no_grad():  # the rounding reaches the numbers
+        assert not torch.equal(model(ids), load(tmp_path / "float", quantize="int4").model(ids))
+    assert load(tmp_path / "float", activations="float").model is not None  # float on a float model: nothing to do
+    with pytest.raises(QkvError, match="int8 activations are for int8 and int4 layers"):
+        load(tmp_path / "float", activations="int8")
+    with pytest.raises(QkvError, match="activations 'int4': choose float"):
+        load(tmp_path / "missing", activations="int4")  # the value first, before the path
+
+
 def test_a_hugging_face_folder(gpt2_dir) -> None:  # noqa: F811
     bundle = load(gpt2_dir)
     assert family_of(bundle.model).name == "gpt" and bundle.path == gpt2_dir

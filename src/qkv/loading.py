@@ -30,7 +30,8 @@ from qkv.io import check_readable
 from qkv.model_dir import CONFIG_FILE, ModelBundle, load_model_dir, read_chat_template
 from qkv.models.lora import has_lora, merge_lora
 from qkv.pretrained.loader import load_pretrained
-from qkv.quantization import check_scheme, quantize_model
+from qkv.quantization import check_scheme, is_quantized, quantize_model, set_activations
+from qkv.quantization.int8_linear import ACTIVATIONS
 from qkv.run_dir import latest_checkpoint
 from qkv.storage import MODEL_FILE
 
@@ -42,6 +43,7 @@ def load(
     quantize: str | None = None,
     merge_adapters: bool = False,
     dequantize: bool = False,
+    activations: str | None = None,
 ) -> ModelBundle:
     """The model at ``path`` on ``device``, in eval mode, with its tokenizer(s) and config.
 
@@ -53,10 +55,15 @@ def load(
     Q8_0 matrices load as qkv's int4 and int8 layers; ``dequantize=True`` makes every tensor float32 instead. A LoRA
     adapter folder (a ``qkv train --lora`` run, :mod:`qkv.adapter_dir`) opens as its base with the adapters (a GGUF
     base in float32, as it was trained); ``merge_adapters=True`` folds them into the float base instead
-    (W + (alpha / r) B A: plain layers, what ``qkv merge`` saves). Every problem with the path or its files is a
-    one-line :class:`~qkv.errors.QkvError`.
+    (W + (alpha / r) B A: plain layers, what ``qkv merge`` saves). ``activations`` ("float" or "int8") sets how the
+    int8 and int4 layers treat their inputs (:func:`qkv.quantization.set_activations`; None: as the folder says,
+    float for a GGUF). Every problem with the path or its files is a one-line :class:`~qkv.errors.QkvError`.
     """
     device = resolve_device(device, flag="device")  # "banana", or cuda without a GPU: one line, before the load
+    if activations is not None:
+        check_activations(activations)  # before the load
+        bundle = load(path, device=device, quantize=quantize, merge_adapters=merge_adapters, dequantize=dequantize)
+        return with_activations(bundle, activations, path)
     if quantize is not None:
         check_scheme(quantize)  # before the (slow) load
         bundle = load(path, device=device, merge_adapters=merge_adapters, dequantize=True)  # from float weights
@@ -81,6 +88,27 @@ def load(
     if name.count("/") <= 1 and not name.startswith((".", "/", "~")) and not first.exists():
         return load_pretrained(name, device=device)  # a Hub name
     return _load_run(folder, device)  # says that the path does not exist
+
+
+def check_activations(activations: str) -> str:
+    """``activations`` if it is "float" or "int8", else a QkvError."""
+    if activations not in ACTIVATIONS:
+        raise QkvError(
+            f"activations {activations!r}: choose float (the inputs of int8 and int4 layers stay float) or int8 "
+            "(rounded to int8 in blocks of 32 too: W8A8, W4A8, as llama.cpp's products)"
+        )
+    return activations
+
+
+def with_activations(bundle: ModelBundle, activations: str, path: str | Path) -> ModelBundle:
+    """``bundle`` with its int8 and int4 layers set to ``activations`` (int8 on a model without them: refused)."""
+    if activations == "int8" and not is_quantized(bundle.model):
+        raise QkvError(
+            f"int8 activations are for int8 and int4 layers, and {path} has none as loaded: load a GGUF's quantized "
+            "blocks (without --dequantize), a `qkv quantize` folder, or add --quantize int8"
+        )
+    set_activations(bundle.model, activations)
+    return bundle
 
 
 def is_hugging_face_folder(folder: str | Path) -> bool:

@@ -149,6 +149,22 @@ def test_a_llama_quantizes_to_4_bits_and_generates_from_its_int4_folder(runs, ca
     assert output(capsys, "generate", nearest, *common) == with_flag
 
 
+def test_activations_int8_on_generate_rounds_the_int4_layers_inputs(runs, capsys) -> None:
+    """--activations int8 (W4A8) gives the tokens of the model whose layers were set so in Python; on a float model
+    it is one line."""
+    from qkv.decoding import generate
+
+    common = ["--prompt", "the ", "--temperature", "0", "--max-new-tokens", "12"]
+    flagged = output(capsys, "generate", runs["llama"], *common, "--quantize", "int4", "--activations", "int8")
+    bundle = load(runs["llama"], quantize="int4")
+    set_activations(bundle.model, "int8")
+    ids = generate(bundle.model, torch.tensor([bundle.tokenizer.encode("the ")]), max_new_tokens=12, temperature=0)
+    ours = bundle.tokenizer.decode(ids[0].tolist())  # no end-of-text id given: it may run past the CLI's stop
+    assert len(flagged.strip()) > len("the ") and ours.startswith(flagged.strip())
+    err = fails(capsys, "generate", runs["llama"], *common, "--activations", "int8")
+    assert "int8 activations are for int8 and int4 layers" in err and "--quantize int8" in err
+
+
 def test_bits_and_group_size_bad_values_are_one_line(runs, capsys) -> None:
     out = str(runs["root"] / "never")
     assert "--bits 3: qkv quantizes to 8 bits" in fails(capsys, "quantize", runs["gpt"], "--out", out, "--bits", "3")

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from qkv.cli import main
+from qkv.loading import load
+from qkv.quantization import Int4Linear, Int8Linear
 from tests.cli.conftest import gpt_and_translator
 from tests.cli.test_bad_input import GOOD_TEXT, refused, run_cli, train_args
 
@@ -136,8 +138,12 @@ def test_notes_instead_of_silence(tmp_path, capsys) -> None:
 
 
 def test_options_that_would_have_no_effect_are_refused(tiny_run, tmp_path, capsys) -> None:
-    refused(capsys, ["quantize", str(tiny_run), "--out", str(tmp_path / "q"), "--bits", "4", "--activations", "int8"],
-            "--activations int8 (W8A8) is for int8 layers (--bits 8)")  # fmt: skip
+    w4a8 = ["quantize", str(tiny_run), "--out", str(tmp_path / "w4a8"), "--bits", "4", "--activations", "int8"]
+    assert main(w4a8) == 0  # int4 layers round their inputs too (W4A8): no longer the unembedding's alone
+    info = json.loads((tmp_path / "w4a8" / "quantization.json").read_text())
+    assert info["activations"] == "int8" and "W4A8" in info["description"]
+    layers = [m for m in load(tmp_path / "w4a8").model.modules() if isinstance(m, (Int4Linear, Int8Linear))]
+    assert {type(m) for m in layers} == {Int4Linear, Int8Linear} and {m.activations for m in layers} == {"int8"}
     assert main(["quantize", str(tiny_run), "--out", str(tmp_path / "w8a8"), "--activations", "int8"]) == 0
     info = json.loads((tmp_path / "w8a8" / "quantization.json").read_text())
     assert info["activations"] == "int8" and "activations stay float" not in info["description"]

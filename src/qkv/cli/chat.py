@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         quantize=args.quantize,
         dequantize=args.dequantize,
+        activations=args.activations,
     )
     opening = [{"role": "system", "content": args.system}] if args.system else []
     chat_prompt(bundle, [*opening, {"role": "user", "content": "Hi"}], template=template)  # a template, or one line

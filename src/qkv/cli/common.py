@@ -11,14 +11,21 @@ from qkv.models.family import family_of
 
 
 def load_for_use(
-    path: str, *, expect: str, device: str = "cpu", quantize: str | None = None, dequantize: bool = False
+    path: str,
+    *,
+    expect: str,
+    device: str = "cpu",
+    quantize: str | None = None,
+    dequantize: bool = False,
+    activations: str | None = None,
 ) -> ModelBundle:
     """Load a model with :func:`qkv.load` and check that its family has the role the verb needs.
 
     ``expect`` is a role (:data:`qkv.models.family.ROLES`): "language model", "translator" or "encoder"; a
     translator may be a Transformer or an RNNSearch.
     """
-    return check_role(load(path, device=device, quantize=quantize, dequantize=dequantize), path, expect=expect)
+    bundle = load(path, device=device, quantize=quantize, dequantize=dequantize, activations=activations)
+    return check_role(bundle, path, expect=expect)
 
 
 def check_role(bundle: ModelBundle, path: str, *, expect: str) -> ModelBundle:
@@ -45,7 +52,7 @@ MODEL_HELP = (
 
 def add_quantize_argument(parser) -> None:
     """--quantize SCHEME: run the model with int8 or int4 weights (quantized as it loads); --dequantize: a GGUF
-    file's quantized matrices as float32."""
+    file's quantized matrices as float32; --activations: float or int8 inputs for those layers."""
     parser.add_argument(
         "--quantize",
         metavar="SCHEME",
@@ -58,6 +65,13 @@ def add_quantize_argument(parser) -> None:
         action="store_true",
         help="a .gguf file's Q4/Q8 matrices as float32 (its exact numbers, 6-8x the memory) instead of qkv's int4 "
         "and int8 layers",
+    )
+    parser.add_argument(
+        "--activations",
+        choices=("float", "int8"),
+        help="how int8 and int4 layers (a GGUF's blocks, --quantize, a `qkv quantize` folder) treat their inputs: "
+        "float (weight-only; a folder's own setting by default), or int8, rounded in blocks of 32 too (W8A8, W4A8: "
+        "faster, as llama.cpp multiplies; see docs/generation.md)",
     )
 
 

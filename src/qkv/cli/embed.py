@@ -38,7 +38,12 @@ def run(args: argparse.Namespace) -> int:
     if not args.sentences:
         raise QkvError('give one or more sentences to embed, e.g. qkv embed --model DIR "A man is eating."')
     bundle = load_for_use(
-        model_path(args), expect="encoder", device=use_device(args), quantize=args.quantize, dequantize=args.dequantize
+        model_path(args),
+        expect="encoder",
+        device=use_device(args),
+        quantize=args.quantize,
+        dequantize=args.dequantize,
+        activations=args.activations,
     )
     from qkv.pretrained import embed_sentences
 

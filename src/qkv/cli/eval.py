@@ -50,7 +50,9 @@ def run(args: argparse.Namespace) -> int:
                 "line) for BLEU and chrF"
             )
         raise QkvError("give a text FILE to evaluate on: qkv eval RUN_DIR FILE")
-    bundle = load(path, device=use_device(args), quantize=args.quantize, dequantize=args.dequantize)
+    bundle = load(
+        path, device=use_device(args), quantize=args.quantize, dequantize=args.dequantize, activations=args.activations
+    )
     if family_of(bundle.model).role == "translator":
         raise QkvError(
             f"{path} is a translator: it scores a test set, not a text file: qkv eval {path} --src SOURCES --ref "
@@ -88,6 +90,7 @@ def evaluate_translator_from_cli(args: argparse.Namespace) -> int:
         device=use_device(args),
         quantize=args.quantize,
         dequantize=args.dequantize,
+        activations=args.activations,
     )
     translator = Translator.from_bundle(bundle)
     sources, references = _lines(args.src, "source file"), _lines(args.ref, "reference file")

@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         quantize=args.quantize,
         dequantize=args.dequantize,
+        activations=args.activations,
     )
     tokenizer, model = bundle.tokenizer, bundle.model
     release_notes()  # the input is checked: the notes held so far (qkv.cli.held_notes) come now

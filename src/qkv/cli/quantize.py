@@ -2,7 +2,7 @@
 unembedding quantized to int8 with one scale per output channel, or with --group-size G one per G weights of a
 row (32: GGUF's Q8_0, less rounding error). --bits 4: the linear layers to int4 in groups
 of --group-size weights with a scale and a minimum each (the unembedding int8). Weight-only by default: the
-activations stay float (--activations int8 quantizes each input vector too: W8A8). The copy is an ordinary model
+activations stay float (--activations int8 quantizes each input vector too: W8A8, W4A8). The copy is an ordinary model
 folder plus quantization.json: generate, translate, embed, eval and serve load it without the original, with
 about a quarter (int8) or a sixth (int4) of the weight memory. The original is left as it is."""
 
@@ -50,9 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--activations",
         choices=ACTIVATIONS,
         default="float",
-        help="float (default): weight-only, the inputs stay float; int8: each input vector of an int8 layer is "
-        "quantized too and the sums run in int8 (W8A8, CTranslate2's arithmetic; faster decoding on x86 CPUs, a "
-        "little more rounding). Saved in the folder",
+        help="float (default): weight-only, the inputs stay float; int8: each input vector of an int8 or int4 layer "
+        "is quantized too and the sums run in int8 (W8A8, W4A8: CTranslate2's and llama.cpp's arithmetic; faster "
+        "decoding on x86 CPUs, a little more rounding). Saved in the folder",
     )
 
 

@@ -77,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         device=use_device(args),
         quantize=args.quantize,
         dequantize=args.dequantize,
+        activations=args.activations,
     )
     translator = Translator.from_bundle(bundle, step=args.step)
     compile_note(args.step)

@@ -51,7 +51,7 @@ def quantization_info(model: nn.Module) -> dict[str, Any] | None:
     int4 = {name: module for name, module in model.named_modules() if isinstance(module, Int4Linear)}
     if not int8 and not int4:
         return None
-    modes = {module.activations for module in int8.values()}
+    modes = {module.activations for module in (*int8.values(), *int4.values())}
     scheme, activations = "int4" if int4 else "int8", "int8" if modes == {"int8"} else "float"
     groups = {module.group_size for module in int8.values()}
     if len(groups) > 1:

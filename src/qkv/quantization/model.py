@@ -61,7 +61,7 @@ the activations and says so when the int8 layers have scales per group."""
 def description(scheme: str, activations: str, int8_group_size: int = 0) -> str:
     """quantization.json's description: the weights (:data:`DESCRIPTIONS`, with "per group of g weights" for
     grouped int8 layers), then what happens to the activations ("activations" says the same as a field: float,
-    or int8 for W8A8)."""
+    or int8 for W8A8 and W4A8)."""
     weights = DESCRIPTIONS[scheme]
     if int8_group_size:
         groups = f"one scale per group of {int8_group_size} weights along each row"
@@ -69,7 +69,8 @@ def description(scheme: str, activations: str, int8_group_size: int = 0) -> str:
             "int8 per channel", f"int8 with {groups}"
         )
     if activations == "int8":
-        return f"{weights}; activations int8 too (each input vector quantized, W8A8)"
+        kind = "W4A8" if scheme == "int4" else "W8A8"
+        return f"{weights}; activations int8 too (each input vector quantized in blocks of 32, {kind})"
     return f"{weights}; activations stay float (weight-only)"
 
 

@@ -129,7 +129,8 @@ def save_quantized(
     The folder loads with :func:`qkv.load` like any other, int8 layers and all; a sentence-transformers head
     (pooling, normalisation) beside the source model is copied along. With ``calibration_text`` the
     roundings are calibrated on it (:func:`text_calibration`, :mod:`qkv.quantization.gptq`). ``activations``
-    "int8" makes the int8 layers quantize their inputs too (W8A8, :mod:`qkv.quantization.dynamic`), recorded in
+    "int8" makes the int8 and int4 layers quantize their inputs too (W8A8, W4A8: :mod:`qkv.quantization.dynamic`,
+    :mod:`qkv.quantization.activation_blocks`), recorded in
     quantization.json so that the folder loads that way. ``scheme`` "int4" makes the linear layers int4 in
     groups of ``group_size`` weights (default 32; the unembedding int8, per row unless ``int8_group_size``);
     with "int8", ``group_size`` > 0 gives the int8 layers a scale per group of that many weights (default 0: per
@@ -137,11 +138,6 @@ def save_quantized(
     """
     check_scheme(scheme)
     group_sizes(scheme, group_size, int8_group_size)  # the values themselves, before anything is read
-    if scheme == "int4" and activations == "int8":
-        raise QkvError(
-            "--activations int8 (W8A8) is for int8 layers (--bits 8): int4 layers keep their inputs float, so it "
-            "would apply to the unembedding alone; drop it, or quantize with --bits 8"
-        )
     family = family_of(bundle.model)
     if family.role == WORD_VECTORS:  # "1.0x smaller" with nothing quantized, before this line
         raise QkvError(
