@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from qkv.cli.common import (
     add_device_arguments,
@@ -27,6 +28,9 @@ from qkv.cli.common import (
 from qkv.cli.options import seconds
 from qkv.errors import QkvError
 from qkv.loading import load
+
+if TYPE_CHECKING:
+    from qkv.server import Limits
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -108,29 +112,13 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from qkv.layers.linear import use_packed_weights
-        from qkv.server import Limits, allowed_hosts, create_app
+        from qkv.server import allowed_hosts, create_app
         from qkv.server.model_thread import release_openmp_threads
     except ImportError as error:
         raise QkvError(
             f"qkv serve needs the server extra ({error.name} is missing): pip install -e '.[server]'"
         ) from None
-    try:
-        limits = Limits(
-            args.max_prompt_tokens,
-            args.max_tokens,
-            args.max_concurrent,
-            args.queue_timeout,
-            max_n=args.max_n,
-            max_logprobs=args.max_logprobs,
-            max_request_bytes=args.max_request_bytes,
-            max_batch=args.max_batch,
-            kv_tokens=args.kv_tokens,
-            kv_memory_mb=args.kv_memory,
-        )
-    except ValueError as error:  # "max_batch must be at least 1, got 0": the setting's flag first
-        name, _, rest = str(error).partition(" ")
-        flag = {"kv_memory_mb": "--kv-memory"}.get(name, "--" + name.replace("_", "-"))
-        raise QkvError(f"{flag} {rest}") from None
+    limits = _limits(args)
     if not 0 <= args.port <= 65535:
         raise QkvError(f"--port {args.port} is not a port number: use 1-65535, or 0 for a free one")
     from qkv.chat_templates import read_template_file
@@ -166,6 +154,29 @@ def run(args: argparse.Namespace) -> int:
     release_openmp_threads()  # this thread loaded the model and now only serves HTTP: one OpenMP master left
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=3)
     return 0
+
+
+def _limits(args: argparse.Namespace) -> Limits:
+    """The server's limits from the flags; a bad value is one line naming its flag."""
+    from qkv.server import Limits
+
+    try:
+        return Limits(
+            args.max_prompt_tokens,
+            args.max_tokens,
+            args.max_concurrent,
+            args.queue_timeout,
+            max_n=args.max_n,
+            max_logprobs=args.max_logprobs,
+            max_request_bytes=args.max_request_bytes,
+            max_batch=args.max_batch,
+            kv_tokens=args.kv_tokens,
+            kv_memory_mb=args.kv_memory,
+        )
+    except ValueError as error:  # "max_batch must be at least 1, got 0": the setting's flag first
+        name, _, rest = str(error).partition(" ")
+        flag = {"kv_memory_mb": "--kv-memory"}.get(name, "--" + name.replace("_", "-"))
+        raise QkvError(f"{flag} {rest}") from None
 
 
 def _log_requests(level: str) -> None:

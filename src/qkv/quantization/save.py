@@ -130,11 +130,10 @@ def save_quantized(
     (pooling, normalisation) beside the source model is copied along. With ``calibration_text`` the
     roundings are calibrated on it (:func:`text_calibration`, :mod:`qkv.quantization.gptq`). ``activations``
     "int8" makes the int8 and int4 layers quantize their inputs too (W8A8, W4A8: :mod:`qkv.quantization.dynamic`,
-    :mod:`qkv.quantization.activation_blocks`), recorded in
-    quantization.json so that the folder loads that way. ``scheme`` "int4" makes the linear layers int4 in
-    groups of ``group_size`` weights (default 32; the unembedding int8, per row unless ``int8_group_size``);
-    with "int8", ``group_size`` > 0 gives the int8 layers a scale per group of that many weights (default 0: per
-    row). Recorded in quantization.json (:mod:`qkv.quantization.format`).
+    :mod:`qkv.quantization.activation_blocks`), recorded in quantization.json so that the folder loads that way.
+    ``scheme`` "int4" makes the linear layers int4 in groups of ``group_size`` weights (default 32; the unembedding
+    int8, per row unless ``int8_group_size``); with "int8", ``group_size`` > 0 gives the int8 layers a scale per
+    group of that many weights (default 0: per row). Recorded in quantization.json (:mod:`qkv.quantization.format`).
     """
     check_scheme(scheme)
     group_sizes(scheme, group_size, int8_group_size)  # the values themselves, before anything is read
