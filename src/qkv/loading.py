@@ -31,7 +31,7 @@ from qkv.model_dir import CONFIG_FILE, ModelBundle, load_model_dir, read_chat_te
 from qkv.models.lora import has_lora, merge_lora
 from qkv.pretrained.loader import load_pretrained
 from qkv.quantization import check_scheme, is_quantized, quantize_model, set_activations
-from qkv.quantization.int8_linear import ACTIVATIONS
+from qkv.quantization.model import check_activations
 from qkv.run_dir import latest_checkpoint
 from qkv.storage import MODEL_FILE
 
@@ -88,16 +88,6 @@ def load(
     if name.count("/") <= 1 and not name.startswith((".", "/", "~")) and not first.exists():
         return load_pretrained(name, device=device)  # a Hub name
     return _load_run(folder, device)  # says that the path does not exist
-
-
-def check_activations(activations: str) -> str:
-    """``activations`` if it is "float" or "int8", else a QkvError."""
-    if activations not in ACTIVATIONS:
-        raise QkvError(
-            f"activations {activations!r}: choose float (the inputs of int8 and int4 layers stay float) or int8 "
-            "(rounded to int8 in blocks of 32 too: W8A8, W4A8, as llama.cpp's products)"
-        )
-    return activations
 
 
 def with_activations(bundle: ModelBundle, activations: str, path: str | Path) -> ModelBundle:

@@ -21,6 +21,7 @@ from qkv.cli.common import (
     add_quantize_argument,
     add_step_argument,
     load_for_use,
+    load_options,
     model_path,
     use_device,
 )
@@ -57,9 +58,7 @@ def run(args: argparse.Namespace) -> int:
         model_path(args),
         expect="language model",
         device=args.device,
-        quantize=args.quantize,
-        dequantize=args.dequantize,
-        activations=args.activations,
+        **load_options(args),
     )
     opening = [{"role": "system", "content": args.system}] if args.system else []
     chat_prompt(bundle, [*opening, {"role": "user", "content": "Hi"}], template=template)  # a template, or one line

@@ -75,6 +75,11 @@ def add_quantize_argument(parser) -> None:
     )
 
 
+def load_options(args) -> dict:
+    """The flags of :func:`add_quantize_argument` as :func:`qkv.load`'s keywords."""
+    return {"quantize": args.quantize, "dequantize": args.dequantize, "activations": args.activations}
+
+
 def model_path(args) -> str:
     """The model the user named with RUN_DIR or --model (exactly one of them)."""
     if args.run_dir and args.model:

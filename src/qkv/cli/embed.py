@@ -18,6 +18,7 @@ from qkv.cli.common import (
     add_model_argument,
     add_quantize_argument,
     load_for_use,
+    load_options,
     model_path,
     use_device,
 )
@@ -41,9 +42,7 @@ def run(args: argparse.Namespace) -> int:
         model_path(args),
         expect="encoder",
         device=use_device(args),
-        quantize=args.quantize,
-        dequantize=args.dequantize,
-        activations=args.activations,
+        **load_options(args),
     )
     from qkv.pretrained import embed_sentences
 

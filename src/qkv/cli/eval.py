@@ -13,6 +13,7 @@ from qkv.cli.common import (
     add_quantize_argument,
     check_role,
     load_for_use,
+    load_options,
     model_path,
     note_unknown,
     use_device,
@@ -50,9 +51,7 @@ def run(args: argparse.Namespace) -> int:
                 "line) for BLEU and chrF"
             )
         raise QkvError("give a text FILE to evaluate on: qkv eval RUN_DIR FILE")
-    bundle = load(
-        path, device=use_device(args), quantize=args.quantize, dequantize=args.dequantize, activations=args.activations
-    )
+    bundle = load(path, device=use_device(args), **load_options(args))
     if family_of(bundle.model).role == "translator":
         raise QkvError(
             f"{path} is a translator: it scores a test set, not a text file: qkv eval {path} --src SOURCES --ref "
@@ -88,9 +87,7 @@ def evaluate_translator_from_cli(args: argparse.Namespace) -> int:
         model_path(args),
         expect="translator",
         device=use_device(args),
-        quantize=args.quantize,
-        dequantize=args.dequantize,
-        activations=args.activations,
+        **load_options(args),
     )
     translator = Translator.from_bundle(bundle)
     sources, references = _lines(args.src, "source file"), _lines(args.ref, "reference file")

@@ -20,6 +20,7 @@ from qkv.cli.common import (
     add_quantize_argument,
     add_step_argument,
     load_for_use,
+    load_options,
     model_path,
     note_unknown,
     use_device,
@@ -61,9 +62,7 @@ def run(args: argparse.Namespace) -> int:
         model_path(args),
         expect="language model",
         device=args.device,
-        quantize=args.quantize,
-        dequantize=args.dequantize,
-        activations=args.activations,
+        **load_options(args),
     )
     tokenizer, model = bundle.tokenizer, bundle.model
     release_notes()  # the input is checked: the notes held so far (qkv.cli.held_notes) come now

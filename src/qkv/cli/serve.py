@@ -22,6 +22,7 @@ from qkv.cli.common import (
     add_model_argument,
     add_quantize_argument,
     add_step_argument,
+    load_options,
     model_path,
     use_device,
 )
@@ -126,13 +127,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_address(args.host, args.port)  # a busy port or a foreign --host: one line, before the model loads
     template = read_template_file(args.chat_template) if args.chat_template else None
-    bundle = load(
-        model_path(args),
-        device=use_device(args),
-        quantize=args.quantize,
-        dequantize=args.dequantize,
-        activations=args.activations,
-    )
+    bundle = load(model_path(args), device=use_device(args), **load_options(args))
     hosts = allowed_hosts(args.host, args.allow_host)
     app = create_app(bundle, limits, hosts=hosts, scheduler=args.scheduler, step=args.step, chat_template=template)
     _log_requests(args.log_level)

@@ -16,6 +16,7 @@ from qkv.cli.common import (
     add_quantize_argument,
     add_step_argument,
     load_for_use,
+    load_options,
     model_path,
     note_unknown,
     use_device,
@@ -75,9 +76,7 @@ def run(args: argparse.Namespace) -> int:
         model_path(args),
         expect="translator",
         device=use_device(args),
-        quantize=args.quantize,
-        dequantize=args.dequantize,
-        activations=args.activations,
+        **load_options(args),
     )
     translator = Translator.from_bundle(bundle, step=args.step)
     compile_note(args.step)

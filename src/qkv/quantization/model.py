@@ -87,6 +87,16 @@ def check_scheme(scheme: str) -> str:
     return scheme
 
 
+def check_activations(activations: str) -> str:
+    """``activations`` if it is "float" or "int8" (how int8 and int4 layers treat their inputs), else a QkvError."""
+    if activations not in ACTIVATIONS:
+        raise QkvError(
+            f"activations {activations!r}: choose float (the inputs of int8 and int4 layers stay float) or int8 "
+            "(rounded to int8 in blocks of 32 too: W8A8, W4A8, as llama.cpp's products)"
+        )
+    return activations
+
+
 def scheme_for_bits(bits: int) -> str:
     """The scheme of ``bits`` (8: int8, 4: int4), else a QkvError."""
     schemes = {b: name for name, b in BITS.items()}
@@ -207,8 +217,7 @@ def check_group_size_fits(
 def set_activations(model: nn.Module, activations: str) -> nn.Module:
     """Make every int8 and int4 layer of ``model`` keep its inputs in float ("float", weight-only) or round them
     to int8 too ("int8": W8A8, W4A8); the weights are untouched. Returns the model."""
-    if activations not in ACTIVATIONS:
-        raise QkvError(f"activations={activations!r}: choose float (weight-only) or int8 (inputs quantized too)")
+    check_activations(activations)
     for module in model.modules():
         if isinstance(module, (Int8Linear, Int4Linear)):
             module.activations = activations
@@ -237,8 +246,7 @@ def quantize_model(
     unembedding; default 0, per row).
     """
     check_scheme(scheme)
-    if activations not in ACTIVATIONS:
-        raise QkvError(f"activations={activations!r}: choose float (weight-only int8) or int8 (inputs quantized too)")
+    check_activations(activations)
     check_group_size_fits(model, scheme, group_size, int8_group_size)
     int4, int8 = group_sizes(scheme, group_size, int8_group_size)
     names = _float_linears(model)
