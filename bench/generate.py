@@ -18,11 +18,13 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
 from qkv.decoding import generate
-from qkv.models import GPT, GPTConfig, make_config
+from qkv.models import GPT, make_config
+from qkv.models import family as families
 
 DEFAULT_LENGTHS = ((64, 256), (512, 512))
 QUICK_LENGTHS = ((16, 32), (64, 64))
@@ -55,8 +57,9 @@ def build_model(preset: str = "gpt-small-cpu", vocab_size: int = 256, seed: int 
     """A GPT with random weights from a named preset, in eval mode."""
     torch.manual_seed(seed)
     config = make_config(preset, vocab_size=vocab_size, dropout=0.0)
-    assert isinstance(config, GPTConfig), f"{preset} is not a GPT preset"
-    return GPT(config).eval()
+    if families.family_of(config).role != families.LANGUAGE_MODEL:
+        sys.exit(f"{preset} is not a language model's preset")
+    return cast(GPT, families.build_model(config)).eval()  # a GPT or Llama: both decode as the GPT class's interface
 
 
 def measure(model: GPT, prompt_length: int, new_tokens: int, *, seed: int = 0, engine: str = "auto") -> Measurement:
