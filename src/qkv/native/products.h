@@ -22,7 +22,7 @@
    float32. The mins of MAT_I4 multiply each block's sum of its rounded values, d_c sum(xq_c), as llama.cpp's
    Q8_1 does: then y = sum_c sum_j (s q_j + m) d_c xq_j, the dequantized weights times the rounded x, whose
    errors (s q_j + m) e_j are centred on zero. With the exact float sum the error would be s q_j e_j with q_j
-   in 0..15, about twice as large (SmolLM2's top-1 agreement with float32: 92% against 97%).
+   in 0..15, about twice as large (docs/generation.md, "Against llama.cpp", has what it cost).
 
    The inputs are prepared once per vector (struct Input, prepare_input): x itself; its blocks' scales d, its
    int8 levels in column order as |xq| and a sign mask (MAT_I8A8: VNNI multiplies unsigned bytes by signed

@@ -20,9 +20,9 @@ weights instead, GGUF's Q8_0 for g = 32 (:meth:`Int8Linear.from_gguf` keeps such
 
     s_ij' = max_{j in group j'} |W_ij| / 127,    W_ij ~ s_i,j//g Q_ij,    s: (N, K / g),
 
-so one large weight spoils only its group's resolution (on SmolLM2, top-1 agreement with float32 96.4% per row,
-97.9% in groups of 32). The scales no longer come out of the whole dot product, so torch's per-row kernel does
-not apply: a grouped layer always multiplies by its weights dequantized a slice of rows at a time.
+so one large weight spoils only its group's resolution (docs/deploy.md, "Int8 in groups", has the figures).
+The scales no longer come out of the whole dot product, so torch's per-row kernel does not apply: a grouped
+layer always multiplies by its weights dequantized a slice of rows at a time.
 
 **Kernels.** On the CPU, ``torch.ops.aten._weight_int8pack_mm(A, Q, s)`` computes ``A Q^T * s`` for a 2-D
 A (M, K) and a contiguous int8 Q (N, K) without ever widening Q in memory. In torch 2.13 its x86 kernel is
