@@ -4,6 +4,7 @@ offers, each engine in a process of its own, the turns interleaved.
     python bench/llamacpp.py                 # the full tables (several minutes on a quiet 2-core machine)
     python bench/llamacpp.py --quick         # 32 new tokens, one round, two windows: does it run
     python bench/llamacpp.py --only speed    # or quality; --threads 2, --rounds 3, --json OUT
+    python bench/llamacpp.py --widths int8,int8-g32   # these widths (and fp32, the reference) only
 
 llama.cpp is llama-cpp-python (``pip install -e '.[bench]'``; pip builds llama.cpp from source, tens of minutes
 on 2 cores). Its files are made from the shipped Q4_1 file: F32 and F16 by qkv's ``export_gguf`` of the
@@ -110,9 +111,9 @@ def spread(values: list[float]) -> str:
     )
 
 
-def speed(qkv: Peer, llama: Peer, files: dict, prompts: list[list[int]], long: list[int], args) -> dict:
+def speed(qkv: Peer, llama: Peer, files: dict, prompts: list[list[int]], long: list[int], args, pairs: list) -> dict:
     """Decode tokens/s at batch 1 and 8 and prefill tokens/s, per width, every round taking each in turn."""
-    widths = [("qkv", w) for w, _ in PAIRS if w] + [("llama", k) for k in dict.fromkeys(k for _, k in PAIRS)]
+    widths = [("qkv", w) for w, _ in pairs if w] + [("llama", k) for k in dict.fromkeys(k for _, k in pairs)]
     runs: dict = {}
     for r in range(args.rounds):
         for batch in (1, 8):
@@ -132,10 +133,10 @@ def speed(qkv: Peer, llama: Peer, files: dict, prompts: list[list[int]], long: l
     return runs
 
 
-def speed_table(runs: dict) -> list[str]:
+def speed_table(runs: dict, pairs: list) -> list[str]:
     lines = ["| qkv | llama.cpp | batch 1 qkv | batch 1 llama.cpp | ratio | batch 8 qkv | batch 8 llama.cpp | ratio | "
              "prefill 512 qkv | prefill llama.cpp | ratio |", "|" + "---|" * 11]  # fmt: skip
-    for ours, theirs in PAIRS:
+    for ours, theirs in pairs:
         cells = [ours or "-", theirs]
         for batch in (1, 8, "prefill"):
             mine, peer = runs.get(("qkv", ours, batch)), runs[("llama", theirs, batch)]
@@ -150,9 +151,9 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> float:
     return sum(x == y for x, y in pairs) / len(pairs)
 
 
-def quality(qkv: Peer, llama: Peer, files: dict, windows: list[list[int]]) -> list[str]:
+def quality(qkv: Peer, llama: Peer, files: dict, windows: list[list[int]], pairs: list) -> list[str]:
     scores = {}
-    for ours, theirs in PAIRS:
+    for ours, theirs in pairs:
         if ours and ("qkv", ours) not in scores:
             scores[("qkv", ours)] = qkv.ask(op="score", width=ours, windows=windows)
         if ("llama", theirs) not in scores:
@@ -161,7 +162,7 @@ def quality(qkv: Peer, llama: Peer, files: dict, windows: list[list[int]]) -> li
     base = {"qkv": scores[("qkv", "fp32")]["argmax"], "llama": scores[("llama", "F32")]["argmax"]}
     lines = ["| qkv | llama.cpp | perplexity qkv | perplexity llama.cpp | qkv / llama.cpp | agreement with fp32 qkv | "
              "agreement with F32 llama.cpp |", "|" + "---|" * 7]  # fmt: skip
-    for ours, theirs in PAIRS:
+    for ours, theirs in pairs:
         mine = ppl.get(("qkv", ours))
         cells = [ours or "-", theirs, f"{mine:.3f}" if mine else "-", f"{ppl[('llama', theirs)]:.3f}",
                  f"{100 * (mine / ppl[('llama', theirs)] - 1):+.2f}%" if mine else "-",
@@ -182,7 +183,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--step", default="auto", help="qkv's decode step (auto: native where it runs)")
     parser.add_argument("--quick", action="store_true", help="32 new tokens, one round, two windows")
     parser.add_argument("--json", help="write the raw numbers here too")
+    parser.add_argument("--widths", help="qkv's widths to compare, with commas (fp32 always; default: every one)")
     args = parser.parse_args(argv)
+    chosen = set(args.widths.split(",")) if args.widths else {w for w, _ in PAIRS}
+    unknown = chosen - {w for w, _ in PAIRS}
+    if unknown:
+        parser.error(f"unknown width {sorted(unknown)[0]}: choose from {', '.join(w for w, _ in PAIRS if w)}")
+    pairs = [(w, k) for w, k in PAIRS if w in chosen or w == "fp32" or (w is None and not args.widths)]
     if args.quick:
         args.new_tokens, args.rounds, args.windows = 32, 1, 2
     shipped, folder = shipped_file(), cache_folder()
@@ -199,14 +206,14 @@ def main(argv: list[str] | None = None) -> None:
     windows = [held_out[512 * i : 512 * (i + 1)] for i in range(args.windows)]
     report: dict = {"threads": args.threads, "load_before": os.getloadavg()}
     if args.only != "quality":
-        runs = speed(qkv, llama, files, prompts, start_ids[:512], args)
-        print("\n".join(["", *speed_table(runs)]))
+        runs = speed(qkv, llama, files, prompts, start_ids[:512], args, pairs)
+        print("\n".join(["", *speed_table(runs, pairs)]))
         same = agreement(runs[("qkv", "fp32", 8)]["ids"], runs[("llama", "F32", 8)]["ids"])
         print(f"\ngreedy tokens, qkv fp32 vs llama.cpp F32 at batch 8: {same:.1%} equal; qkv's step: "
               f"{runs[('qkv', 'fp32', 1)]['mode']}")  # fmt: skip
         report["speed"] = {" ".join(map(str, key)): value["rates"] for key, value in runs.items()}
     if args.only != "speed":
-        lines = quality(qkv, llama, files, windows)
+        lines = quality(qkv, llama, files, windows, pairs)
         print("\n".join(["", *lines]))
         report["quality"] = lines
     report["load_after"] = os.getloadavg()

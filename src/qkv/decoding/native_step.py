@@ -254,6 +254,14 @@ def native_product(layer: nn.Module, x: Tensor) -> Tensor:
     return y
 
 
+def int8_in_bfloat16(in_features: int) -> bool:
+    """Whether the C step multiplies a float-activation int8 layer of ``in_features`` columns with x rounded to
+    bfloat16 (a CPU with AVX512_BF16, ``in_features`` a multiple of 32; products.h), as the layer's PyTorch forward
+    does; else with x in float32."""
+    lib = native.library()
+    return lib is not None and in_features % 32 == 0 and bool(lib.qkv_int8_in_bfloat16())
+
+
 def native_step(model: GPT, projections: Sequence[nn.Module]) -> NativeStep | str:
     """The :class:`NativeStep` of ``model`` (a GPT or Llama, with W_q W_k W_v fused as ``projections``), or a
     sentence saying why it cannot run one."""

@@ -6,11 +6,11 @@
    between phases that need each other's results, and within a phase they take work (64 rows of a matrix, or
    one row's key/value head) as they come for it, so a thread the system pauses holds up at most one piece:
 
-     each thread: h = norm1(x), rounded for the products      (every thread its own copy: no barrier)
+     each thread: h = norm1(x), prepared for the products     (every thread its own copy: no barrier)
      [q k v] = W_qkv h (+ b)                                   rows of W_qkv               | barrier
-     RoPE on q, k; k, v written at the row's position; attention over the cache; rounded  (rows x kv heads) | barrier
+     RoPE on q, k; k, v written at the row's position; attention over the cache; prepared (rows x kv heads) | barrier
      x += W_o a (+ b)                                          rows of W_o                 | barrier
-     each thread: h = norm2(x);  f = act(W_g h) * (W_1 h)  or  act(W_1 h), rounded          rows of W_g, W_1 | barrier
+     each thread: h = norm2(x);  f = act(W_g h) * (W_1 h)  or  act(W_1 h), prepared         rows of W_g, W_1 | barrier
      x += W_2 f (+ b)                                          rows of W_2                 | barrier
    then the final norm and logits = W_U h (+ b), rows of W_U.
 
@@ -91,16 +91,13 @@ static void activate_rows(int act, const float *g, float *f, int B, int64_t ff, 
 #undef ACTIVATE
 }
 
-/* Whether a product reads its input prepared (prepare_input): rounded to int8, or reordered as MAT_I4F's. */
-static int rounds_x(const Mat *m) { return m && m->n > 0 && (m->kind == MAT_I8A8 || m->kind == MAT_I4 || m->kind == MAT_I4F); }
-
 /* The input from vector b0 on. */
 static Input from(const Input *in, int b0) {
     Input part = *in;
     part.x += b0 * in->ldx, part.absq += b0 * in->stride, part.swapped += b0 * in->stride;
     part.fswapped += b0 * in->stride;
     part.signs += b0 * (in->stride / 64), part.scales += b0 * (in->stride / 64 * LANES);
-    part.sums += b0 * (in->stride / BLOCK);
+    part.sums += b0 * (in->stride / BLOCK), part.xh += b0 * in->stride;
     return part;
 }
 
@@ -128,7 +125,7 @@ static void norm_rows(const Norm *n, const float *x, const int64_t *rows, Input 
     mine->x = h, mine->ldx = d;
     for (int b = 0; b < B; b++) {
         normalize(n, x + (rows ? rows[b] : b) * d, h + b * d, d);
-        if (rounds_x(a) || rounds_x(b2)) prepare_input(mine, b, d);
+        prepare_input(mine, b, d, prepares(a) > prepares(b2) ? prepares(a) : prepares(b2));
     }
 }
 
@@ -136,7 +133,7 @@ static void norm_rows(const Norm *n, const float *x, const int64_t *rows, Input 
 static size_t input_bytes(int B, int64_t kmax) {
     int64_t stride = (kmax + 63) / 64 * 64;
     return (size_t)B * (2 * stride + stride * sizeof(float) + stride / 64 * (sizeof(uint64_t) + LANES * sizeof(float)) +
-                        stride / BLOCK * sizeof(float));
+                        stride / BLOCK * sizeof(float) + stride * sizeof(uint16_t));
 }
 
 static Input input_at(void *memory, int B, int64_t kmax) {
@@ -149,10 +146,11 @@ static Input input_at(void *memory, int B, int64_t kmax) {
     in.signs = (uint64_t *)f;
     in.absq = (uint8_t *)(in.signs + B * (stride / 64));
     in.swapped = (int8_t *)(in.absq + B * stride);
+    in.xh = (uint16_t *)(in.swapped + B * stride);
     return in;
 }
 
-/* Attention of every row and key/value head; each task rounds its heads' outputs for W_o when their blocks are
+/* Attention of every row and key/value head; each task prepares its heads' outputs for W_o when their blocks are
    its own (group d_k a multiple of 64), else one pass over the rows does it after a barrier. Rows that share a
    cache row (several new tokens of one text) first all write their keys and values, then attend. */
 static void attention_phase(const Model *m, const Layer *layer, int B, const float *qkv, int64_t width, float *kv,
@@ -160,7 +158,7 @@ static void attention_phase(const Model *m, const Layer *layer, int B, const flo
                             Input *att_in, float *scores, float *q) {
     const int group = m->n_heads / m->n_kv_heads, span = group * m->head_dim, d = m->d_model;
     const Heads heads = {d, m->n_kv_heads, group, m->head_dim, layer->window, m->rope ? m->cos : NULL, m->sin};
-    const int round = rounds_x(&layer->out), own = span % 64 == 0;
+    const int what = prepares(&layer->out), own = span % 64 == 0;
     if (shared) {
 #pragma omp for schedule(static) collapse(2)
         for (int b = 0; b < B; b++)
@@ -173,19 +171,19 @@ static void attention_phase(const Model *m, const Layer *layer, int B, const flo
             float *row = kv + slots[b] * row_stride;
             if (!shared) write_kv(&heads, qkv + b * width, row, L, pos[b], g);
             attend(&heads, qkv + b * width, row, L, pos[b], g, (float *)att_in->x + b * d, scores, q);
-            if (round && own)  /* the last head group also rounds the zero blocks past d */
+            if (what && own)  /* the last head group also prepares the zero blocks past d */
                 prepare_blocks(att_in, b, d, g * span / BLOCK,
-                               g == m->n_kv_heads - 1 ? att_in->stride / BLOCK : (g + 1) * span / BLOCK);
+                               g == m->n_kv_heads - 1 ? att_in->stride / BLOCK : (g + 1) * span / BLOCK, what);
         }
 #pragma omp barrier
-    if (round && !own) {
+    if (what && !own) {
 #pragma omp for schedule(static)
-        for (int b = 0; b < B; b++) prepare_input(att_in, b, d);
+        for (int b = 0; b < B; b++) prepare_input(att_in, b, d, what);
     }
 }
 
 /* The feed-forward's first half for rows of W_g / W_1 in chunks: f = act(W_g h) * (W_1 h) or act(W_1 h), each
-   chunk's outputs rounded for W_2 by the thread that made them. */
+   chunk's outputs prepared for W_2 by the thread that made them. */
 static void feed_forward_phase(const Model *m, const Layer *layer, int B, const Input *mine, float *gate,
                                Input *f_in) {
     const int64_t ff = m->d_ff, chunks = (ff + CHUNK - 1) / CHUNK;
@@ -196,8 +194,8 @@ static void feed_forward_phase(const Model *m, const Layer *layer, int B, const 
         if (layer->gate.n) product_range(&layer->gate, mine, B, gate, ff, n0, n1, 0);
         product_range(&layer->up, mine, B, f, ff, n0, n1, 0);
         activate_rows(m->act, layer->gate.n ? gate : NULL, f, B, ff, n0, n1);
-        if (rounds_x(&layer->down))
-            for (int b = 0; b < B; b++) prepare_blocks(f_in, b, ff, n0 / BLOCK, n1 == ff ? f_in->stride / BLOCK : n1 / BLOCK);
+        for (int b = 0; b < B; b++)
+            prepare_blocks(f_in, b, ff, n0 / BLOCK, n1 == ff ? f_in->stride / BLOCK : n1 / BLOCK, prepares(&layer->down));
     }
 #pragma omp barrier
 }
@@ -246,14 +244,16 @@ int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *p
     return 0;
 }
 
+/* Whether MAT_I8 products multiply x in bfloat16 (I8_BF16: for k a multiple of 32), for the tests' reference. */
+int qkv_int8_in_bfloat16(void) { return I8_BF16; }
+
 /* y = W x (+ b) for B vectors x (B, k) into y (B, n): one product alone, as the step computes it (tests). */
 int qkv_product(const Mat *m, int32_t B, const float *x, float *y, int32_t threads) {
     void *memory = malloc(input_bytes(B, m->k));
     if (!memory) return 1;
     Input in = input_at(memory, B, m->k);
     in.x = x, in.ldx = m->k;
-    for (int b = 0; b < B; b++)
-        if (rounds_x(m)) prepare_input(&in, b, m->k);
+    for (int b = 0; b < B; b++) prepare_input(&in, b, m->k, prepares(m));
 #pragma omp parallel num_threads(threads)
     product_chunks(m, &in, B, y, m->n, 0);
     free(memory);

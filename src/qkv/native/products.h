@@ -5,7 +5,8 @@
    (struct Mat, kind):
 
      MAT_F32   float32 W (n, k)                                     y = W x
-     MAT_I8    int8 Q (n, k), float32 scale s (n,)                  y = s (Q x)                    x in float32
+     MAT_I8    int8 Q (n, k), float32 scale s (n,)                  y = s (Q x)                    x in float32, or
+                                                                    (I8_BF16, k a multiple of 32) in bfloat16
      MAT_I8A8  the same Q and s                                     y = s sum_c d_c (Q_c xq_c)     x in int8 blocks
      (either, group > 0: s float32 (n, k / group), a scale per group of `group` columns (a multiple of 32):
       MAT_I8 y = sum_j (s_j//group Q_j) x_j, each 16 weights scaled before their FMAs; MAT_I8A8
@@ -28,7 +29,7 @@
    int8 levels in column order as |xq| and a sign mask (MAT_I8A8: VNNI multiplies unsigned bytes by signed
    ones, so the sign moves onto the weight), and in the order of the 4-bit bytes, each block's 16 even
    columns then its 16 odd ones (MAT_I4, whose levels 0..15 are the unsigned side); d_c sum(xq_c) of each
-   block. Without AVX-512 VNNI the same sums are computed by plain loops. */
+   block; x in bfloat16 (MAT_I8 with I8_BF16). Without AVX-512 VNNI the same sums are computed by plain loops. */
 
 #include <math.h>
 #include <stdint.h>
@@ -41,6 +42,11 @@
 #define HAVE_VNNI 1
 #else
 #define HAVE_VNNI 0
+#endif
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+#define I8_BF16 1  /* MAT_I8 multiplies x in bfloat16 (int8_rows.h) */
+#else
+#define I8_BF16 0
 #endif
 
 #define LANES 16
@@ -74,6 +80,7 @@ typedef struct {            /* B vectors of k <= kmax values, in every form a pr
     float *fswapped;        /* (B, stride) x in the same order, unrounded (MAT_I4F) */
     float *scales;          /* (B, stride / 64 * 16) per 64 columns: d of the first block x8, the second x8 */
     float *sums;            /* (B, stride / 32) d_c sum(xq_c) of each block */
+    uint16_t *xh;           /* (B, stride) x in bfloat16, rounded to nearest even (MAT_I8 with I8_BF16) */
 } Input;
 
 static inline vf load_f(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
@@ -145,14 +152,30 @@ static inline int32_t round_block(const Input *in, int b, int64_t c, const float
 #endif
 }
 
-/* Round blocks c0 .. c1-1 of vector b (k values, k a multiple of 32; blocks past k are zeros) to int8: their
-   parts of in->absq, signs, swapped, scales and sums. c0 even: a pair of blocks shares a vector of scales. */
-static void prepare_blocks(Input *in, int b, int64_t k, int64_t c0, int64_t c1) {
+/* What a product reads of its input besides x (prepare_blocks): nothing, x in bfloat16, or that and the int8
+   blocks and the 4-bit order. */
+enum { PREPARE_NONE = 0, PREPARE_BF16 = 1, PREPARE_ALL = 2 };
+
+static int prepares(const Mat *m) {
+    if (!m || m->n == 0) return PREPARE_NONE;
+    if (m->kind == MAT_I8A8 || m->kind == MAT_I4 || m->kind == MAT_I4F) return PREPARE_ALL;
+    return I8_BF16 && m->kind == MAT_I8 && m->k % BLOCK == 0 ? PREPARE_BF16 : PREPARE_NONE;
+}
+
+/* Blocks c0 .. c1-1 of vector b (k values, k a multiple of 32; blocks past k are zeros) in bfloat16 (I8_BF16),
+   and with PREPARE_ALL rounded to int8: their parts of in->absq, signs, swapped, scales and sums. c0 even: a
+   pair of blocks shares a vector of scales. */
+static void prepare_blocks(Input *in, int b, int64_t k, int64_t c0, int64_t c1, int what) {
     const float *x = in->x + b * in->ldx;
     float *scales = in->scales + b * (in->stride / 64 * LANES), *sums = in->sums + b * (in->stride / BLOCK);
     static const float zeros[BLOCK];
-    for (int64_t c = c0; c < c1; c++) {
+    for (int64_t c = c0; c < c1 && what != PREPARE_NONE; c++) {
         const float *xc = c * BLOCK < k ? x + c * BLOCK : zeros;
+#if I8_BF16
+        __m512 x0 = _mm512_loadu_ps(xc), x1 = _mm512_loadu_ps(xc + LANES);
+        _mm512_storeu_si512((void *)(in->xh + b * in->stride + c * BLOCK), (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
+#endif
+        if (what != PREPARE_ALL) continue;
         float top = 0.0f;
         for (int j = 0; j < BLOCK; j++) top = fmaxf(top, fabsf(xc[j]));
         float d = top / 127.0f, inv = top > 0.0f ? 127.0f / top : 0.0f;
@@ -163,7 +186,7 @@ static void prepare_blocks(Input *in, int b, int64_t k, int64_t c0, int64_t c1) 
 }
 
 /* All of vector b's blocks (to the end of the stride). */
-static void prepare_input(Input *in, int b, int64_t k) { prepare_blocks(in, b, k, 0, in->stride / BLOCK); }
+static void prepare_input(Input *in, int b, int64_t k, int what) { prepare_blocks(in, b, k, 0, in->stride / BLOCK, what); }
 
 /* ------------------------------------------------------------------------------------ one row, B vectors */
 
@@ -242,65 +265,7 @@ INLINE void row_float(const void *w, const int I8, int64_t k, const float *gs, i
 #undef GROUP_OF
 }
 
-#if HAVE_VNNI
-/* The k bytes from p, zero past k (k a multiple of 32): the weights of 64 columns, or of the last 32. */
-static inline __m512i load_bytes(const void *p, int64_t left) {
-    return left >= 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, p);
-}
-#endif
-
-/* A row w of int8 weights times B vectors rounded to int8 blocks: out (B). With gs (groups of `group` columns,
-   a multiple of 32), each block's x scale d_c is multiplied by its group's scale s_c; NULL: the caller scales
-   the row's sums by its one scale. */
-INLINE void row_i8a8(const int8_t *w, int64_t k, const float *gs, int64_t group, const Input *in, int B,
-                     float *out) {
-#if HAVE_VNNI
-    __m512 acc[MAX_ROWS];
-    for (int b = 0; b < B; b++) acc[b] = _mm512_setzero_ps();
-    const int shift = group > 0 && (group & (group - 1)) == 0 ? __builtin_ctzll((unsigned long long)group) : -1;
-    const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    for (int64_t j = 0; j < k; j += 64) {
-        __builtin_prefetch(w + j + PREFETCH_ROWS * k, 0, 1);
-        __m512i wv = load_bytes(w + j, k - j);
-        __m512 s = _mm512_setzero_ps();
-        if (gs && group == BLOCK && j + BLOCK < k) {  /* [s of block c x8, s of block c + 1 x8]: two floats */
-            s = _mm512_permutexvar_ps(pair, _mm512_castps128_ps512(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(gs + j / BLOCK)))));
-        } else if (gs) {  /* (block c + 1 past k: its dots are 0) */
-            const float s0 = gs[shift >= 0 ? j >> shift : j / group];
-            const float s1 = j + BLOCK < k ? gs[shift >= 0 ? (j + BLOCK) >> shift : (j + BLOCK) / group] : s0;
-            s = _mm512_insertf32x8(_mm512_set1_ps(s0), _mm256_set1_ps(s1), 1);
-        }
-        for (int b = 0; b < B; b++) {
-            __mmask64 negative = in->signs[b * (in->stride / 64) + j / 64];
-            __m512i signed_w = _mm512_mask_sub_epi8(wv, negative, _mm512_setzero_si512(), wv);
-            __m512i x = _mm512_loadu_si512((const void *)(in->absq + b * in->stride + j));
-            __m512i dots = _mm512_dpbusd_epi32(_mm512_setzero_si512(), x, signed_w);  /* lanes 0-7, 8-15: a block */
-            __m512 d = _mm512_loadu_ps(in->scales + b * (in->stride / 64 * LANES) + j / 64 * LANES);
-            if (gs) d = _mm512_mul_ps(d, s);
-            acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots), d, acc[b]);
-        }
-    }
-    for (int b = 0; b < B; b++) out[b] = _mm512_reduce_add_ps(acc[b]);
-#else
-    for (int b = 0; b < B; b++) {
-        const uint8_t *absq = in->absq + b * in->stride;
-        const uint64_t *signs = in->signs + b * (in->stride / 64);
-        const float *scales = in->scales + b * (in->stride / 64 * LANES);
-        float total = 0.0f;
-        for (int64_t c = 0; c < k / BLOCK; c++) {
-            int32_t dot = 0;
-            for (int64_t j = c * BLOCK; j < (c + 1) * BLOCK; j++) {
-                int32_t q = (signs[j / 64] >> (j % 64)) & 1 ? -(int32_t)absq[j] : (int32_t)absq[j];
-                dot += q * (int32_t)w[j];
-            }
-            float d = scales[(c / 2) * LANES + (c % 2) * (LANES / 2)];
-            total += (float)dot * (gs ? d * gs[c * BLOCK / group] : d);
-        }
-        out[b] = total;
-    }
-#endif
-}
-
+#include "int8_rows.h"
 #include "int4_rows.h"
 
 /* ------------------------------------------------------------------------------------- a slice of rows */
@@ -333,6 +298,14 @@ INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t
     for (int64_t i = n0; i < n1; i++) {
         switch (m->kind) {
         case MAT_I8:  /* scales per group: inside the row's sums; one per row: after them */
+#if I8_BF16
+            if (k % BLOCK == 0) {
+                row_i8h((const int8_t *)m->w + i * k, k, m->group ? m->scale + i * groups : NULL, m->group, in, B, out);
+                if (!m->group)
+                    for (int b = 0; b < B; b++) out[b] *= m->scale[i];
+                break;
+            }
+#endif
             if (m->group) {
                 row_float((const int8_t *)m->w + i * k, 1, k, m->scale + i * groups, m->group, in, B, out);
                 break;
