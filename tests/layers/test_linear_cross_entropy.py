@@ -44,3 +44,23 @@ def test_frozen_weights_get_no_gradient_and_no_grad_mode_only_measures() -> None
         loss = linear_cross_entropy(hidden, weight, None, targets)
     assert not loss.requires_grad
     torch.testing.assert_close(loss, F.cross_entropy(F.linear(hidden, weight).flatten(0, 1), targets.flatten()))
+
+
+def test_a_frozen_unembedding_under_bfloat16_autocast_gives_autocasts_loss_and_gradient(monkeypatch) -> None:
+    """LoRA's W_U under CPU autocast (bfloat16): the logits of its bfloat16 copy, as autocast's F.linear makes them;
+    the loss and dL/dh within a bfloat16 step of the reference's."""
+    calls, copies = [], module.bfloat16_weight
+    monkeypatch.setattr(module, "bfloat16_weight", lambda w: calls.append(1) or copies(w))
+    torch.manual_seed(0)
+    hidden = torch.randn(4, 12, 32, requires_grad=True)
+    reference_hidden = hidden.detach().clone().requires_grad_(True)
+    weight, targets = torch.randn(90, 32), torch.randint(0, 90, (4, 12))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused = linear_cross_entropy(hidden, weight, None, targets)
+        logits = F.linear(reference_hidden, weight)
+    reference = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+    fused.backward()
+    reference.backward()
+    assert calls and weight.grad is None
+    torch.testing.assert_close(fused, reference, atol=1e-3, rtol=1e-3)
+    torch.testing.assert_close(hidden.grad, reference_hidden.grad, atol=2e-3, rtol=2e-2)

@@ -26,3 +26,20 @@ def test_the_bench_prints_its_ratios_and_the_curves_agree(tmp_path, tiny_llama_d
         assert abs(float(first[1]) - float(first[2])) < 1e-4, out
         gap = re.search(rf"{mode}: mean loss of the last 3 steps .*relative difference ([\d.]+)%", out)
         assert float(gap[1]) < 0.1, out
+
+
+def test_under_bfloat16_autocast_both_sides_compute_the_same_lora_curve(tmp_path, tiny_llama_dir) -> None:
+    """--precision bf16: qkv's frozen products in bfloat16 (a copy of each matrix made once) against the peer's
+    autocast: the same loss to a bfloat16 step."""
+    (tmp_path / "text.txt").write_text(TEXT)
+    command = [sys.executable, str(BENCH), "--model", str(tiny_llama_dir), "--data", str(tmp_path / "text.txt"),
+               "--steps", "3", "--seq-len", "16", "--batch-size", "2", "--threads", "1", "--lr", "1e-2",
+               "--modes", "lora", "--precision", "bf16"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "bf16" in out.splitlines()[0], out
+    first = re.search(r"lora: loss of the first batch qkv ([\d.]+), peer ([\d.]+)", out)
+    assert abs(float(first[1]) - float(first[2])) < 2e-2 * float(first[2]), out
+    gap = re.search(r"lora: mean loss of the last 3 steps .*relative difference ([\d.]+)%", out)
+    assert float(gap[1]) < 2, out

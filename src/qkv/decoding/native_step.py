@@ -12,9 +12,10 @@ model's own tensors, kept alive by the :class:`NativeStep`), or says why it cann
 - each matrix is one of float32 (``nn.Linear``, :class:`~qkv.layers.linear.Linear`, the unembedding), int8
   (:class:`~qkv.quantization.int8_linear.Int8Linear`, a scale per row or per group of 32 or more columns:
   weight-only, or with int8 activations, computed with VNNI where the CPU has it) or int4
-  (:class:`~qkv.quantization.int4_linear.Int4Linear`, groups of 32 to 256); the products keep x in float32
-  except for int8 activations, so int8 and int4 come out at least as exact as PyTorch's kernels (which round x
-  to bfloat16);
+  (:class:`~qkv.quantization.int4_linear.Int4Linear`, groups of 32 to 256); float32 and int4 products keep x
+  in float32 (int4 comes out as exact as its dequantized float32 matrix), weight-only int8 multiplies x in
+  bfloat16 on a CPU with bfloat16 dot products (AVX512_BF16), as PyTorch's int8 kernel does (float32
+  elsewhere), and int8 activations round x to int8 blocks;
 - the blocks are pre-LN (RMSNorm or LayerNorm), self-attention only, with or without RoPE, biases, grouped
   keys and values, or a sliding window; the feed-forward plain or gated with one of qkv's activations;
 - the model is float32 on the CPU.

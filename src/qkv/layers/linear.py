@@ -128,7 +128,7 @@ def _onednn_linear() -> bool:
 
 PACK_ROWS = 64  # the batch size oneDNN is told to expect when it lays the matrix out (best for 4-16 rows)
 _packing_on = True  # use_packed_weights() turns the copies off
-_packed: dict[int, tuple[weakref.ref, tuple[int, int], Tensor]] = {}  # id -> (weight, (version, data_ptr), copy)
+_packed: dict[tuple[int, str], tuple[weakref.ref, tuple[int, int], Tensor]] = {}  # (id, kind) -> (weight, stamp, copy)
 _packing = threading.Lock()
 
 
@@ -147,16 +147,32 @@ def packed_weight(weight: Tensor) -> Tensor:
     """``weight`` (n_out, n_in) reordered into oneDNN's blocked layout for ``_linear_pointwise``; made once
     per weight and made again when the weight has changed: in place (a training step) or given new storage
     (``param.data = ...``, as ``module.float()`` does)."""
-    key = id(weight)
+    return _cached_copy(weight, "packed", lambda w: torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS))
+
+
+def bfloat16_weight(weight: Tensor) -> Tensor:
+    """A bfloat16 copy of a frozen float32 ``weight``, kept as :func:`packed_weight` keeps its copies: what
+    bfloat16 autocast multiplies by, without casting the matrix again at every product."""
+    return _cached_copy(weight, "bfloat16", lambda w: w.to(torch.bfloat16))
+
+
+def _cached_copy(weight: Tensor, kind: str, make) -> Tensor:  # noqa: ANN001
+    key = (id(weight), kind)
     version = -1 if weight.is_inference() else weight._version  # inference tensors keep no version counter
     stamp = (version, weight.data_ptr())
     entry = _packed.get(key)
     if entry is not None and entry[0]() is weight and entry[1] == stamp:
         return entry[2]
     with _packing:
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS)
-        _packed[key] = (weakref.ref(weight, lambda _: _packed.pop(key, None)), stamp, packed)
-    return packed
+        copy = make(weight.detach())
+        _packed[key] = (weakref.ref(weight, lambda _: _packed.pop(key, None)), stamp, copy)
+    return copy
+
+
+def autocast_bfloat16(x: Tensor) -> bool:
+    """Whether bfloat16 autocast is on for x's device (the CPU's, or CUDA's)."""
+    kind = x.device.type
+    return torch.is_autocast_enabled(kind) and torch.get_autocast_dtype(kind) == torch.bfloat16
 
 
 def _blocks_product(stacked: Tensor, vectors: Tensor, bias: Tensor | None, out: Tensor | None = None) -> Tensor:
@@ -180,8 +196,9 @@ def packs(weight: Tensor) -> bool:
 
 def frozen_product_applies(x: Tensor, weight: Tensor) -> bool:
     """Whether ``linear`` multiplies rows that take a gradient by a frozen matrix it :func:`packs`
-    (:class:`FrozenProduct`): LoRA's base while fine-tuning."""
-    return torch.is_grad_enabled() and x.requires_grad and x.dtype == torch.float32 and packs(weight)
+    (:class:`FrozenProduct`): LoRA's base while fine-tuning, in float32 or under bfloat16 autocast."""
+    wide = x.dtype == torch.float32 or (x.dtype == torch.bfloat16 and autocast_bfloat16(x))
+    return torch.is_grad_enabled() and x.requires_grad and wide and packs(weight)
 
 
 def packed_product(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -196,19 +213,27 @@ def packed_product(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Ten
 class FrozenProduct(torch.autograd.Function):
     """x W^T + b for a frozen W, differentiable in x: the forward on oneDNN's packed copy of W (:func:`packed_weight`,
     the one decoding uses; 10-40% faster than the plain matrix for a training batch's rows on the CPUs measured in
-    docs/training.md), the backward dL/dx = dL/dy W on the plain matrix."""
+    docs/training.md), the backward dL/dx = dL/dy W on the plain matrix. Under bfloat16 autocast both products
+    multiply in bfloat16, as autocast's own linear does, by a copy of W made once (:func:`bfloat16_weight`) where
+    autocast would cast W at every product; the output is bfloat16, as autocast's."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:  # noqa: ANN001
-        ctx.save_for_backward(weight)
         ctx.bias_grad = bias is not None and bias.requires_grad
+        ctx.dtypes = x.dtype, None if bias is None else bias.dtype
+        if autocast_bfloat16(x):
+            low = bfloat16_weight(weight)
+            ctx.save_for_backward(low)
+            return F.linear(x.to(low.dtype), low, None if bias is None else bias.to(low.dtype))
+        ctx.save_for_backward(weight)
         return packed_product(x, weight, bias)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None, Tensor | None]:  # noqa: ANN001
         (weight,) = ctx.saved_tensors
-        grad_bias = grad.reshape(-1, grad.shape[-1]).sum(0) if ctx.bias_grad else None
-        return grad @ weight, None, grad_bias  # (..., N) @ (N, K) -> (..., K)
+        grad_bias = grad.reshape(-1, grad.shape[-1]).sum(0).to(ctx.dtypes[1]) if ctx.bias_grad else None
+        grad_x = (grad.to(weight.dtype) @ weight).to(ctx.dtypes[0])  # (..., N) @ (N, K) -> (..., K)
+        return grad_x, None, grad_bias
 
 
 class Linear(nn.Linear):

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from qkv.layers.linear import packed_product, packs
+from qkv.layers.linear import autocast_bfloat16, bfloat16_weight, packed_product, packs
 
 CHUNK_ELEMENTS = 1 << 23  # logits per chunk (32 MB of float32): chunk rows = this / vocabulary size
 
@@ -37,6 +37,8 @@ def _chunks(
     wide = torch.promote_types(weight.dtype, torch.float32)  # the softmax in float32 at least
     total = torch.zeros((), dtype=wide, device=hidden.device)
     rows = max(1, CHUNK_ELEMENTS // weight.shape[0])
+    # A frozen W_U under bfloat16 autocast: its bfloat16 copy, made once, instead of a cast at every product
+    low = bfloat16_weight(weight) if packs(weight) and autocast_bfloat16(hidden) else None
     for start in range(0, hidden.shape[0], rows):
         h, t, keep = (
             hidden[start : start + rows],
@@ -44,7 +46,10 @@ def _chunks(
             counted[start : start + rows],
         )
         packed = packs(weight) and h.dtype == weight.dtype  # a frozen W_U (LoRA): oneDNN's packed copy
-        logits = (packed_product(h, weight, bias) if packed else F.linear(h, weight, bias)).to(wide)  # (c, V)
+        if low is not None:
+            logits = F.linear(h.to(low.dtype), low, None if bias is None else bias.to(low.dtype)).to(wide)  # (c, V)
+        else:
+            logits = (packed_product(h, weight, bias) if packed else F.linear(h, weight, bias)).to(wide)
         lse = torch.logsumexp(logits, dim=-1)  # (c,)
         total += ((lse - logits.gather(1, t[:, None])[:, 0]) * keep).sum()
         if grads is None:
@@ -52,9 +57,9 @@ def _chunks(
         grad = logits.sub_(lse[:, None]).exp_()  # softmax, in the logits' memory
         grad[torch.arange(len(t), device=t.device), t] -= 1.0
         grad.mul_(keep[:, None])  # rows not counted: no gradient
-        g = grad.to(weight.dtype)
         if grads["h"] is not None:
-            grads["h"][start : start + rows] = g @ weight  # (c, d)
+            by = low if low is not None else weight
+            grads["h"][start : start + rows] = grad.to(by.dtype) @ by  # (c, d)
         if grads["w"] is not None:
             grads["w"].addmm_(grad.T, h.to(wide))  # (V, d)
         if grads["b"] is not None:
