@@ -50,11 +50,15 @@ def _chunks(
             logits = F.linear(h.to(low.dtype), low, None if bias is None else bias.to(low.dtype)).to(wide)  # (c, V)
         else:
             logits = (packed_product(h, weight, bias) if packed else F.linear(h, weight, bias)).to(wide)
-        lse = torch.logsumexp(logits, dim=-1)  # (c,)
-        total += ((lse - logits.gather(1, t[:, None])[:, 0]) * keep).sum()
+        picked = logits.gather(1, t[:, None])[:, 0]  # (c,)
+        top = logits.amax(dim=-1, keepdim=True)  # (c, 1)
+        shifted = logits.sub_(top).exp_()  # exp(z - max z), in the logits' memory: one pass for lse and softmax
+        sums = shifted.sum(dim=-1)
+        lse = sums.log() + top[:, 0]  # logsumexp(z)
+        total += ((lse - picked) * keep).sum()
         if grads is None:
             continue
-        grad = logits.sub_(lse[:, None]).exp_()  # softmax, in the logits' memory
+        grad = shifted.div_(sums[:, None])  # softmax
         grad[torch.arange(len(t), device=t.device), t] -= 1.0
         grad.mul_(keep[:, None])  # rows not counted: no gradient
         if grads["h"] is not None:
