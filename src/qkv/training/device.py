@@ -3,7 +3,7 @@
 ``auto`` picks CUDA, then Apple's MPS, then the CPU. On CUDA, ``auto`` precision trains in bfloat16
 autocast when the GPU supports it, else float16 autocast with a gradient scaler (small fp16 gradients
 would underflow to zero without it). On the CPU it stays in float32: bf16 matmuls are slow on CPUs
-without AMX.
+without bfloat16 instructions (AVX512_BF16 or AMX); where they exist, ``--precision bf16`` asks for them.
 """
 
 from __future__ import annotations
