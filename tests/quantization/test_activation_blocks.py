@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from qkv import native
+from qkv.quantization import activation_blocks
 from qkv.quantization.activation_blocks import round_blocks
 from qkv.quantization.int8_linear import Int8Linear
 
@@ -61,3 +62,19 @@ def test_x_is_rounded_in_blocks_of_32_as_ggufs_q8_0_rounds_it() -> None:
     assert (levels - theirs).abs().max() <= 1 and (levels != theirs).float().mean() < 1e-3
     assert not ours[2, 32:64].any() and ours.shape == x.shape
     assert bool(((ours - x).abs() <= top.repeat_interleave(32, dim=-1).reshape(6, 256) / 127 / 2 * 1.0001).all())
+
+
+def test_the_c_library_rounds_a_prompts_rows_as_pytorch_does(monkeypatch) -> None:
+    """Many rows (a prompt) are rounded by the C library in one pass: bit for bit PyTorch's numbers, ties to even."""
+    if native.library() is None:
+        pytest.skip(f"the C kernels are unavailable: {native.unavailable_reason()}")
+    torch.manual_seed(2)
+    x = torch.randn(80, 96) * torch.rand(96).mul(3).exp()
+    x[:, 0] = 127.0  # d = 1 in the first block: its other values are their own levels' positions
+    x[:, 1:32] = torch.arange(31) - 14.5  # halfway between two levels
+    x[7, 32:64] = 0
+    assert activation_blocks._native_applies(x)
+    ours = round_blocks(x)
+    assert torch.equal(ours[:, 1:32], torch.round(x[:, 1:32])) and not bool(ours[:, 1:32].remainder(2).any())
+    monkeypatch.setattr(activation_blocks, "_native_applies", lambda x: False)
+    assert torch.equal(ours, round_blocks(x))

@@ -247,6 +247,29 @@ int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *p
 /* Whether MAT_I8 products multiply x in bfloat16 (I8_BF16: for k a multiple of 32), for the tests' reference. */
 int qkv_int8_in_bfloat16(void) { return I8_BF16; }
 
+/* x (rows, k), k a multiple of 32, rounded to int8 in blocks of 32 and back: out = d_c round(x_c / d_c) with
+   d_c = max|x_c| / 127, scaled by 127 / max as the step does, ties to even (activation_blocks.round_blocks: the
+   PyTorch forward of the layers with int8 activations, a prompt's thousands of rows in one pass). */
+void qkv_round_blocks(const float *x, int64_t rows, int64_t k, float *out, int32_t threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < k / BLOCK; c++) {
+            const float *xc = x + r * k + c * BLOCK;
+            float *oc = out + r * k + c * BLOCK, top = 0.0f;
+            for (int j = 0; j < BLOCK; j++) top = fmaxf(top, fabsf(xc[j]));
+            const float inv = top > 0.0f ? 127.0f / top : 0.0f, d = top / 127.0f;
+#if defined(__AVX512F__)
+            for (int j = 0; j < BLOCK; j += LANES) {
+                __m512 level = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(xc + j), _mm512_set1_ps(inv)),
+                                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                _mm512_storeu_ps(oc + j, _mm512_mul_ps(level, _mm512_set1_ps(d)));
+            }
+#else
+            for (int j = 0; j < BLOCK; j++) oc[j] = nearbyintf(xc[j] * inv) * d;
+#endif
+        }
+}
+
 /* y = W x (+ b) for B vectors x (B, k) into y (B, n): one product alone, as the step computes it (tests). */
 int qkv_product(const Mat *m, int32_t B, const float *x, float *y, int32_t threads) {
     void *memory = malloc(input_bytes(B, m->k));
