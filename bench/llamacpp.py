@@ -113,7 +113,7 @@ def spread(values: list[float]) -> str:
 
 def speed(qkv: Peer, llama: Peer, files: dict, prompts: list[list[int]], long: list[int], args, pairs: list) -> dict:
     """Decode tokens/s at batch 1 and 8 and prefill tokens/s, per width, every round taking each in turn."""
-    widths = [("qkv", w) for w, _ in pairs if w] + [("llama", k) for k in dict.fromkeys(k for _, k in pairs)]
+    widths = [("qkv", w) for w, _ in pairs if w] + [("llama.cpp", k) for k in dict.fromkeys(k for _, k in pairs)]
     runs: dict = {}
     for r in range(args.rounds):
         for batch in (1, 8):
@@ -139,7 +139,7 @@ def speed_table(runs: dict, pairs: list) -> list[str]:
     for ours, theirs in pairs:
         cells = [ours or "-", theirs]
         for batch in (1, 8, "prefill"):
-            mine, peer = runs.get(("qkv", ours, batch)), runs[("llama", theirs, batch)]
+            mine, peer = runs.get(("qkv", ours, batch)), runs[("llama.cpp", theirs, batch)]
             ratio = statistics.median(mine["rates"]) / statistics.median(peer["rates"]) if mine else None
             cells += [spread(mine["rates"]) if mine else "-", spread(peer["rates"]), f"{ratio:.2f}x" if ratio else "-"]
         lines.append("| " + " | ".join(cells) + " |")
@@ -156,20 +156,21 @@ def quality(qkv: Peer, llama: Peer, files: dict, windows: list[list[int]], pairs
     for ours, theirs in pairs:
         if ours and ("qkv", ours) not in scores:
             scores[("qkv", ours)] = qkv.ask(op="score", width=ours, windows=windows)
-        if ("llama", theirs) not in scores:
-            scores[("llama", theirs)] = llama.ask(op="score", file=files[theirs], windows=windows)
+        if ("llama.cpp", theirs) not in scores:
+            scores[("llama.cpp", theirs)] = llama.ask(op="score", file=files[theirs], windows=windows)
     ppl = {key: math.exp(s["nll"] / s["count"]) for key, s in scores.items()}
-    base = {"qkv": scores[("qkv", "fp32")]["argmax"], "llama": scores[("llama", "F32")]["argmax"]}
+    base = {"qkv": scores[("qkv", "fp32")]["argmax"], "llama.cpp": scores[("llama.cpp", "F32")]["argmax"]}
     lines = ["| qkv | llama.cpp | perplexity qkv | perplexity llama.cpp | qkv / llama.cpp | agreement with fp32 qkv | "
              "agreement with F32 llama.cpp |", "|" + "---|" * 7]  # fmt: skip
     for ours, theirs in pairs:
         mine = ppl.get(("qkv", ours))
-        cells = [ours or "-", theirs, f"{mine:.3f}" if mine else "-", f"{ppl[('llama', theirs)]:.3f}",
-                 f"{100 * (mine / ppl[('llama', theirs)] - 1):+.2f}%" if mine else "-",
+        cells = [ours or "-", theirs, f"{mine:.3f}" if mine else "-", f"{ppl[('llama.cpp', theirs)]:.3f}",
+                 f"{100 * (mine / ppl[('llama.cpp', theirs)] - 1):+.2f}%" if mine else "-",
                  f"{agreement(scores[('qkv', ours)]['argmax'], base['qkv']):.2%}" if ours else "-",
-                 f"{agreement(scores[('llama', theirs)]['argmax'], base['llama']):.2%}"]  # fmt: skip
+                 f"{agreement(scores[('llama.cpp', theirs)]['argmax'], base['llama.cpp']):.2%}"]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
-    lines.append(f"qkv fp32 and llama.cpp F32 agree on {agreement(base['qkv'], base['llama']):.2%} of the argmaxes.")
+    same = agreement(base["qkv"], base["llama.cpp"])
+    lines.append(f"qkv fp32 and llama.cpp F32 agree on {same:.2%} of the argmaxes.")
     return lines
 
 
@@ -208,7 +209,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.only != "quality":
         runs = speed(qkv, llama, files, prompts, start_ids[:512], args, pairs)
         print("\n".join(["", *speed_table(runs, pairs)]))
-        same = agreement(runs[("qkv", "fp32", 8)]["ids"], runs[("llama", "F32", 8)]["ids"])
+        same = agreement(runs[("qkv", "fp32", 8)]["ids"], runs[("llama.cpp", "F32", 8)]["ids"])
         print(f"\ngreedy tokens, qkv fp32 vs llama.cpp F32 at batch 8: {same:.1%} equal; qkv's step: "
               f"{runs[('qkv', 'fp32', 1)]['mode']}")  # fmt: skip
         report["speed"] = {" ".join(map(str, key)): value["rates"] for key, value in runs.items()}

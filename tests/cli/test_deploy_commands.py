@@ -26,7 +26,7 @@ def runs(tmp_path_factory) -> dict:
     torch.manual_seed(0)
     small = dict(d_model=32, n_heads=2, context_length=48)
     models = {
-        "gpt": GPT(GPTConfig(vocab_size=tok.vocab_size, n_layers=2, **small)),
+        "decoder": GPT(GPTConfig(vocab_size=tok.vocab_size, n_layers=2, **small)),
         "translator": Transformer(
             TransformerConfig(
                 src_vocab_size=tok.vocab_size,
@@ -37,12 +37,14 @@ def runs(tmp_path_factory) -> dict:
             )
         ),  # fmt: skip
         "encoder": Encoder(EncoderConfig(vocab_size=tok.vocab_size, n_layers=2, **small)),
-        "llama": Llama(LlamaConfig(vocab_size=tok.vocab_size, n_layers=2, n_kv_heads=1, qkv_bias=True, **small)),
+        "gated decoder": Llama(
+            LlamaConfig(vocab_size=tok.vocab_size, n_layers=2, n_kv_heads=1, qkv_bias=True, **small)
+        ),
     }
     root = tmp_path_factory.mktemp("deploy")
     (root / "text.txt").write_text(TEXT * 3)
     runs = {name: str(save_model_dir(root / name, model, tok)) for name, model in models.items()}
-    assert main(["quantize", runs["gpt"], "--out", str(root / "gpt-int8")]) == 0
+    assert main(["quantize", runs["decoder"], "--out", str(root / "gpt-int8")]) == 0
     return {**runs, "gpt-int8": str(root / "gpt-int8"), "text": str(root / "text.txt"), "root": root}
 
 
@@ -63,14 +65,14 @@ def test_quantize_writes_a_folder_that_loads_as_int8(runs, capsys) -> None:
     folder = runs["root"] / "gpt-int8"
     assert (folder / QUANTIZATION_FILE).is_file() and (folder / "tokenizer.json").is_file()
     assert is_quantized(load(str(folder)).model)
-    assert not is_quantized(load(runs["gpt"]).model)  # the original is untouched
+    assert not is_quantized(load(runs["decoder"]).model)  # the original is untouched
     capsys.readouterr()
-    assert main(["quantize", runs["gpt"], "--out", str(runs["root"] / "again")]) == 0
+    assert main(["quantize", runs["decoder"], "--out", str(runs["root"] / "again")]) == 0
     err = capsys.readouterr().err
     assert "int8 weights" in err and "x smaller" in err
 
 
-@pytest.mark.parametrize("name", ["gpt", "encoder", "llama"])
+@pytest.mark.parametrize("name", ["decoder", "encoder", "gated decoder"])
 def test_quantize_with_calibration_text_changes_only_the_roundings(runs, capsys, name) -> None:
     out = runs["root"] / f"{name}-calibrated"
     assert main(["quantize", runs[name], "--out", str(out), "--calibrate", runs["text"]]) == 0
@@ -90,7 +92,7 @@ def test_quantize_with_calibration_text_changes_only_the_roundings(runs, capsys,
 
 def test_calibration_bad_inputs_are_one_line(runs, capsys) -> None:
     missing = str(runs["root"] / "absent.txt")
-    err = fails(capsys, "quantize", runs["gpt"], "--out", str(runs["root"] / "c1"), "--calibrate", missing)
+    err = fails(capsys, "quantize", runs["decoder"], "--out", str(runs["root"] / "c1"), "--calibrate", missing)
     assert "calibration text" in err and "does not exist" in err
     err = fails(capsys, "quantize", runs["translator"], "--out", str(runs["root"] / "c2"), "--calibrate", runs["text"])
     assert "calibration text works for language models and encoders, and this is an encoder-decoder" in err
@@ -98,14 +100,14 @@ def test_calibration_bad_inputs_are_one_line(runs, capsys) -> None:
 
 def test_quantize_with_int8_activations_saves_and_loads_that_mode(runs, capsys) -> None:
     out = runs["root"] / "gpt-w8a8"
-    assert main(["quantize", runs["gpt"], "--out", str(out), "--activations", "int8"]) == 0
+    assert main(["quantize", runs["decoder"], "--out", str(out), "--activations", "int8"]) == 0
     assert "int8 activations" in capsys.readouterr().err
     assert json.loads((out / QUANTIZATION_FILE).read_text())["activations"] == "int8"
     assert json.loads((runs["root"] / "gpt-int8" / QUANTIZATION_FILE).read_text())["activations"] == "float"
     loaded = load(str(out)).model
     layers = [m for m in loaded.modules() if isinstance(m, Int8Linear)]
     assert layers and all(m.activations == "int8" for m in layers)
-    reference = set_activations(quantize_model(copy.deepcopy(load(runs["gpt"]).model)), "int8")
+    reference = set_activations(quantize_model(copy.deepcopy(load(runs["decoder"]).model)), "int8")
     ids = torch.tensor([[3, 5, 7, 2, 9]])
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids), reference(ids), rtol=0, atol=1e-6)
@@ -119,23 +121,23 @@ def test_quantize_with_int8_activations_saves_and_loads_that_mode(runs, capsys) 
 def test_generate_from_the_quantized_folder_equals_generate_with_the_flag(runs, capsys) -> None:
     common = ["--prompt", "the ", "--temperature", "0", "--max-new-tokens", "20"]
     from_folder = output(capsys, "generate", runs["gpt-int8"], *common)
-    with_flag = output(capsys, "generate", runs["gpt"], *common, "--quantize", "int8")
+    with_flag = output(capsys, "generate", runs["decoder"], *common, "--quantize", "int8")
     assert from_folder == with_flag and len(from_folder) > len("the ") + 10
 
 
 def test_a_llama_quantizes_and_generates_from_its_int8_folder(runs, capsys) -> None:
     out = str(runs["root"] / "llama-int8")
-    assert main(["quantize", runs["llama"], "--out", out]) == 0
+    assert main(["quantize", runs["gated decoder"], "--out", out]) == 0
     model = load(out).model
     assert is_quantized(model) and model.decoder.blocks[0].feed_forward.gate.qweight.dtype == torch.int8
     common = ["--prompt", "the ", "--temperature", "0", "--max-new-tokens", "20"]
-    with_flag = output(capsys, "generate", runs["llama"], *common, "--quantize", "int8")
+    with_flag = output(capsys, "generate", runs["gated decoder"], *common, "--quantize", "int8")
     assert output(capsys, "generate", out, *common) == with_flag
 
 
 def test_a_llama_quantizes_to_4_bits_and_generates_from_its_int4_folder(runs, capsys) -> None:
     out = str(runs["root"] / "llama-int4")
-    assert main(["quantize", runs["llama"], "--out", out, "--bits", "4", "--calibrate", runs["text"]]) == 0
+    assert main(["quantize", runs["gated decoder"], "--out", out, "--bits", "4", "--calibrate", runs["text"]]) == 0
     assert "int4 weights" in capsys.readouterr().err
     info = json.loads((runs["root"] / "llama-int4" / "quantization.json").read_text())
     assert info["scheme"] == "int4" and info["group_size"] == 32 and info["int8_modules"] == ["unembedding"]
@@ -144,8 +146,8 @@ def test_a_llama_quantizes_to_4_bits_and_generates_from_its_int4_folder(runs, ca
     common = ["--prompt", "the ", "--temperature", "0", "--max-new-tokens", "20"]
     assert output(capsys, "generate", out, *common).startswith("the ")
     nearest = str(runs["root"] / "llama-int4-nearest")
-    assert main(["quantize", runs["llama"], "--out", nearest, "--bits", "4"]) == 0
-    with_flag = output(capsys, "generate", runs["llama"], *common, "--quantize", "int4")
+    assert main(["quantize", runs["gated decoder"], "--out", nearest, "--bits", "4"]) == 0
+    with_flag = output(capsys, "generate", runs["gated decoder"], *common, "--quantize", "int4")
     assert output(capsys, "generate", nearest, *common) == with_flag
 
 
@@ -155,50 +157,51 @@ def test_activations_int8_on_generate_rounds_the_int4_layers_inputs(runs, capsys
     from qkv.decoding import generate
 
     common = ["--prompt", "the ", "--temperature", "0", "--max-new-tokens", "12"]
-    flagged = output(capsys, "generate", runs["llama"], *common, "--quantize", "int4", "--activations", "int8")
-    bundle = load(runs["llama"], quantize="int4")
+    flagged = output(capsys, "generate", runs["gated decoder"], *common, "--quantize", "int4", "--activations", "int8")
+    bundle = load(runs["gated decoder"], quantize="int4")
     set_activations(bundle.model, "int8")
     ids = generate(bundle.model, torch.tensor([bundle.tokenizer.encode("the ")]), max_new_tokens=12, temperature=0)
     ours = bundle.tokenizer.decode(ids[0].tolist())  # no end-of-text id given: it may run past the CLI's stop
     assert len(flagged.strip()) > len("the ") and ours.startswith(flagged.strip())
-    err = fails(capsys, "generate", runs["llama"], *common, "--activations", "int8")
+    err = fails(capsys, "generate", runs["gated decoder"], *common, "--activations", "int8")
     assert "int8 activations are for int8 and int4 layers" in err and "--quantize int8" in err
 
 
 def test_bits_and_group_size_bad_values_are_one_line(runs, capsys) -> None:
     out = str(runs["root"] / "never")
-    assert "--bits 3: qkv quantizes to 8 bits" in fails(capsys, "quantize", runs["gpt"], "--out", out, "--bits", "3")
-    err = fails(capsys, "quantize", runs["gpt"], "--out", out, "--bits", "4", "--group-size", "48")
+    err = fails(capsys, "quantize", runs["decoder"], "--out", out, "--bits", "3")
+    assert "--bits 3: qkv quantizes to 8 bits" in err
+    err = fails(capsys, "quantize", runs["decoder"], "--out", out, "--bits", "4", "--group-size", "48")
     assert "group size 48: int4 groups hold 32, 64, 128, 256 weights" in err
-    err = fails(capsys, "quantize", runs["gpt"], "--out", out, "--bits", "4", "--group-size", "64")
+    err = fails(capsys, "quantize", runs["decoder"], "--out", out, "--bits", "4", "--group-size", "64")
     assert "has 32 inputs, not a multiple of the group size 64: use --group-size 32" in err
     assert not (runs["root"] / "never").exists()
 
 
 def test_quantize_to_int8_in_groups_of_32(runs, capsys) -> None:
     out = runs["root"] / "gpt-int8-g32"
-    assert main(["quantize", runs["gpt"], "--out", str(out), "--bits", "8", "--group-size", "32"]) == 0
+    assert main(["quantize", runs["decoder"], "--out", str(out), "--bits", "8", "--group-size", "32"]) == 0
     assert "int8 weights in groups of 32" in capsys.readouterr().err
     info = json.loads((out / QUANTIZATION_FILE).read_text())
     assert info["scheme"] == "int8" and info["int8_group_size"] == 32
     model = load(str(out)).model
     assert all(m.group_size == 32 for m in model.modules() if isinstance(m, Int8Linear))
-    reference = quantize_model(copy.deepcopy(load(runs["gpt"]).model), "int8", group_size=32)
+    reference = quantize_model(copy.deepcopy(load(runs["decoder"]).model), "int8", group_size=32)
     ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
     with torch.no_grad():
         torch.testing.assert_close(model(ids), reference(ids), rtol=0, atol=0)
     assert "int8_group_size" not in json.loads((runs["root"] / "gpt-int8" / QUANTIZATION_FILE).read_text())
     never = str(runs["root"] / "never-int8")
-    err = fails(capsys, "quantize", runs["gpt"], "--out", never, "--group-size", "48")
+    err = fails(capsys, "quantize", runs["decoder"], "--out", never, "--group-size", "48")
     assert "int8 group size 48: int8 groups hold a multiple of 32 weights" in err
-    err = fails(capsys, "quantize", runs["gpt"], "--out", never, "--bits", "8", "--group-size", "64")
+    err = fails(capsys, "quantize", runs["decoder"], "--out", never, "--bits", "8", "--group-size", "64")
     assert "has 32 inputs, not a multiple of the int8 group size 64: use --group-size 32" in err
     assert not (runs["root"] / "never-int8").exists()
 
 
 def test_eval_with_int8_weights_is_close_to_float(runs, capsys) -> None:
-    exact = json.loads(output(capsys, "eval", runs["gpt"], runs["text"], "--json"))
-    int8 = json.loads(output(capsys, "eval", runs["gpt"], runs["text"], "--json", "--quantize", "int8"))
+    exact = json.loads(output(capsys, "eval", runs["decoder"], runs["text"], "--json"))
+    int8 = json.loads(output(capsys, "eval", runs["decoder"], runs["text"], "--json", "--quantize", "int8"))
     assert abs(int8["loss"] - exact["loss"]) / exact["loss"] < 0.01
     assert json.loads(output(capsys, "eval", runs["gpt-int8"], runs["text"], "--json")) == int8
 
@@ -221,7 +224,7 @@ def test_the_server_serves_int8_weights(runs) -> None:
     from qkv.decoding import generate
     from qkv.server import create_app
 
-    bundle = load(runs["gpt"], quantize="int8")
+    bundle = load(runs["decoder"], quantize="int8")
     with TestClient(create_app(bundle), base_url="http://localhost") as client:  # the server answers localhost names
         response = client.post("/v1/completions", json={"prompt": "the ", "max_tokens": 12, "temperature": 0})
     assert response.status_code == 200, response.text
@@ -232,7 +235,7 @@ def test_the_server_serves_int8_weights(runs) -> None:
 
 @pytest.mark.parametrize("verb", ["generate", "translate", "embed", "eval", "serve"])
 def test_unknown_schemes_are_one_line(runs, capsys, verb) -> None:
-    run = {"translate": runs["translator"], "embed": runs["encoder"]}.get(verb, runs["gpt"])
+    run = {"translate": runs["translator"], "embed": runs["encoder"]}.get(verb, runs["decoder"])
     extra = {"translate": ["a b"], "embed": ["a b"], "eval": [runs["text"]]}.get(verb, [])
     err = fails(capsys, verb, run, *extra, "--quantize", "int3")
     assert "'int3' is not a quantization scheme qkv has: use int8" in err
@@ -245,13 +248,13 @@ def test_quantized_folders_cannot_be_trained_exported_or_quantized_again(runs, c
     err = fails(capsys, "export", q, "--onnx", str(runs["root"] / "q.onnx"))
     assert "holds int8 weights (qkv quantize), which qkv does not export to ONNX" in err
     assert "is quantized already" in fails(capsys, "quantize", q, "--out", str(runs["root"] / "qq"))
-    assert "is the model itself" in fails(capsys, "quantize", runs["gpt"], "--out", runs["gpt"])
-    assert "is not a quantization scheme" in fails(capsys, "quantize", runs["gpt"], "--out", "x", "--scheme", "fp4")
+    assert "is the model itself" in fails(capsys, "quantize", runs["decoder"], "--out", runs["decoder"])
+    assert "is not a quantization scheme" in fails(capsys, "quantize", runs["decoder"], "--out", "x", "--scheme", "fp4")
 
 
 def test_export_bad_inputs_are_one_line(runs, capsys, tmp_path) -> None:
-    assert "--out model.onnx" in fails(capsys, "export", runs["gpt"])
-    assert "should end in .onnx" in fails(capsys, "export", runs["gpt"], "--onnx", str(tmp_path / "model.txt"))
+    assert "--out model.onnx" in fails(capsys, "export", runs["decoder"])
+    assert "should end in .onnx" in fails(capsys, "export", runs["decoder"], "--onnx", str(tmp_path / "model.txt"))
     tok = CharTokenizer.train(TEXT)
     short = GPT(GPTConfig(vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_layers=1, context_length=4))
     save_model_dir(tmp_path / "short", short, tok)
@@ -264,10 +267,10 @@ def test_a_rerun_after_an_interrupted_quantize_cleans_its_own_temporary_files(ru
     out = runs["root"] / "interrupted"
     out.mkdir()
     (out / ".model.safetensors.k3j2.tmp").write_bytes(b"half a file")  # what a kill -9 mid-write leaves
-    assert main(["quantize", runs["gpt"], "--out", str(out)]) == 0
+    assert main(["quantize", runs["decoder"], "--out", str(out)]) == 0
     assert "removed 1 unfinished file" in capsys.readouterr().err
     assert not list(out.glob(".*.tmp")) and is_quantized(load(str(out)).model)
     (runs["root"] / "busy").mkdir()
     (runs["root"] / "busy" / "notes.txt").write_text("mine")
-    err = fails(capsys, "quantize", runs["gpt"], "--out", str(runs["root"] / "busy"))
+    err = fails(capsys, "quantize", runs["decoder"], "--out", str(runs["root"] / "busy"))
     assert "already holds other files (notes.txt)" in err

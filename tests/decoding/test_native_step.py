@@ -28,7 +28,7 @@ from tests.decoding.test_fast_step import tiny_transformer
 BLOCK = 32
 
 MODELS = {  # every branch of the C step: norms, feed-forwards, RoPE or learned positions, biases, head widths
-    "llama": lambda: Llama(
+    "rope, gated": lambda: Llama(
         LlamaConfig(
             vocab_size=97,
             d_model=64,
@@ -55,7 +55,7 @@ MODELS = {  # every branch of the C step: norms, feed-forwards, RoPE or learned 
             init_std=0.3,
         )
     ),  # fmt: skip
-    "gpt": lambda: GPT(
+    "learned positions": lambda: GPT(
         GPTConfig(vocab_size=97, d_model=64, n_heads=4, d_ff=128, n_layers=2, context_length=48, init_std=0.3)
     ),  # fmt: skip
     "wide heads": lambda: Llama(
@@ -217,7 +217,7 @@ def test_the_native_step_computes_the_python_steps_numbers(name: str, scheme: st
 
 @pytest.mark.parametrize("scheme", ("float32", "int4", "int4 activations"))
 def test_two_threads_give_the_numbers_of_one(scheme: str) -> None:
-    model = make("llama", scheme)
+    model = make("rope, gated", scheme)
     cache = torch.randn(2, 2, 2, 2, 16, 16)
     tokens, positions = torch.tensor([1, 2]), torch.tensor([3, 9])
     results = []
@@ -250,7 +250,7 @@ def test_tokens_of_one_text_in_one_call_get_the_numbers_of_one_at_a_time(scheme:
         step(tokens[:2], torch.tensor([4, 4]), together, slot[:2])
 
 
-@pytest.mark.parametrize("name", ["llama", "qwen2, window", "gpt"])
+@pytest.mark.parametrize("name", ["rope, gated", "qwen2, window", "learned positions"])
 def test_decoding_with_the_native_step_gives_the_models_own_tokens(name: str) -> None:
     """Greedy and sampled, rows of different lengths joining together, and past the context (the window
     refilled): the tokens of the model's own forward."""
@@ -278,9 +278,9 @@ def decode(model: nn.Module, step: str, prompts: list[list[int]], params: Sampli
 
 
 def test_auto_picks_the_native_step_where_it_runs_and_says_why_not_elsewhere() -> None:
-    assert resolve_step(make("llama", "float32")) == "native"
-    assert resolve_step(make("llama", "int4")) == "native"
-    double = make("llama", "float32").double()
+    assert resolve_step(make("rope, gated", "float32")) == "native"
+    assert resolve_step(make("rope, gated", "int4")) == "native"
+    double = make("rope, gated", "float32").double()
     assert resolve_step(double) == "static"
     with pytest.raises(QkvError, match=r"step='native' cannot run here: .*float64.*use step='static'"):
         resolve_step(double, "native")
@@ -296,7 +296,7 @@ def test_without_a_compiler_the_step_falls_back_to_pytorch(monkeypatch, tmp_path
     native.forget()
     try:
         assert native.library() is None and "no C compiler" in native.unavailable_reason()
-        model = make("llama", "float32")
+        model = make("rope, gated", "float32")
         assert resolve_step(model) == "static"
         ours = generate(model, [[1, 2, 3]], max_new_tokens=5, temperature=0)
         assert torch.equal(ours, generate(model, [[1, 2, 3]], max_new_tokens=5, temperature=0, step="model"))
@@ -329,7 +329,7 @@ def test_a_compiled_step_holds_the_native_step_as_one_operator(quick_compile, mo
     monkeypatch.setattr(
         native_module.NativeStep, "__call__", lambda self, *a, **k: calls.append(1) or real(self, *a, **k)
     )
-    model = make("llama", "float32")
+    model = make("rope, gated", "float32")
     params = SamplingParams(max_new_tokens=12, temperature=0.0)
     assert decode(model, "compiled", [[3, 4, 5], [9, 9]], params) == decode(model, "model", [[3, 4, 5], [9, 9]], params)
     assert calls and not quick_compile["graph_break"]
