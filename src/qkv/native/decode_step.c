@@ -123,9 +123,10 @@ static void product_chunks(const Mat *m, const Input *in, int B, float *y, int64
 static void norm_rows(const Norm *n, const float *x, const int64_t *rows, Input *mine, float *h, int B, int64_t d,
                       const Mat *a, const Mat *b2) {
     mine->x = h, mine->ldx = d;
+    const int what = prepares(a) > prepares(b2) ? prepares(a) : prepares(b2);
     for (int b = 0; b < B; b++) {
         normalize(n, x + (rows ? rows[b] : b) * d, h + b * d, d);
-        prepare_input(mine, b, d, prepares(a) > prepares(b2) ? prepares(a) : prepares(b2));
+        prepare_input(mine, b, d, what);
     }
 }
 
@@ -187,6 +188,7 @@ static void attention_phase(const Model *m, const Layer *layer, int B, const flo
 static void feed_forward_phase(const Model *m, const Layer *layer, int B, const Input *mine, float *gate,
                                Input *f_in) {
     const int64_t ff = m->d_ff, chunks = (ff + CHUNK - 1) / CHUNK;
+    const int what = prepares(&layer->down);
     float *f = (float *)f_in->x;
 #pragma omp for schedule(dynamic) nowait
     for (int64_t c = 0; c < chunks; c++) {
@@ -195,7 +197,7 @@ static void feed_forward_phase(const Model *m, const Layer *layer, int B, const 
         product_range(&layer->up, mine, B, f, ff, n0, n1, 0);
         activate_rows(m->act, layer->gate.n ? gate : NULL, f, B, ff, n0, n1);
         for (int b = 0; b < B; b++)
-            prepare_blocks(f_in, b, ff, n0 / BLOCK, n1 == ff ? f_in->stride / BLOCK : n1 / BLOCK, prepares(&layer->down));
+            prepare_blocks(f_in, b, ff, n0 / BLOCK, n1 == ff ? f_in->stride / BLOCK : n1 / BLOCK, what);
     }
 #pragma omp barrier
 }
@@ -255,9 +257,8 @@ void qkv_round_blocks(const float *x, int64_t rows, int64_t k, float *out, int32
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < k / BLOCK; c++) {
             const float *xc = x + r * k + c * BLOCK;
-            float *oc = out + r * k + c * BLOCK, top = 0.0f;
-            for (int j = 0; j < BLOCK; j++) top = fmaxf(top, fabsf(xc[j]));
-            const float inv = top > 0.0f ? 127.0f / top : 0.0f, d = top / 127.0f;
+            float *oc = out + r * k + c * BLOCK, d;
+            const float inv = block_scale(xc, &d);
 #if defined(__AVX512F__)
             for (int j = 0; j < BLOCK; j += LANES) {
                 __m512 level = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(xc + j), _mm512_set1_ps(inv)),

@@ -152,6 +152,14 @@ static inline int32_t round_block(const Input *in, int b, int64_t c, const float
 #endif
 }
 
+/* A block of 32 values' int8 step d = max|x| / 127 (into *d), and 127 / max, what x is scaled by (0 for zeros). */
+static inline float block_scale(const float *xc, float *d) {
+    float top = 0.0f;
+    for (int j = 0; j < BLOCK; j++) top = fmaxf(top, fabsf(xc[j]));
+    *d = top / 127.0f;
+    return top > 0.0f ? 127.0f / top : 0.0f;
+}
+
 /* What a product reads of its input besides x (prepare_blocks): nothing, x in bfloat16, or that and the int8
    blocks and the 4-bit order. */
 enum { PREPARE_NONE = 0, PREPARE_BF16 = 1, PREPARE_ALL = 2 };
@@ -176,9 +184,8 @@ static void prepare_blocks(Input *in, int b, int64_t k, int64_t c0, int64_t c1, 
         _mm512_storeu_si512((void *)(in->xh + b * in->stride + c * BLOCK), (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
 #endif
         if (what != PREPARE_ALL) continue;
-        float top = 0.0f;
-        for (int j = 0; j < BLOCK; j++) top = fmaxf(top, fabsf(xc[j]));
-        float d = top / 127.0f, inv = top > 0.0f ? 127.0f / top : 0.0f;
+        float d;
+        const float inv = block_scale(xc, &d);
         int32_t levels = round_block(in, b, c, xc, inv);
         for (int j = 0; j < LANES / 2; j++) scales[(c / 2) * LANES + (c % 2) * (LANES / 2) + j] = d;
         sums[c] = d * (float)levels;
