@@ -5,7 +5,7 @@ thousands of them, which can cost as much as the arithmetic (docs/generation.md,
 call"). The C sources beside this file (``decode_step.c``, ``products.h``) do a whole step in one call. They
 are built the first time they are needed, with
 
-    $CC (default cc) -O3 -march=native -fopenmp -fPIC -shared decode_step.c -lm
+    $CC (default cc) -O3 -march=native -ffp-contract=off -fopenmp -fPIC -shared decode_step.c -lm
 
 into ``$QKV_CACHE/native`` (default ``~/.cache/qkv/native``), under a name that hashes the sources, the
 flags, the compiler's version and the CPU's features, so a changed source or another machine builds anew
@@ -31,7 +31,7 @@ import threading
 from pathlib import Path
 
 SOURCES = ("decode_step.c", "products.h", "int8_rows.h", "int4_rows.h", "attention.h")
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared")
+FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-fPIC", "-shared")
 LIBRARIES = ("-lm",)
 BUILD_TIMEOUT = 300  # seconds: a first build takes a few on an idle machine
 

@@ -29,7 +29,7 @@ static inline __attribute__((always_inline)) void attend_heads(const int DK, int
             float s;
             if (DK) {
                 vf acc = {0};
-                for (int c = 0; c < vecs; c++) acc += load_f(q + c * LANES) * load_f(key + c * LANES);
+                for (int c = 0; c < vecs; c++) acc = fmadd(load_f(q + c * LANES), load_f(key + c * LANES), acc);
                 s = hsum(acc);
             } else {
                 s = 0.0f;
@@ -44,7 +44,7 @@ static inline __attribute__((always_inline)) void attend_heads(const int DK, int
             vf acc[DK ? DK / LANES : 1];
             for (int c = 0; c < vecs; c++) acc[c] = (vf){0};
             for (int64_t j = first; j <= last; j++)
-                for (int c = 0; c < vecs; c++) acc[c] += p[j] * load_f(values + j * d + c * LANES);
+                for (int c = 0; c < vecs; c++) acc[c] = fmadd((vf){0} + p[j], load_f(values + j * d + c * LANES), acc[c]);
             for (int c = 0; c < vecs; c++) {
                 vf r = acc[c] / total;
                 memcpy(o + c * LANES, &r, sizeof r);

@@ -35,7 +35,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__F16C__) || defined(__FMA__)
 #include <immintrin.h>
 #endif
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -85,6 +85,23 @@ typedef struct {            /* B vectors of k <= kmax values, in every form a pr
 
 static inline vf load_f(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
 
+/* a b + c rounded once. Written out, not left to the compiler (the library is built with -ffp-contract=off):
+   GCC fuses a * b + c or not by its tuning and the loop around it (SPR's "avoid FMA chains"), so one source line
+   could round differently at batch 1 and batch 7, and a prompt's rows differ from the same tokens one by one. */
+static inline vf fmadd(vf a, vf b, vf c) {
+#if defined(__AVX512F__)
+    return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#elif defined(__FMA__)
+    __m256 x[2], y[2], z[2];
+    memcpy(x, &a, sizeof a), memcpy(y, &b, sizeof b), memcpy(z, &c, sizeof c);
+    for (int i = 0; i < 2; i++) z[i] = _mm256_fmadd_ps(x[i], y[i], z[i]);
+    memcpy(&c, z, sizeof c);
+    return c;
+#else
+    return a * b + c;
+#endif
+}
+
 static inline float hsum(vf v) {
     vf t = v + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
     t += __builtin_shufflevector(t, t, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
@@ -92,10 +109,25 @@ static inline float hsum(vf v) {
     return t[0] + t[1];
 }
 
+/* An IEEE half (a GGUF block's scale) as float: F16C's instruction where the CPU has it, else by its bits
+   (compilers without _Float16 on this target, such as clang 14, build either). */
 static inline float half_to_float(uint16_t h) {
-    _Float16 f;
-    memcpy(&f, &h, sizeof f);
-    return (float)f;
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#else
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exponent = (h >> 10) & 31, mantissa = h & 1023, bits;
+    if (exponent == 31) bits = sign | 0x7f800000u | (mantissa << 13); /* inf, nan */
+    else if (exponent) bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+    else if (!mantissa) bits = sign; /* zero */
+    else { /* subnormal: normalise */
+        exponent = 113;
+        while (!(mantissa & 1024)) { mantissa <<= 1; exponent--; }
+        bits = sign | (exponent << 23) | ((mantissa & 1023) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+#endif
 }
 
 /* 16 int8 widened to float: one instruction with AVX-512, a loop the compiler vectorises elsewhere (GCC
@@ -217,7 +249,7 @@ INLINE void rows_float(const float *w, int64_t ldw, const int R, int64_t k, cons
         }
         for (int b = 0; b < B; b++) {
             vf xb = load_f(in->x + b * in->ldx + j);
-            for (int r = 0; r < R; r++) acc[r][b] += a[r] * xb;
+            for (int r = 0; r < R; r++) acc[r][b] = fmadd(a[r], xb, acc[r][b]);
         }
     }
     for (int r = 0; r < R; r++)
@@ -252,14 +284,14 @@ INLINE void row_float(const void *w, const int I8, int64_t k, const float *gs, i
             c *= scale;
         }
         for (int b = 0; b < B; b++) {
-            acc0[b] += a * load_f(in->x + b * in->ldx + j);
-            acc1[b] += c * load_f(in->x + b * in->ldx + j + LANES);
+            acc0[b] = fmadd(a, load_f(in->x + b * in->ldx + j), acc0[b]);
+            acc1[b] = fmadd(c, load_f(in->x + b * in->ldx + j + LANES), acc1[b]);
         }
     }
     if (j + LANES <= k) {
         vf a = WEIGHTS(j);
         if (gs) a *= gs[GROUP_OF(j)];
-        for (int b = 0; b < B; b++) acc0[b] += a * load_f(in->x + b * in->ldx + j);
+        for (int b = 0; b < B; b++) acc0[b] = fmadd(a, load_f(in->x + b * in->ldx + j), acc0[b]);
         j += LANES;
     }
     for (int b = 0; b < B; b++) {
