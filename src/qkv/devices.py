@@ -20,7 +20,7 @@ def resolve_device(name: str | torch.device = "auto", *, local_rank: int = 0, fl
         raise QkvError(f"{flag} must be a name such as auto, cpu or cuda, got {name!r}")
     if name == "auto":
         if torch.cuda.is_available():
-            return torch.device("cuda", local_rank)
+            return _local_gpu(local_rank, flag)
         if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")
@@ -37,5 +37,17 @@ def resolve_device(name: str | torch.device = "auto", *, local_rank: int = 0, fl
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         raise QkvError(f"{flag} {name} names a GPU that is absent ({torch.cuda.device_count()} found): use cuda:0")
     if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", local_rank)
+        device = _local_gpu(local_rank, flag)
     return device
+
+
+def _local_gpu(local_rank: int, flag: str) -> torch.device:
+    """The GPU of the process with this local rank (one GPU per process, as torchrun starts them)."""
+    count = torch.cuda.device_count()
+    if local_rank >= count:
+        cpu = "--device cpu" if flag == "--device" else f"{flag}'cpu'"
+        raise QkvError(
+            f"this machine has {count} CUDA GPU{'' if count == 1 else 's'} for {local_rank + 1} or more processes: "
+            f"start at most {count} per machine (torchrun --nproc_per_node={count}), or train on the CPU with {cpu}"
+        )
+    return torch.device("cuda", local_rank)

@@ -94,7 +94,7 @@ def test_two_processes_on_a_cached_corpus_equal_one_on_the_prepared_folder(tmp_p
     folder = prepare(str(path), tmp_path / "prepared", quiet=True).folder
     common = ["train", "--preset", "gpt-nano", "--steps", "6", "--warmup-steps", "1", "--eval-interval", "3"]
     common += ["--eval-batches", "1", "--context-length", "16", "--dropout", "0", "--quiet", "--no-samples"]
-    common += ["--threads", "1"]
+    common += ["--threads", "1", "--device", "cpu"]  # two CPU processes (gloo), whatever GPUs there are
     single = run_qkv([*common, "--data", str(folder), "--batch-size", "4", "--out-dir", str(tmp_path / "one")])
     assert single.returncode == 0, single.stderr
     # Rank 0 prepares the cache from the text file while rank 1 waits; then each reads its rows of a batch.

@@ -67,6 +67,7 @@ def settings(out: Path, name: str, **changes) -> TrainConfig:
         eval_batches=1,
         log_interval=1,
         threads=1,
+        device="cpu",  # gloo on the CPU, whatever GPUs the machine has
     )
     return TrainConfig(**{**base, **changes})
 

@@ -49,6 +49,8 @@ def test_two_processes_equal_one_process_with_the_same_global_batch(tmp_path) ->
         "--no-samples",
         "--threads",
         "1",
+        "--device",
+        "cpu",  # two CPU processes (gloo), whatever GPUs the machine has
     ]
     single = run_qkv(common + ["--batch-size", "4", "--out-dir", str(tmp_path / "one")])
     assert single.returncode == 0, single.stderr

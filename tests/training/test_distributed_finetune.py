@@ -21,7 +21,7 @@ def test_two_processes_fine_tune_as_one_with_the_same_global_batch(tmp_path, tin
     data.write_text(TEXT)
     common = ["train", "--from", str(tiny_llama_dir), "--data", str(data), "--steps", "4", "--seq-len", "16",
               "--warmup-steps", "1", "--eval-interval", "2", "--eval-batches", "1", "--lr", "1e-3", "--quiet",
-              "--no-samples", "--threads", "1", *mode]  # fmt: skip
+              "--no-samples", "--threads", "1", "--device", "cpu", *mode]  # fmt: skip
     single = run_qkv(common + ["--batch-size", "4", "--out", str(tmp_path / "one")])
     assert single.returncode == 0, single.stderr
     double = run_qkv(common + ["--batch-size", "2", "--out", str(tmp_path / "two")], nproc=2)

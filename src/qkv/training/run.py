@@ -99,7 +99,9 @@ class Session:
 def start_session(config: TrainConfig) -> Session:
     """Pick the device and precision, join the process group (under torchrun), set threads and seeds."""
     set_threads(config.threads)
-    preliminary = resolve_device(config.device)
+    # Every process of this machine checks that there is a GPU for each (torchrun's LOCAL_WORLD_SIZE) before any
+    # joins the group, so that all of them stop with the same line instead of one failing while the others wait.
+    preliminary = resolve_device(config.device, local_rank=int(os.environ.get("LOCAL_WORLD_SIZE", "1")) - 1)
     dist = init_distributed(preliminary.type)
     device = resolve_device(config.device, local_rank=dist.local_rank)
     if device.type == "cuda":
