@@ -248,3 +248,23 @@ def test_int8_activations_multiply_x_rounded_in_blocks_of_32(monkeypatch) -> Non
     layer.activations = "int8"
     stacked = Int4Linear.cat([layer, layer])
     assert stacked.activations == "int8" and "int8 activations" in repr(stacked)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("group", [16, 32, 48, 128])
+def test_the_c_library_widens_to_pytorchs_numbers(monkeypatch, dtype, group) -> None:
+    """The C pass (a prompt's products widen every matrix) gives PyTorch's s Q + m bit for bit: s Q rounded to
+    float32, then + m, then bfloat16 to nearest even; groups of 16 and 48 take its one-by-one tail."""
+    from qkv import native
+
+    if native.library() is None:
+        pytest.skip(f"the C kernels are unavailable: {native.unavailable_reason()}")
+    q = torch.randint(0, 256, (37, 192 // 2), dtype=torch.uint8)
+    scale = (torch.rand(37, 192 // group) * 0.1).half()
+    minimum = (torch.randn(37, 192 // group) * 0.1).half()
+    minimum[0, 0] = 60000.0  # large values round in bfloat16 as well
+    assert int4_module._native_applies(q, scale, minimum, dtype)
+    ours, rows = dequantize(q, scale, minimum, dtype), dequantize(q, scale, minimum, dtype, slice(3, 9))
+    monkeypatch.setattr(int4_module, "_native_applies", lambda *args: False)
+    theirs = dequantize(q, scale, minimum, dtype)
+    assert ours.dtype == dtype and torch.equal(ours, theirs) and torch.equal(rows, theirs[3:9])

@@ -31,13 +31,7 @@
    columns then its 16 odd ones (MAT_I4, whose levels 0..15 are the unsigned side); d_c sum(xq_c) of each
    block; x in bfloat16 (MAT_I8 with I8_BF16). Without AVX-512 VNNI the same sums are computed by plain loops. */
 
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-
-#if defined(__AVX512F__) || defined(__F16C__) || defined(__FMA__)
-#include <immintrin.h>
-#endif
+#include "vectors.h"
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define HAVE_VNNI 1
 #else
@@ -49,15 +43,12 @@
 #define I8_BF16 0
 #endif
 
-#define LANES 16
 #define MAX_ROWS 8
 #define ROW_BLOCK 3  /* rows of a float32 matrix multiplied together (rows_float) */
 #define BLOCK 32
 #ifndef PREFETCH_ROWS
 #define PREFETCH_ROWS 4  /* rows of W ahead that a product asks the memory for (the hardware's prefetch lags) */
 #endif
-
-typedef float vf __attribute__((vector_size(64)));
 
 enum { MAT_F32 = 0, MAT_I8 = 1, MAT_I8A8 = 2, MAT_I4 = 3, MAT_I4F = 4 };
 
@@ -82,67 +73,6 @@ typedef struct {            /* B vectors of k <= kmax values, in every form a pr
     float *sums;            /* (B, stride / 32) d_c sum(xq_c) of each block */
     uint16_t *xh;           /* (B, stride) x in bfloat16, rounded to nearest even (MAT_I8 with I8_BF16) */
 } Input;
-
-static inline vf load_f(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
-
-/* a b + c rounded once. Written out, not left to the compiler (the library is built with -ffp-contract=off):
-   GCC fuses a * b + c or not by its tuning and the loop around it (SPR's "avoid FMA chains"), so one source line
-   could round differently at batch 1 and batch 7, and a prompt's rows differ from the same tokens one by one. */
-static inline vf fmadd(vf a, vf b, vf c) {
-#if defined(__AVX512F__)
-    return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
-#elif defined(__FMA__)
-    __m256 x[2], y[2], z[2];
-    memcpy(x, &a, sizeof a), memcpy(y, &b, sizeof b), memcpy(z, &c, sizeof c);
-    for (int i = 0; i < 2; i++) z[i] = _mm256_fmadd_ps(x[i], y[i], z[i]);
-    memcpy(&c, z, sizeof c);
-    return c;
-#else
-    return a * b + c;
-#endif
-}
-
-static inline float hsum(vf v) {
-    vf t = v + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
-    t += __builtin_shufflevector(t, t, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
-    t += __builtin_shufflevector(t, t, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
-    return t[0] + t[1];
-}
-
-/* An IEEE half (a GGUF block's scale) as float: F16C's instruction where the CPU has it, else by its bits
-   (compilers without _Float16 on this target, such as clang 14, build either). */
-static inline float half_to_float(uint16_t h) {
-#if defined(__F16C__)
-    return _cvtsh_ss(h);
-#else
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exponent = (h >> 10) & 31, mantissa = h & 1023, bits;
-    if (exponent == 31) bits = sign | 0x7f800000u | (mantissa << 13); /* inf, nan */
-    else if (exponent) bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-    else if (!mantissa) bits = sign; /* zero */
-    else { /* subnormal: normalise */
-        exponent = 113;
-        while (!(mantissa & 1024)) { mantissa <<= 1; exponent--; }
-        bits = sign | (exponent << 23) | ((mantissa & 1023) << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-#endif
-}
-
-/* 16 int8 widened to float: one instruction with AVX-512, a loop the compiler vectorises elsewhere (GCC
-   scalarises __builtin_convertvector's widening). */
-static inline vf load_i8(const int8_t *p) {
-#if defined(__AVX512F__)
-    return (vf)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
-#else
-    float t[LANES];
-    vf v;
-    for (int i = 0; i < LANES; i++) t[i] = (float)p[i];
-    memcpy(&v, t, sizeof v);
-    return v;
-#endif
-}
 
 /* ------------------------------------------------------------------------------------- preparing inputs */
 

@@ -1,0 +1,92 @@
+/* The 16-float vector the kernels compute with (AVX-512's width; a compiler lowers it to narrower registers
+   elsewhere), and the conversions they share: int8, IEEE half and bfloat16 to and from float32. */
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__AVX512F__) || defined(__F16C__) || defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+#define LANES 16
+
+typedef float vf __attribute__((vector_size(64)));
+
+static inline vf load_f(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
+
+/* a b + c rounded once. Written out, not left to the compiler (the library is built with -ffp-contract=off):
+   GCC fuses a * b + c or not by its tuning and the loop around it (SPR's "avoid FMA chains"), so one source line
+   could round differently at batch 1 and batch 7, and a prompt's rows differ from the same tokens one by one. */
+static inline vf fmadd(vf a, vf b, vf c) {
+#if defined(__AVX512F__)
+    return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+#elif defined(__FMA__)
+    __m256 x[2], y[2], z[2];
+    memcpy(x, &a, sizeof a), memcpy(y, &b, sizeof b), memcpy(z, &c, sizeof c);
+    for (int i = 0; i < 2; i++) z[i] = _mm256_fmadd_ps(x[i], y[i], z[i]);
+    memcpy(&c, z, sizeof c);
+    return c;
+#else
+    return a * b + c;
+#endif
+}
+
+static inline float hsum(vf v) {
+    vf t = v + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
+    t += __builtin_shufflevector(t, t, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
+    t += __builtin_shufflevector(t, t, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13);
+    return t[0] + t[1];
+}
+
+/* An IEEE half (a GGUF block's scale) as float: F16C's instruction where the CPU has it, else by its bits
+   (compilers without _Float16 on this target, such as clang 14, build either). */
+static inline float half_to_float(uint16_t h) {
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#else
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exponent = (h >> 10) & 31, mantissa = h & 1023, bits;
+    if (exponent == 31) bits = sign | 0x7f800000u | (mantissa << 13); /* inf, nan */
+    else if (exponent) bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+    else if (!mantissa) bits = sign; /* zero */
+    else { /* subnormal: normalise */
+        exponent = 113;
+        while (!(mantissa & 1024)) { mantissa <<= 1; exponent--; }
+        bits = sign | (exponent << 23) | ((mantissa & 1023) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+#endif
+}
+
+/* x in bfloat16, rounded to nearest even, as PyTorch converts (x finite). */
+static inline uint16_t bf16_bits(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    return (uint16_t)((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+#if defined(__AVX512F__)
+/* 16 finite floats in bfloat16, rounded to nearest even (bf16_bits, 16 at once, without AVX512_BF16). */
+static inline __m256i round_bf16(__m512 v) {
+    __m512i bits = _mm512_castps_si512(v);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    bits = _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF)));
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(bits, 16));
+}
+#endif
+
+/* 16 int8 widened to float: one instruction with AVX-512, a loop the compiler vectorises elsewhere (GCC
+   scalarises __builtin_convertvector's widening). */
+static inline vf load_i8(const int8_t *p) {
+#if defined(__AVX512F__)
+    return (vf)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+#else
+    float t[LANES];
+    vf v;
+    for (int i = 0; i < LANES; i++) t[i] = (float)p[i];
+    memcpy(&v, t, sizeof v);
+    return v;
+#endif
+}
