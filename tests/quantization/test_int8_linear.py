@@ -261,3 +261,22 @@ def test_cuda_grouped_layers() -> None:
     layer = Int8Linear.from_float(grouped_weight(64, 128), torch.randn(64), group_size=32).cuda()
     x = torch.randn(3, 128, device="cuda")
     torch.testing.assert_close(layer(x).double().cpu(), reference(x.cpu(), layer.cpu()), atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("group", [32, 96])
+def test_the_c_library_widens_groups_to_pytorchs_numbers(monkeypatch, dtype, group) -> None:
+    """The C pass (a prompt's grouped products, dL/dx under LoRA) gives PyTorch's s Q bit for bit: rounded to float32,
+    then bfloat16 to nearest even."""
+    from qkv import native
+
+    if native.library() is None:
+        pytest.skip(f"the C kernels are unavailable: {native.unavailable_reason()}")
+    q = torch.randint(-127, 128, (37, 192), dtype=torch.int8)
+    scale = torch.rand(37, 192 // group) * 0.1
+    scale[0, 0] = 3e5  # large values round in bfloat16 as well
+    assert int8_module._native_applies(q, scale, dtype)
+    ours = dequantize(q, scale, dtype)
+    monkeypatch.setattr(int8_module, "_native_applies", lambda *args: False)
+    theirs = dequantize(q, scale, dtype)
+    assert ours.dtype == dtype and torch.equal(ours, theirs)
