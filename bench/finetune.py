@@ -24,6 +24,7 @@ implementations, not initial draws). Printed per mode:
     python bench/finetune.py                           # both modes, 50 steps each (several minutes per side)
     python bench/finetune.py --modes lora --steps 20   # a shorter run
     python bench/finetune.py --precision bf16          # both sides under bfloat16 autocast
+    python bench/finetune.py --compile on              # qkv's side under torch.compile (the peer stays eager)
     python bench/finetune.py --model tiny-folder --steps 3 --seq-len 32   # a smoke run on any Llama folder
 """
 
@@ -66,6 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--targets", default="q_proj,v_proj")
     parser.add_argument("--lr", type=float, default=None, help="default: 2e-4 for LoRA, 2e-5 for full")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--compile", choices=("off", "on"), default="off", help="qkv's side under torch.compile")
     parser.add_argument(
         "--precision", choices=("fp32", "bf16"), default="fp32",
         help="bf16: both sides under bfloat16 autocast (the peer's forward and loss in torch.autocast)",
@@ -139,7 +141,7 @@ def qkv_worker(args: argparse.Namespace, work: Path) -> dict:
         init_from=args.model, data=args.data, **lora, seq_len=args.seq_len, batch_size=args.batch_size,
         steps=args.steps, lr=s["lr"],
         schedule="constant", warmup_steps=0, beta2=0.99, grad_clip=1.0, eval_interval=args.steps + 1,
-        eval_batches=1, log_interval=args.steps, threads=args.threads, precision=args.precision, compile="off",
+        eval_batches=1, log_interval=args.steps, threads=args.threads, precision=args.precision, compile=args.compile,
     )  # fmt: skip
     session = start_session(config)
     prepared = prepare_finetune(config, None, session, lambda text: None)
@@ -217,7 +219,9 @@ def peer_worker(args: argparse.Namespace, work: Path) -> dict:
 
 def run_side(args: argparse.Namespace, side: str, mode: str, work: Path) -> dict:
     command = [sys.executable, __file__, "--worker", side, "--mode", mode, "--work", str(work)]
-    for name in ("model", "data", "steps", "seq_len", "batch_size", "rank", "targets", "lr", "threads", "precision"):
+    names = ["model", "data", "steps", "seq_len", "batch_size", "rank", "targets", "lr", "threads", "precision"]
+    names.append("compile")
+    for name in names:
         value = getattr(args, name)
         if value is not None:
             command += [f"--{name.replace('_', '-')}", str(value)]
