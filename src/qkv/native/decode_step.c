@@ -95,9 +95,9 @@ static void activate_rows(int act, const float *g, float *f, int B, int64_t ff, 
 /* The input from vector b0 on. */
 static Input from(const Input *in, int b0) {
     Input part = *in;
-    part.x += b0 * in->ldx, part.absq += b0 * in->stride, part.swapped += b0 * in->stride;
+    part.x += b0 * in->ldx, part.offq += b0 * in->stride, part.swapped += b0 * in->stride;
     part.fswapped += b0 * in->stride;
-    part.signs += b0 * (in->stride / 64), part.scales += b0 * (in->stride / 64 * LANES);
+    part.scales += b0 * (in->stride / 64 * LANES);
     part.sums += b0 * (in->stride / BLOCK), part.xh += b0 * in->stride;
     return part;
 }
@@ -134,7 +134,7 @@ static void norm_rows(const Norm *n, const float *x, const int64_t *rows, Input 
 /* The prepared input's arrays for B vectors of up to kmax values: their bytes, and the Input over them. */
 static size_t input_bytes(int B, int64_t kmax) {
     int64_t stride = (kmax + 63) / 64 * 64;
-    return (size_t)B * (2 * stride + stride * sizeof(float) + stride / 64 * (sizeof(uint64_t) + LANES * sizeof(float)) +
+    return (size_t)B * (2 * stride + stride * sizeof(float) + stride / 64 * LANES * sizeof(float) +
                         stride / BLOCK * sizeof(float) + stride * sizeof(uint16_t));
 }
 
@@ -145,9 +145,8 @@ static Input input_at(void *memory, int B, int64_t kmax) {
     in.fswapped = f, f += B * stride;
     in.scales = f, f += B * (stride / 64 * LANES);
     in.sums = f, f += B * (stride / BLOCK);
-    in.signs = (uint64_t *)f;
-    in.absq = (uint8_t *)(in.signs + B * (stride / 64));
-    in.swapped = (int8_t *)(in.absq + B * stride);
+    in.offq = (uint8_t *)f;
+    in.swapped = (int8_t *)(in.offq + B * stride);
     in.xh = (uint16_t *)(in.swapped + B * stride);
     return in;
 }

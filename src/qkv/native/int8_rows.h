@@ -18,7 +18,10 @@ static inline __m512i load_bytes(const void *p, int64_t left) {
 
 /* A row w of int8 weights times B vectors rounded to int8 blocks: out (B). With gs (groups of `group` columns,
    a multiple of 32), each block's x scale d_c is multiplied by its group's scale s_c; NULL: the caller scales
-   the row's sums by its one scale. */
+   the row's sums by its one scale. VNNI multiplies unsigned bytes by signed ones: x comes as xq + 128 (Input.offq),
+   and the dots start from -128 times the weights' sums, computed once per 64 weights for all B vectors. (x as
+   |xq| with its signs moved onto the weights cost two more instructions per vector: W8A8 at batch 8 was 11-18%
+   slower.) */
 INLINE void row_i8a8(const int8_t *w, int64_t k, const float *gs, int64_t group, const Input *in, int B,
                      float *out) {
 #if HAVE_VNNI
@@ -37,11 +40,12 @@ INLINE void row_i8a8(const int8_t *w, int64_t k, const float *gs, int64_t group,
             const float s1 = j + BLOCK < k ? gs[shift >= 0 ? (j + BLOCK) >> shift : (j + BLOCK) / group] : s0;
             s = _mm512_insertf32x8(_mm512_set1_ps(s0), _mm256_set1_ps(s1), 1);
         }
+        /* -128 times the sums of each 4 weights: (xq + 128) . w + this = xq . w, for every vector */
+        const __m512i offset = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                                _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), wv));
         for (int b = 0; b < B; b++) {
-            __mmask64 negative = in->signs[b * (in->stride / 64) + j / 64];
-            __m512i signed_w = _mm512_mask_sub_epi8(wv, negative, _mm512_setzero_si512(), wv);
-            __m512i x = _mm512_loadu_si512((const void *)(in->absq + b * in->stride + j));
-            __m512i dots = _mm512_dpbusd_epi32(_mm512_setzero_si512(), x, signed_w);  /* lanes 0-7, 8-15: a block */
+            __m512i x = _mm512_loadu_si512((const void *)(in->offq + b * in->stride + j));
+            __m512i dots = _mm512_dpbusd_epi32(offset, x, wv);  /* lanes 0-7, 8-15: a block */
             __m512 d = _mm512_loadu_ps(in->scales + b * (in->stride / 64 * LANES) + j / 64 * LANES);
             if (gs) d = _mm512_mul_ps(d, s);
             acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots), d, acc[b]);
@@ -50,14 +54,13 @@ INLINE void row_i8a8(const int8_t *w, int64_t k, const float *gs, int64_t group,
     for (int b = 0; b < B; b++) out[b] = _mm512_reduce_add_ps(acc[b]);
 #else
     for (int b = 0; b < B; b++) {
-        const uint8_t *absq = in->absq + b * in->stride;
-        const uint64_t *signs = in->signs + b * (in->stride / 64);
+        const uint8_t *offq = in->offq + b * in->stride;
         const float *scales = in->scales + b * (in->stride / 64 * LANES);
         float total = 0.0f;
         for (int64_t c = 0; c < k / BLOCK; c++) {
             int32_t dot = 0;
             for (int64_t j = c * BLOCK; j < (c + 1) * BLOCK; j++) {
-                int32_t q = (signs[j / 64] >> (j % 64)) & 1 ? -(int32_t)absq[j] : (int32_t)absq[j];
+                int32_t q = (int32_t)offq[j] - 128;
                 dot += q * (int32_t)w[j];
             }
             float d = scales[(c / 2) * LANES + (c % 2) * (LANES / 2)];

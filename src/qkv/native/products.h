@@ -26,8 +26,8 @@
    in 0..15, about twice as large (docs/generation.md, "Against llama.cpp", has what it cost).
 
    The inputs are prepared once per vector (struct Input, prepare_input): x itself; its blocks' scales d, its
-   int8 levels in column order as |xq| and a sign mask (MAT_I8A8: VNNI multiplies unsigned bytes by signed
-   ones, so the sign moves onto the weight), and in the order of the 4-bit bytes, each block's 16 even
+   int8 levels in column order as xq + 128 (MAT_I8A8: VNNI multiplies unsigned bytes by signed ones; the product
+   subtracts 128 times each block's weight sum, once per row for every vector), and in the order of the 4-bit bytes, each block's 16 even
    columns then its 16 odd ones (MAT_I4, whose levels 0..15 are the unsigned side); d_c sum(xq_c) of each
    block; x in bfloat16 (MAT_I8 with I8_BF16). Without AVX-512 VNNI the same sums are computed by plain loops. */
 
@@ -65,8 +65,7 @@ typedef struct {            /* B vectors of k <= kmax values, in every form a pr
     const float *x;         /* (B, ldx) */
     int64_t ldx;
     int64_t stride;         /* row stride of the byte arrays: kmax rounded up to 64 */
-    uint8_t *absq;          /* (B, stride) |xq| in column order (MAT_I8A8) */
-    uint64_t *signs;        /* (B, stride / 64) bit j: xq_j < 0 */
+    uint8_t *offq;          /* (B, stride) xq + 128 in column order (MAT_I8A8) */
     int8_t *swapped;        /* (B, stride) xq, each block's even columns, then its odd ones (MAT_I4) */
     float *fswapped;        /* (B, stride) x in the same order, unrounded (MAT_I4F) */
     float *scales;          /* (B, stride / 64 * 16) per 64 columns: d of the first block x8, the second x8 */
@@ -79,18 +78,15 @@ typedef struct {            /* B vectors of k <= kmax values, in every form a pr
 /* Block c of 32 values (zeros past k): its int8 levels into the arrays of vector b; returns their sum. */
 static inline int32_t round_block(const Input *in, int b, int64_t c, const float *xc, float inv) {
     int64_t at = c * BLOCK;
-    uint8_t *absq = in->absq + b * in->stride + at;
+    uint8_t *offq = in->offq + b * in->stride + at;
     int8_t *swapped = in->swapped + b * in->stride + at;
     float *fswapped = in->fswapped + b * in->stride + at;
-    uint64_t *signs = in->signs + b * (in->stride / 64) + at / 64;
 #if defined(__AVX512BW__)
     __m512i lo = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xc), _mm512_set1_ps(inv)));  /* nearest, ties even */
     __m512i hi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xc + LANES), _mm512_set1_ps(inv)));
     __m128i q0 = _mm512_cvtepi32_epi8(lo), q1 = _mm512_cvtepi32_epi8(hi);
     __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
-    _mm256_storeu_si256((__m256i *)absq, _mm256_abs_epi8(q));
-    uint64_t negative = (uint32_t)_mm256_movemask_epi8(q);
-    *signs = (*signs & ~(0xFFFFFFFFull << (at % 64))) | negative << (at % 64);
+    _mm256_storeu_si256((__m256i *)offq, _mm256_xor_si256(q, _mm256_set1_epi8((char)0x80)));  /* + 128 */
     const __m512i evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     const __m512i odds = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
     _mm_storeu_si128((__m128i *)swapped, _mm512_cvtepi32_epi8(_mm512_permutex2var_epi32(lo, evens, hi)));
@@ -104,9 +100,7 @@ static inline int32_t round_block(const Input *in, int b, int64_t c, const float
     for (int j = 0; j < BLOCK; j++) {
         int q = (int)lrintf(xc[j] * inv);
         total += q;
-        absq[j] = (uint8_t)(q < 0 ? -q : q);
-        if (q < 0) *signs |= 1ull << ((at + j) % 64);
-        else *signs &= ~(1ull << ((at + j) % 64));
+        offq[j] = (uint8_t)(q + 128);
         swapped[(j % 2) * (BLOCK / 2) + j / 2] = (int8_t)q;
         fswapped[(j % 2) * (BLOCK / 2) + j / 2] = xc[j];
     }
@@ -133,7 +127,7 @@ static int prepares(const Mat *m) {
 }
 
 /* Blocks c0 .. c1-1 of vector b (k values, k a multiple of 32; blocks past k are zeros) in bfloat16 (I8_BF16),
-   and with PREPARE_ALL rounded to int8: their parts of in->absq, signs, swapped, scales and sums. c0 even: a
+   and with PREPARE_ALL rounded to int8: their parts of in->offq, swapped, scales and sums. c0 even: a
    pair of blocks shares a vector of scales. */
 static void prepare_blocks(Input *in, int b, int64_t k, int64_t c0, int64_t c1, int what) {
     const float *x = in->x + b * in->ldx;
