@@ -71,55 +71,54 @@ INLINE void row_i4(const uint8_t *w, const uint16_t *s16, const uint16_t *m16, i
 }
 
 /* MAT_I4F: the same 4-bit rows times float32 x, y = sum_j (s q_j + m) x_j, the dequantized matrix's numbers (an
-   int4 file's own float32 model's) up to the order of the sums: x is not rounded. Per block, the 16 values a level
-   stands for, s l + m for l = 0..15, make one vector (a table); each byte's two nibbles, widened to 32 bits, pick
-   their weights from it (vpermps reads an index's low four bits: the low nibble as it is, the high one shifted
-   down), 16 even columns and 16 odd ones, which multiply x in the same order (Input.fswapped). */
-INLINE void row_i4f(const uint8_t *w, const uint16_t *s16, const uint16_t *m16, int64_t k, int shift,
-                    const Input *in, int B, float *out) {
+   int4 file's own float32 model's) up to the order of the sums: x is not rounded. Per block of 32 it makes a vector of
+   the 16 values a level stands for, s l + m for l = 0..15 (a table); each byte's two nibbles, widened to 32 bits,
+   pick their weights from it (vpermps reads an index's low four bits: the low nibble as it is, the high one shifted
+   down), 16 even columns and 16 odd ones, which multiply x in the same order (Input.fswapped). R rows (1 or 2,
+   `rows` bytes apart) share each load of x: at batch 8 those loads bounded the product. One chain of sums per row
+   and vector, evens then odds of each block, in the same order whatever R and B are: out[r * MAX_ROWS + b]. */
+INLINE void rows_i4f(const uint8_t *w, const uint16_t *s16, const uint16_t *m16, int64_t k, int shift, const int R,
+                     int64_t groups, const Input *in, int B, float *out) {
     const int64_t blocks = k / BLOCK;
 #if defined(__AVX512BW__)
-    __m512 acc0[MAX_ROWS], acc1[MAX_ROWS];
-    for (int b = 0; b < B; b++) acc0[b] = acc1[b] = _mm512_setzero_ps();
+    __m512 acc[2][MAX_ROWS];
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < B; b++) acc[r][b] = _mm512_setzero_ps();
     const __m512 iota = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    for (int64_t c0 = 0; c0 < blocks; c0 += LANES) {  /* the scales and minimums of 16 blocks widened at once */
-        const int count = blocks - c0 < LANES ? (int)(blocks - c0) : LANES;
-        __m512 ss = _mm512_setzero_ps(), ms = _mm512_setzero_ps();
-        if (shift == 0) {
-            __mmask16 some = (__mmask16)((1u << count) - 1);
-            ss = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(some, s16 + c0));
-            ms = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(some, m16 + c0));
+    for (int64_t c = 0; c < blocks; c++) {
+        __m512 even[2], odd[2];
+        for (int r = 0; r < R; r++) {
+            const uint8_t *wr = w + r * (k / 2);
+            __builtin_prefetch(wr + c * 16 + PREFETCH_ROWS * k / 2, 0, 1);
+            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wr + c * 16)));
+            const float s = half_to_float(s16[r * groups + (c >> shift)]), m = half_to_float(m16[r * groups + (c >> shift)]);
+            __m512 table = _mm512_fmadd_ps(iota, _mm512_set1_ps(s), _mm512_set1_ps(m));
+            even[r] = _mm512_permutexvar_ps(v, table);
+            odd[r] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
         }
-        for (int i = 0; i < count; i++) {
-            const int64_t c = c0 + i;
-            __builtin_prefetch(w + c * 16 + PREFETCH_ROWS * k / 2, 0, 1);
-            __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + c * 16)));
-            __m512i lane = _mm512_set1_epi32(i);
-            __m512 s = shift ? _mm512_set1_ps(half_to_float(s16[c >> shift])) : _mm512_permutexvar_ps(lane, ss);
-            __m512 m = shift ? _mm512_set1_ps(half_to_float(m16[c >> shift])) : _mm512_permutexvar_ps(lane, ms);
-            __m512 table = _mm512_fmadd_ps(iota, s, m);
-            __m512 even = _mm512_permutexvar_ps(v, table), odd = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
-            for (int b = 0; b < B; b++) {
-                const float *x = in->fswapped + b * in->stride + c * BLOCK;
-                acc0[b] = _mm512_fmadd_ps(even, _mm512_loadu_ps(x), acc0[b]);
-                acc1[b] = _mm512_fmadd_ps(odd, _mm512_loadu_ps(x + LANES), acc1[b]);
-            }
+        for (int b = 0; b < B; b++) {
+            const float *x = in->fswapped + b * in->stride + c * BLOCK;
+            __m512 xe = _mm512_loadu_ps(x), xo = _mm512_loadu_ps(x + LANES);
+            for (int r = 0; r < R; r++) acc[r][b] = _mm512_fmadd_ps(odd[r], xo, _mm512_fmadd_ps(even[r], xe, acc[r][b]));
         }
     }
-    for (int b = 0; b < B; b++) out[b] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[b], acc1[b]));
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < B; b++) out[r * MAX_ROWS + b] = _mm512_reduce_add_ps(acc[r][b]);
 #else
-    for (int b = 0; b < B; b++) {
-        const float *x = in->fswapped + b * in->stride;
-        float total = 0.0f;
-        for (int64_t c = 0; c < blocks; c++) {
-            float s = half_to_float(s16[c >> shift]), m = half_to_float(m16[c >> shift]);
-            for (int j = 0; j < BLOCK / 2; j++) {
-                uint8_t byte = w[c * 16 + j];
-                total += (s * (float)(byte & 15) + m) * x[c * BLOCK + j];
-                total += (s * (float)(byte >> 4) + m) * x[c * BLOCK + BLOCK / 2 + j];
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < B; b++) {
+            const uint8_t *wr = w + r * (k / 2);
+            const float *x = in->fswapped + b * in->stride;
+            float total = 0.0f;
+            for (int64_t c = 0; c < blocks; c++) {
+                float s = half_to_float(s16[r * groups + (c >> shift)]), m = half_to_float(m16[r * groups + (c >> shift)]);
+                for (int j = 0; j < BLOCK / 2; j++) {
+                    uint8_t byte = wr[c * 16 + j];
+                    total += (s * (float)(byte & 15) + m) * x[c * BLOCK + j];
+                    total += (s * (float)(byte >> 4) + m) * x[c * BLOCK + BLOCK / 2 + j];
+                }
             }
+            out[r * MAX_ROWS + b] = total;
         }
-        out[b] = total;
-    }
 #endif
 }

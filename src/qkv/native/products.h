@@ -258,6 +258,17 @@ INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t
         }
         return;
     }
+    if (m->kind == MAT_I4F) {  /* two rows at a time, then the last one alone */
+        for (int64_t i = n0; i < n1;) {
+            const uint8_t *w = (const uint8_t *)m->w + i * (k / 2);
+            const uint16_t *s16 = m->s16 + i * groups, *m16 = m->m16 + i * groups;
+            const int R = n1 - i >= 2 ? 2 : 1;
+            if (R == 2) rows_i4f(w, s16, m16, k, shift, 2, groups, in, B, out);
+            else rows_i4f(w, s16, m16, k, shift, 1, groups, in, B, out);
+            for (int r = 0; r < R; r++, i++) store(m, i, out + r * MAX_ROWS, B, y, ldy, add);
+        }
+        return;
+    }
     for (int64_t i = n0; i < n1; i++) {
         switch (m->kind) {
         case MAT_I8:  /* scales per group: inside the row's sums; one per row: after them */
@@ -283,10 +294,6 @@ INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t
             }
             row_i8a8((const int8_t *)m->w + i * k, k, NULL, 0, in, B, out);
             for (int b = 0; b < B; b++) out[b] *= m->scale[i];
-            break;
-        case MAT_I4F:
-            row_i4f((const uint8_t *)m->w + i * (k / 2), m->s16 + i * groups, m->m16 + i * groups, k, shift, in, B,
-                    out);
             break;
         default:
             row_i4((const uint8_t *)m->w + i * (k / 2), m->s16 + i * groups, m->m16 + i * groups, k, shift, in, B,
