@@ -219,9 +219,8 @@ def peer_worker(args: argparse.Namespace, work: Path) -> dict:
 
 def run_side(args: argparse.Namespace, side: str, mode: str, work: Path) -> dict:
     command = [sys.executable, __file__, "--worker", side, "--mode", mode, "--work", str(work)]
-    names = ["model", "data", "steps", "seq_len", "batch_size", "rank", "targets", "lr", "threads", "precision"]
-    names.append("compile")
-    for name in names:
+    names = ("model", "data", "steps", "seq_len", "batch_size", "rank", "targets", "lr", "threads", "precision")
+    for name in (*names, "compile"):
         value = getattr(args, name)
         if value is not None:
             command += [f"--{name.replace('_', '-')}", str(value)]

@@ -125,8 +125,8 @@ def test_early_stopping(tmp_path) -> None:
 
 def test_gradient_accumulation_equals_one_larger_batch(tmp_path) -> None:
     """Two micro-batches of 4 give the same update as one batch of 8 (the same 8 windows, mean loss)."""
-    common = dict(steps=3, eval_interval=3, optimizer="adamw", model={"context_length": 32, "dropout": 0.0})
-    common["device"] = "cpu"  # the same numbers to 1e-5: no TF32 or bfloat16 of a GPU
+    model = {"context_length": 32, "dropout": 0.0}  # on the CPU: the same numbers to 1e-5, no TF32 or bfloat16
+    common = dict(steps=3, eval_interval=3, optimizer="adamw", model=model, device="cpu")
     big = train_language_model(tiny_config(tmp_path, "big", batch_size=8, **common), quiet=True)
     accumulated = train_language_model(tiny_config(tmp_path, "acc", batch_size=4, grad_accum=2, **common), quiet=True)
     a = load_file(str(latest_checkpoint(big.run_dir) / "model.safetensors"))

@@ -14,12 +14,10 @@ even level, as the CPU's conversion does, and x is scaled by 127 / max (the C st
 
 from __future__ import annotations
 
-import ctypes
-
 import torch
 from torch import Tensor
 
-from qkv import native
+from qkv.quantization import native_forward
 
 BLOCK = 32  # values per block: llama.cpp's Q8_0 / Q8_1 and the C step's
 LEVEL = 127  # the top level (symmetric int8)
@@ -32,13 +30,7 @@ def round_blocks(x: Tensor) -> Tensor:
             f"int8 activations are rounded in blocks of {BLOCK}: a width of {x.shape[-1]} is not a multiple"
         )
     if _native_applies(x):
-        out = torch.empty_like(x)
-        library = native.library()
-        assert library is not None  # _native_applies checked it
-        library.qkv_round_blocks(ctypes.c_void_p(x.data_ptr()), ctypes.c_int64(x.numel() // x.shape[-1]),
-                                 ctypes.c_int64(x.shape[-1]), ctypes.c_void_p(out.data_ptr()),
-                                 ctypes.c_int32(torch.get_num_threads()))  # fmt: skip
-        return out
+        return native_forward.round_blocks(x)
     blocks = x.float().reshape(*x.shape[:-1], x.shape[-1] // BLOCK, BLOCK)  # (..., K / 32, 32)
     top = blocks.abs().amax(-1, keepdim=True)
     inverse = torch.full_like(top, float(LEVEL)) / top  # one division, as the C step's (127 / top is 1 / top * 127)
@@ -52,11 +44,9 @@ NATIVE_ROWS = 64  # rows from which the C library's one pass beats PyTorch's fiv
 def _native_applies(x: Tensor) -> bool:
     """Whether the C library rounds x: many contiguous float32 CPU rows, outside autograd and torch.compile."""
     return (
-        x.device.type == "cpu"
-        and x.dtype == torch.float32
+        x.dtype == torch.float32
         and x.is_contiguous()
         and x.numel() >= NATIVE_ROWS * x.shape[-1] > 0
         and not (x.requires_grad and torch.is_grad_enabled())
-        and not torch.compiler.is_compiling()
-        and native.library() is not None
+        and native_forward.available(x)
     )

@@ -39,7 +39,6 @@ file agrees with its float32 numbers on fewer next tokens: docs/generation.md ha
 
 from __future__ import annotations
 
-import ctypes
 import functools
 from collections.abc import Sequence
 
@@ -47,9 +46,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from qkv import native
 from qkv.errors import QkvError
 from qkv.layers.fused import ConcatenatedProjections, fuse_linears
+from qkv.quantization import native_forward
 from qkv.quantization.activation_blocks import round_blocks
 from qkv.quantization.gguf_blocks import q4_groups
 
@@ -126,7 +125,7 @@ def dequantize(
 ) -> Tensor:
     """s Q + m as a matrix (N, K) in ``dtype`` (computed in float32 unless float64), of the given rows only."""
     if _native_applies(qweight, scale, minimum, dtype):  # the same numbers in one pass of the C library
-        return _native_dequantize(qweight[rows], scale[rows], minimum[rows], dtype)
+        return native_forward.widen_int4(qweight[rows], scale[rows], minimum[rows], dtype)
     q = unpack_nibbles(qweight[rows])  # (n, K)
     n_out, groups = q.shape[0], scale.shape[1]
     wide = torch.float64 if dtype == torch.float64 else torch.float32
@@ -136,11 +135,10 @@ def dequantize(
 
 
 def _native_applies(qweight: Tensor, scale: Tensor, minimum: Tensor, dtype: torch.dtype) -> bool:
-    """Whether the C library widens these weights: CPU float16 grids, a float32 or bfloat16 result, outside
-    torch.compile."""
+    """Whether the C library widens these weights: float16 grids of an even number of columns each, a float32 or
+    bfloat16 result (and what native_forward.available asks)."""
     return (
-        qweight.device.type == "cpu"
-        and dtype in (torch.float32, torch.bfloat16)
+        dtype in (torch.float32, torch.bfloat16)
         and qweight.dtype == torch.uint8
         and scale.dtype == minimum.dtype == torch.float16
         and scale.shape == minimum.shape
@@ -148,28 +146,8 @@ def _native_applies(qweight: Tensor, scale: Tensor, minimum: Tensor, dtype: torc
         and scale.shape[1] > 0
         and (qweight.shape[1] * 2) % scale.shape[1] == 0
         and (qweight.shape[1] * 2 // scale.shape[1]) % 2 == 0
-        and not torch.compiler.is_compiling()
-        and native.library() is not None
+        and native_forward.available(qweight, scale, minimum)
     )
-
-
-def _native_dequantize(qweight: Tensor, scale: Tensor, minimum: Tensor, dtype: torch.dtype) -> Tensor:
-    qweight, scale, minimum = qweight.contiguous(), scale.contiguous(), minimum.contiguous()
-    rows, k = qweight.shape[0], qweight.shape[1] * 2
-    out = torch.empty(rows, k, dtype=dtype)
-    library = native.library()
-    assert library is not None  # _native_applies checked it
-    pointers = (ctypes.c_void_p(t.data_ptr()) for t in (qweight, scale, minimum))
-    library.qkv_dequantize_int4(
-        *pointers,
-        ctypes.c_int64(rows),
-        ctypes.c_int64(k),
-        ctypes.c_int64(k // scale.shape[1]),
-        ctypes.c_void_p(out.data_ptr()),
-        ctypes.c_int32(dtype == torch.bfloat16),
-        ctypes.c_int32(torch.get_num_threads()),
-    )
-    return out
 
 
 def reference_product(

@@ -57,17 +57,15 @@ weight-only product above. The fused rule for :func:`~qkv.layers.fused.fuse_line
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from qkv import native
 from qkv.errors import QkvError
 from qkv.layers.fused import ConcatenatedProjections, fuse_linears
-from qkv.quantization import dynamic
+from qkv.quantization import dynamic, native_forward
 from qkv.quantization.activation_blocks import round_blocks
 from qkv.quantization.gguf_blocks import q8_0_levels
 from qkv.quantization.int4_linear import bfloat16_gemm
@@ -133,42 +131,22 @@ def dequantize(q: Tensor, scale: Tensor, dtype: torch.dtype | None = None) -> Te
         return q.to(dtype) * scale.to(dtype)[:, None]
     n_out, n_in = q.shape
     if _native_applies(q, scale, dtype):  # the same numbers in one pass of the C library
-        return _native_dequantize(q, scale, dtype)
+        return native_forward.widen_int8(q, scale, dtype)
     groups = q.reshape(n_out, scale.shape[1], -1).float() * scale.float()[..., None]  # (N, K / g, g), float32
     return groups.reshape(n_out, n_in).to(dtype)
 
 
 def _native_applies(q: Tensor, scale: Tensor, dtype: torch.dtype) -> bool:
-    """Whether the C library widens grouped weights: on the CPU, float32 scales, a float32 or bfloat16 result,
-    outside torch.compile."""
+    """Whether the C library widens grouped weights: int8 with float32 scales, a float32 or bfloat16 result (and
+    what native_forward.available asks)."""
     return (
-        q.device.type == "cpu"
-        and q.dtype == torch.int8
+        q.dtype == torch.int8
         and scale.dtype == torch.float32
         and dtype in (torch.float32, torch.bfloat16)
         and scale.shape[1] > 0
         and q.shape[1] % scale.shape[1] == 0
-        and not torch.compiler.is_compiling()
-        and native.library() is not None
+        and native_forward.available(q, scale)
     )
-
-
-def _native_dequantize(q: Tensor, scale: Tensor, dtype: torch.dtype) -> Tensor:
-    q, scale = q.contiguous(), scale.contiguous()
-    out = torch.empty(q.shape, dtype=dtype)
-    library = native.library()
-    assert library is not None  # _native_applies checked it
-    library.qkv_dequantize_int8(
-        ctypes.c_void_p(q.data_ptr()),
-        ctypes.c_void_p(scale.data_ptr()),
-        ctypes.c_int64(q.shape[0]),
-        ctypes.c_int64(q.shape[1]),
-        ctypes.c_int64(q.shape[1] // scale.shape[1]),
-        ctypes.c_void_p(out.data_ptr()),
-        ctypes.c_int32(dtype == torch.bfloat16),
-        ctypes.c_int32(torch.get_num_threads()),
-    )
-    return out
 
 
 def kernel_applies(x: Tensor, q: Tensor) -> bool:
