@@ -216,20 +216,37 @@ def test_the_native_step_computes_the_python_steps_numbers(name: str, scheme: st
 
 
 @pytest.mark.parametrize("scheme", ("float32", "int4", "int4 activations"))
-def test_two_threads_give_the_numbers_of_one(scheme: str) -> None:
+def test_any_number_of_threads_gives_the_numbers_of_one(scheme: str) -> None:
+    """The threads share each matrix's rows and take what is left of each other's shares (shares.h): the step
+    adds W_o a and W_2 f into x, so a row taken twice, or not at all, would change the numbers."""
     model = make("rope, gated", scheme)
     cache = torch.randn(2, 2, 2, 2, 16, 16)
     tokens, positions = torch.tensor([1, 2]), torch.tensor([3, 9])
     results = []
     before = torch.get_num_threads()
     try:
-        for threads in (1, 2):
+        for threads in (1, 2, 3, 7):
             torch.set_num_threads(threads)
             c = cache.clone()
             results.append((fast_step_for(model).native()(tokens, positions, c), c))
     finally:
         torch.set_num_threads(before)
-    assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+    for logits, c in results[1:]:
+        assert torch.equal(results[0][0], logits) and torch.equal(results[0][1], c)
+
+
+@pytest.mark.parametrize("n", [1, 5, 16, 37, 4160])
+def test_the_threads_share_out_every_row_once(n: int) -> None:
+    """Matrices of a row, of fewer rows than threads, of a step of 16 rows, of a step and then some, and a large
+    one shared 64 rows at a time, on 1 to 9 threads (more threads than this machine has cores, so that some
+    wait and the others take their rows): every row is written (none left NaN) with the numbers of one thread."""
+    torch.manual_seed(0)
+    layer = nn.Linear(64, n)
+    x = torch.randn(3, 64)
+    one = native_product(layer, x, threads=1)
+    assert torch.allclose(one, layer(x), atol=1e-5)
+    for threads in (2, 3, 9):
+        assert torch.equal(native_product(layer, x, threads=threads), one)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)

@@ -238,9 +238,10 @@ def _(token_ids: Tensor, positions: Tensor, kv: Tensor, handle: int) -> Tensor:
     return token_ids.new_empty((token_ids.shape[0], _steps[handle].struct.vocab), dtype=torch.float32)
 
 
-def native_product(layer: nn.Module, x: Tensor) -> Tensor:
+def native_product(layer: nn.Module, x: Tensor, threads: int | None = None) -> Tensor:
     """``layer(x)`` for x (B, K) float32 computed by the C step's product for the layer's kind (a float32, int8 or
-    int4 linear layer), on torch's threads: for tests and benchmarks of the kernels alone."""
+    int4 linear layer), on ``threads`` threads (default: torch's): for tests and benchmarks of the kernels alone.
+    Rows the product left unwritten would come back NaN."""
     lib = native.library()
     if lib is None:
         raise RuntimeError(f"the C kernels are unavailable ({native.unavailable_reason()})")
@@ -248,9 +249,9 @@ def native_product(layer: nn.Module, x: Tensor) -> Tensor:
     holder._keep = []
     mat = holder._mat(layer)
     x = x.to(torch.float32).contiguous()
-    y = torch.empty(x.shape[0], mat.n)
+    y = torch.full((x.shape[0], mat.n), float("nan"))
     lib.qkv_product.argtypes = [ctypes.POINTER(Mat), ctypes.c_int32, P, P, ctypes.c_int32]
-    if lib.qkv_product(ctypes.byref(mat), x.shape[0], x.data_ptr(), y.data_ptr(), torch.get_num_threads()):
+    if lib.qkv_product(ctypes.byref(mat), x.shape[0], x.data_ptr(), y.data_ptr(), threads or torch.get_num_threads()):
         raise MemoryError("the native product could not allocate its scratch memory")
     return y
 

@@ -30,7 +30,9 @@ import tempfile
 import threading
 from pathlib import Path
 
-SOURCES = ("decode_step.c", "vectors.h", "products.h", "int8_rows.h", "int4_rows.h", "attention.h", "forward.h")
+SOURCES = (
+    "decode_step.c", "vectors.h", "products.h", "int8_rows.h", "int4_rows.h", "attention.h", "forward.h", "shares.h",
+)  # fmt: skip
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-fPIC", "-shared")
 LIBRARIES = ("-lm",)
 BUILD_TIMEOUT = 300  # seconds: a first build takes a few on an idle machine

@@ -3,8 +3,10 @@
    The Python step (qkv/decoding/decode_step.py) computes the same numbers with ~15 PyTorch operations per
    block; on a small model (SmolLM2-135M: 30 blocks of 576 wide) their dispatch costs as much as reading the
    weights. Here the whole step is one OpenMP parallel region. The threads meet at five barriers per block,
-   between phases that need each other's results, and within a phase they take work (64 rows of a matrix, or
-   one row's key/value head) as they come for it, so a thread the system pauses holds up at most one piece:
+   between phases that need each other's results. Within a phase each thread multiplies its own contiguous
+   share of a matrix's rows and then helps with what is left of the others' (shares.h), and the attention's
+   tasks (one row's key/value head) are taken as they come, so a thread the system pauses holds up at most
+   one piece:
 
      each thread: h = norm1(x), prepared for the products     (every thread its own copy: no barrier)
      [q k v] = W_qkv h (+ b)                                   rows of W_qkv               | barrier
@@ -26,8 +28,11 @@
 #include "products.h"
 #include "attention.h"
 #include "forward.h"
+#include "shares.h"
 
-#define CHUNK 64  /* rows of a matrix taken at a time: a multiple of 64, so a chunk's outputs are whole block pairs */
+#define CHUNK 64  /* rows of the feed-forward's first half taken at a time: a multiple of 64, so a chunk's outputs
+                     are whole block pairs */
+#define SHARES_PER_LAYER 4  /* products a block shares out: W_qkv, W_o, W_g and W_1 together, W_2 */
 
 enum { NORM_NONE = 0, NORM_RMS = 1, NORM_LAYER = 2 };
 enum { ACT_RELU = 0, ACT_GELU = 1, ACT_GELU_TANH = 2, ACT_SILU = 3, ACT_RELU2 = 4 };
@@ -111,12 +116,12 @@ static void product_range(const Mat *m, const Input *in, int B, float *y, int64_
     }
 }
 
-/* y (+)= W x, its rows in chunks handed to the threads as they come (no barrier at the end). */
-static void product_chunks(const Mat *m, const Input *in, int B, float *y, int64_t ldy, int add) {
-    const int64_t chunks = (m->n + CHUNK - 1) / CHUNK;
-#pragma omp for schedule(dynamic) nowait
-    for (int64_t c = 0; c < chunks; c++)
-        product_range(m, in, B, y, ldy, c * CHUNK, c * CHUNK + CHUNK < m->n ? c * CHUNK + CHUNK : m->n, add);
+/* y (+)= W x, its rows shared among the threads (shares.h; no barrier at the end): 16 rows a step (a 576-row
+   matrix in 36 steps, so the threads' shares come out even), 64 in a large one (fewer steps to take). */
+static void product_shared(const Mat *m, const Input *in, int B, float *y, int64_t ldy, int add, Share *shares) {
+    int from = 0;
+    int64_t n0, n1;
+    while (next_rows(shares, m->n, m->n > 4096 ? 64 : 16, &from, &n0, &n1)) product_range(m, in, B, y, ldy, n0, n1, add);
 }
 
 /* Every thread: h = norm(x) for B rows (rows[b] of x, or row b when rows is NULL), prepared for the products
@@ -186,13 +191,13 @@ static void attention_phase(const Model *m, const Layer *layer, int B, const flo
 /* The feed-forward's first half for rows of W_g / W_1 in chunks: f = act(W_g h) * (W_1 h) or act(W_1 h), each
    chunk's outputs prepared for W_2 by the thread that made them. */
 static void feed_forward_phase(const Model *m, const Layer *layer, int B, const Input *mine, float *gate,
-                               Input *f_in) {
-    const int64_t ff = m->d_ff, chunks = (ff + CHUNK - 1) / CHUNK;
+                               Input *f_in, Share *shares) {
+    const int64_t ff = m->d_ff;
     const int what = prepares(&layer->down);
     float *f = (float *)f_in->x;
-#pragma omp for schedule(dynamic) nowait
-    for (int64_t c = 0; c < chunks; c++) {
-        int64_t n0 = c * CHUNK, n1 = n0 + CHUNK < ff ? n0 + CHUNK : ff;
+    int from = 0;
+    int64_t n0, n1;
+    while (next_rows(shares, ff, CHUNK, &from, &n0, &n1)) {
         if (layer->gate.n) product_range(&layer->gate, mine, B, gate, ff, n0, n1, 0);
         product_range(&layer->up, mine, B, f, ff, n0, n1, 0);
         activate_rows(m->act, layer->gate.n ? gate : NULL, f, B, ff, n0, n1);
@@ -214,7 +219,14 @@ int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *p
     size_t common = (size_t)B * (d + width + d + 2 * ff) * sizeof(float) + input_bytes(B, d) + input_bytes(B, ff);
     size_t own = ((size_t)B * d + group * (L + dk)) * sizeof(float) + input_bytes(B, d);
     char *memory = malloc(common + (size_t)threads * own);
-    if (!memory) return 1;
+    /* each product's shares of rows: SHARES_PER_LAYER per block, then the unembedding's; one per thread */
+    const size_t share_bytes = ((size_t)m->n_layers * SHARES_PER_LAYER + 1) * threads * sizeof(Share);
+    Share *shares = aligned_alloc(sizeof(Share), share_bytes);
+    if (!memory || !shares) {
+        free(memory), free(shares);
+        return 1;
+    }
+    memset(shares, 0, share_bytes);
     float *x = (float *)memory, *qkv = x + B * d, *att = qkv + B * width, *gate = att + B * d, *f = gate + B * ff;
     Input att_in = input_at(f + B * ff, B, d), f_in = input_at((char *)(f + B * ff) + input_bytes(B, d), B, ff);
     att_in.x = att, att_in.ldx = d, f_in.x = f, f_in.ldx = ff;
@@ -227,22 +239,24 @@ int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *p
         Input mine = input_at(q + group * dk, B, d);
         for (int l = 0; l < m->n_layers; l++) {
             const Layer *layer = &m->layers[l];
+            Share *ours = shares + (size_t)l * SHARES_PER_LAYER * threads;
             norm_rows(&layer->norm1, x, NULL, &mine, h, B, d, &layer->qkv, NULL);
-            product_chunks(&layer->qkv, &mine, B, qkv, width, 0);
+            product_shared(&layer->qkv, &mine, B, qkv, width, 0, ours);
 #pragma omp barrier
             attention_phase(m, layer, B, qkv, width, cache + l * layer_stride, slots, shared, row_stride, L, pos, &att_in,
                             scores, q);
-            product_chunks(&layer->out, &att_in, B, x, d, 1);
+            product_shared(&layer->out, &att_in, B, x, d, 1, ours + threads);
 #pragma omp barrier
             norm_rows(&layer->norm2, x, NULL, &mine, h, B, d, &layer->up, layer->gate.n ? &layer->gate : NULL);
-            feed_forward_phase(m, layer, B, &mine, gate, &f_in);
-            product_chunks(&layer->down, &f_in, B, x, d, 1);
+            feed_forward_phase(m, layer, B, &mine, gate, &f_in, ours + 2 * threads);
+            product_shared(&layer->down, &f_in, B, x, d, 1, ours + 3 * threads);
 #pragma omp barrier
         }
         norm_rows(&m->final_norm, x, outputs, &mine, h, outputs ? n_out : B, d, &m->unembed, NULL);
-        product_chunks(&m->unembed, &mine, outputs ? n_out : B, logits, m->vocab, 0);
+        product_shared(&m->unembed, &mine, outputs ? n_out : B, logits, m->vocab, 0,
+                       shares + (size_t)m->n_layers * SHARES_PER_LAYER * threads);
     }
-    free(memory);
+    free(memory), free(shares);
     return 0;
 }
 
@@ -252,12 +266,17 @@ int qkv_int8_in_bfloat16(void) { return I8_BF16; }
 /* y = W x (+ b) for B vectors x (B, k) into y (B, n): one product alone, as the step computes it (tests). */
 int qkv_product(const Mat *m, int32_t B, const float *x, float *y, int32_t threads) {
     void *memory = malloc(input_bytes(B, m->k));
-    if (!memory) return 1;
+    Share *shares = aligned_alloc(sizeof(Share), (size_t)threads * sizeof(Share));
+    if (!memory || !shares) {
+        free(memory), free(shares);
+        return 1;
+    }
+    memset(shares, 0, (size_t)threads * sizeof(Share));
     Input in = input_at(memory, B, m->k);
     in.x = x, in.ldx = m->k;
     for (int b = 0; b < B; b++) prepare_input(&in, b, m->k, prepares(m));
 #pragma omp parallel num_threads(threads)
-    product_chunks(m, &in, B, y, m->n, 0);
-    free(memory);
+    product_shared(m, &in, B, y, m->n, 0, shares);
+    free(memory), free(shares);
     return 0;
 }

@@ -22,7 +22,7 @@ INLINE void row_i4(const uint8_t *w, const uint16_t *s16, const uint16_t *m16, i
        masking leaves [low nibbles of A, high of A, low of B, high of B] = the columns [even A, odd A, ...]. */
     const __m512i shifts = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0), nibble = _mm512_set1_epi8(15);
     for (int64_t c = 0; c < blocks; c += 2) {
-        __builtin_prefetch(w + c * 16 + PREFETCH_ROWS * k / 2, 0, 1);
+        __builtin_prefetch(w + c * 16 + PREFETCH_INT4, 0, 1);
         __m256i bytes = c + 1 < blocks ? _mm256_loadu_si256((const __m256i *)(w + c * 16))
                                        : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(w + c * 16)));
         __m512i raw = _mm512_castsi256_si512(bytes);
@@ -89,7 +89,7 @@ INLINE void rows_i4f(const uint8_t *w, const uint16_t *s16, const uint16_t *m16,
         __m512 even[2], odd[2];
         for (int r = 0; r < R; r++) {
             const uint8_t *wr = w + r * (k / 2);
-            __builtin_prefetch(wr + c * 16 + PREFETCH_ROWS * k / 2, 0, 1);
+            __builtin_prefetch(wr + c * 16 + PREFETCH_INT4, 0, 1);
             __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wr + c * 16)));
             const float s = half_to_float(s16[r * groups + (c >> shift)]), m = half_to_float(m16[r * groups + (c >> shift)]);
             __m512 table = _mm512_fmadd_ps(iota, _mm512_set1_ps(s), _mm512_set1_ps(m));

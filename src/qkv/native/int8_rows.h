@@ -30,7 +30,7 @@ INLINE void row_i8a8(const int8_t *w, int64_t k, const float *gs, int64_t group,
     const int shift = group > 0 && (group & (group - 1)) == 0 ? __builtin_ctzll((unsigned long long)group) : -1;
     const __m512i pair = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     for (int64_t j = 0; j < k; j += 64) {
-        __builtin_prefetch(w + j + PREFETCH_ROWS * k, 0, 1);
+        __builtin_prefetch(w + j + PREFETCH_INT8, 0, 1);
         __m512i wv = load_bytes(w + j, k - j);
         __m512 s = _mm512_setzero_ps();
         if (gs && group == BLOCK && j + BLOCK < k) {  /* [s of block c x8, s of block c + 1 x8]: two floats */
@@ -93,7 +93,7 @@ INLINE void row_i8h(const int8_t *w, int64_t k, const float *gs, int64_t group, 
 #define SCALE(j) (gs ? gs + (shift >= 0 ? (j) >> shift : (j) / group) : NULL)
     int64_t j = 0;
     for (; j + 2 * BLOCK <= k; j += 2 * BLOCK) {
-        __builtin_prefetch(w + j + PREFETCH_ROWS * k, 0, 1);
+        __builtin_prefetch(w + j + PREFETCH_INT8, 0, 1);
         __m512bh a = widen_i8(w + j, SCALE(j)), c = widen_i8(w + j + BLOCK, SCALE(j + BLOCK));
         for (int b = 0; b < B; b++) {
             const uint16_t *x = in->xh + b * in->stride + j;
