@@ -181,6 +181,12 @@ def scaled_dot_product_attention(
     if not window_hides_keys(n_keys, window):
         window = None  # every key lies inside the window: plain causal attention
     if not need_weights:
+        from qkv.native import prompt_attention  # here: imported above, it reorders mypy's view of qkv/__init__.py
+
+        if causal and mask is None and prompt_attention.applies(queries, keys, values, dropout_p=dropout_p):
+            out = prompt_attention.causal_attention(queries, keys, values, window=window, scale=scale)
+            if out is not None:  # a prompt on the CPU, without gradients: the C library's kernel
+                return out, None
         if causal and window is None and mask is None and n_queries == n_keys:
             return grouped_sdpa(queries, keys, values, dropout_p=dropout_p, is_causal=True, scale=scale), None
         if causal or window is not None:

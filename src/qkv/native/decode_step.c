@@ -28,6 +28,7 @@
 #include "products.h"
 #include "attention.h"
 #include "forward.h"
+#include "prompt_attention.h"
 #include "shares.h"
 
 #define CHUNK 64  /* rows of the feed-forward's first half taken at a time: a multiple of 64, so a chunk's outputs
