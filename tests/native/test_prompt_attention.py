@@ -3,6 +3,8 @@ and where attention hands it its work (only where it takes the tensors)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,6 +14,9 @@ from qkv.layers.attention import MultiHeadAttention, scaled_dot_product_attentio
 from qkv.native import prompt_attention
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no C compiler for the native library")
+needs_kernel = pytest.mark.skipif(
+    native.library() is None or not prompt_attention.built(), reason="a build without AVX-512: PyTorch computes it"
+)
 
 
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int = 0) -> torch.Tensor:
@@ -35,6 +40,7 @@ CASES = [  # batch, query heads, key/value heads, queries, keys, d_k, window
 ]
 
 
+@needs_kernel
 @pytest.mark.parametrize("case", CASES)
 def test_the_c_kernel_computes_pytorchs_attention(case: tuple[int, ...]) -> None:
     batch, heads, kv_heads, n_queries, n_keys, d, window = case
@@ -47,6 +53,7 @@ def test_the_c_kernel_computes_pytorchs_attention(case: tuple[int, ...]) -> None
     assert torch.allclose(ours.double(), reference(q, k, v, window), atol=2e-5, rtol=1e-5)
 
 
+@needs_kernel
 def test_strided_heads_and_a_scale() -> None:
     """Heads split from a projection's output (B, T, h, d_k) viewed as (B, h, T, d_k), without a copy."""
     torch.manual_seed(1)
@@ -56,6 +63,15 @@ def test_strided_heads_and_a_scale() -> None:
     assert ours is not None
     theirs = reference(q * (0.3 * 32**0.5), k, v)  # F's scale is 1 / sqrt(d_k)
     assert torch.allclose(ours.double(), theirs, atol=2e-5, rtol=1e-5)
+
+
+def test_a_build_for_an_avx512_cpu_has_the_kernel() -> None:
+    """-march=native on a CPU with AVX-512 (torch's capability says so) builds the kernel."""
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX512", "AVX512_BF16"):
+        pytest.skip("this CPU has no AVX-512")
+    if os.environ.get("CC"):
+        pytest.skip("a compiler of the user's choosing ($CC), which may target another CPU")
+    assert prompt_attention.built()
 
 
 def test_what_the_kernel_does_not_take_stays_with_pytorch() -> None:

@@ -155,3 +155,12 @@ int qkv_causal_attention(const float *q, const int64_t *q_strides, const float *
     return 1;
 #endif
 }
+
+/* Whether this build has the kernel (AVX-512): the tests' question. */
+int qkv_prompt_attention_built(void) {
+#if defined(__AVX512F__)
+    return 1;
+#else
+    return 0;
+#endif
+}

@@ -61,3 +61,9 @@ def causal_attention(
         ctypes.c_float(d**-0.5 if scale is None else scale), ctypes.c_int32(torch.get_num_threads()),
     )  # fmt: skip
     return None if failed else out
+
+
+def built() -> bool:
+    """Whether the C library has the kernel (it needs AVX-512; without it :func:`causal_attention` answers None)."""
+    lib = library()
+    return lib is not None and bool(lib.qkv_prompt_attention_built())
