@@ -70,23 +70,32 @@ def test_linear_module_keeps_nn_linear_names_and_gradients() -> None:
 
 @pytest.mark.parametrize("bias", [True, False])
 def test_a_frozen_matrix_under_training_multiplies_from_its_packed_copy(monkeypatch, bias: bool) -> None:
-    """LoRA's base: rows that take a gradient times a frozen W go through oneDNN's packed copy; the output and
-    dL/dx are F.linear's, and W takes no gradient."""
+    """LoRA's base: rows that take a gradient times a frozen W go through oneDNN's packed copy, and dL/dx through
+    a packed copy of W^T; the output and dL/dx are F.linear's, and W takes no gradient."""
     if not linear_module._onednn_linear():
         pytest.skip("this torch has no oneDNN linear")
     calls, packed_product = [], linear_module.packed_product
     monkeypatch.setattr(linear_module, "packed_product", lambda *a: calls.append(1) or packed_product(*a))
+    backward, transposed = [], linear_module.packed_transposed_product
+    monkeypatch.setattr(linear_module, "packed_transposed_product", lambda *a: backward.append(1) or transposed(*a))
     weight = torch.randn(48, 64)
     b = torch.randn(48) if bias else None
     x = torch.randn(3, 20, 64, requires_grad=True)
     out = linear(x, weight, b)
     (out * torch.linspace(-1, 1, 48)).sum().backward()
-    assert calls and weight.grad is None
+    assert calls and backward and weight.grad is None
     x_ref = x.detach().clone().requires_grad_(True)
     reference = F.linear(x_ref, weight, b)
     (reference * torch.linspace(-1, 1, 48)).sum().backward()
     torch.testing.assert_close(out, reference, atol=1e-4, rtol=1e-5)
     torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-5, rtol=1e-5)
+    copy = linear_module.packed_transpose(weight)
+    assert linear_module.packed_transpose(weight) is copy  # made once
+    weight.mul_(2)  # changed in place: a new copy, and the new dL/dx
+    assert linear_module.packed_transpose(weight) is not copy
+    x.grad = None
+    (linear(x, weight, b) * torch.linspace(-1, 1, 48)).sum().backward()
+    torch.testing.assert_close(x.grad, 2 * x_ref.grad, atol=1e-5, rtol=1e-5)
     calls.clear()
     linear(x, weight.clone().requires_grad_(True), b)  # a trained matrix: the plain product
     assert not calls

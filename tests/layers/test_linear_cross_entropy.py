@@ -40,6 +40,9 @@ def test_frozen_weights_get_no_gradient_and_no_grad_mode_only_measures() -> None
     targets = torch.randint(0, 30, (2, 5))
     linear_cross_entropy(hidden, weight, None, targets).backward()
     assert hidden.grad is not None and weight.grad is None
+    reference = hidden.detach().clone().requires_grad_(True)  # dL/dh from the packed W^T: F.linear's gradient
+    F.cross_entropy(F.linear(reference, weight).flatten(0, 1), targets.flatten()).backward()
+    torch.testing.assert_close(hidden.grad, reference.grad, atol=1e-6, rtol=1e-5)
     with torch.no_grad():
         loss = linear_cross_entropy(hidden, weight, None, targets)
     assert not loss.requires_grad

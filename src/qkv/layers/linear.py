@@ -150,6 +150,15 @@ def packed_weight(weight: Tensor) -> Tensor:
     return _cached_copy(weight, "packed", lambda w: torch.ops.mkldnn._reorder_linear_weight(w, PACK_ROWS))
 
 
+def packed_transpose(weight: Tensor) -> Tensor:
+    """W^T (n_in, n_out) in oneDNN's blocked layout, made once per weight as :func:`packed_weight` is: what the
+    backward pass of a frozen W multiplies by, dL/dx = dL/dy W = linear(dL/dy, W^T). The plain matrix, whose rows
+    MKL's GEMM reads across for this product, was 14-23% slower for a training batch's rows (docs/training.md)."""
+    return _cached_copy(
+        weight, "packed-transpose", lambda w: torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), PACK_ROWS)
+    )
+
+
 def bfloat16_weight(weight: Tensor) -> Tensor:
     """A bfloat16 copy of a frozen float32 ``weight``, kept as :func:`packed_weight` keeps its copies: what
     bfloat16 autocast multiplies by, without casting the matrix again at every product."""
@@ -210,10 +219,18 @@ def packed_product(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Ten
     return out.view(*x.shape[:-1], n_out)
 
 
+def packed_transposed_product(grad: Tensor, weight: Tensor) -> Tensor:
+    """grad W through oneDNN on the packed copy of W^T (:func:`packed_transpose`), no gradient: (..., N) -> (..., K)."""
+    n_out, n_in = weight.shape
+    rows = grad.detach().reshape(-1, n_out).contiguous()
+    out = torch.ops.mkldnn._linear_pointwise(rows, packed_transpose(weight), None, "none", [], "")
+    return out.view(*grad.shape[:-1], n_in)
+
+
 class FrozenProduct(torch.autograd.Function):
     """x W^T + b for a frozen W, differentiable in x: the forward on oneDNN's packed copy of W (:func:`packed_weight`,
     the one decoding uses; 10-40% faster than the plain matrix for a training batch's rows on the CPUs measured in
-    docs/training.md), the backward dL/dx = dL/dy W on the plain matrix. Under bfloat16 autocast both products
+    docs/training.md), the backward dL/dx = dL/dy W on a packed copy of W^T (:func:`packed_transpose`). Under bfloat16 autocast both products
     multiply in bfloat16, as autocast's own linear does, by a copy of W made once (:func:`bfloat16_weight`) where
     autocast would cast W at every product; the output is bfloat16, as autocast's."""
 
@@ -232,7 +249,9 @@ class FrozenProduct(torch.autograd.Function):
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None, Tensor | None]:  # noqa: ANN001
         (weight,) = ctx.saved_tensors
         grad_bias = grad.reshape(-1, grad.shape[-1]).sum(0).to(ctx.dtypes[1]) if ctx.bias_grad else None
-        grad_x = (grad.to(weight.dtype) @ weight).to(ctx.dtypes[0])  # (..., N) @ (N, K) -> (..., K)
+        if weight.dtype == torch.float32 and grad.dtype == torch.float32:
+            return packed_transposed_product(grad, weight), None, grad_bias  # (..., N) @ (N, K) -> (..., K)
+        grad_x = (grad.to(weight.dtype) @ weight).to(ctx.dtypes[0])
         return grad_x, None, grad_bias
 
 

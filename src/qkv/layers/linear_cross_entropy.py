@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from qkv.layers.linear import autocast_bfloat16, bfloat16_weight, packed_product, packs
+from qkv.layers.linear import autocast_bfloat16, bfloat16_weight, packed_product, packed_transposed_product, packs
 
 CHUNK_ELEMENTS = 1 << 23  # logits per chunk (32 MB of float32): chunk rows = this / vocabulary size
 
@@ -61,9 +61,12 @@ def _chunks(
         grad = shifted.div_(sums[:, None])  # softmax
         grad[torch.arange(len(t), device=t.device), t] -= 1.0
         grad.mul_(keep[:, None])  # rows not counted: no gradient
-        if grads["h"] is not None:
-            by = low if low is not None else weight
-            grads["h"][start : start + rows] = grad.to(by.dtype) @ by  # (c, d)
+        if grads["h"] is not None:  # (c, d)
+            if packed and low is None:
+                grads["h"][start : start + rows] = packed_transposed_product(grad, weight)
+            else:
+                by = low if low is not None else weight
+                grads["h"][start : start + rows] = grad.to(by.dtype) @ by
         if grads["w"] is not None:
             grads["w"].addmm_(grad.T, h.to(wide))  # (V, d)
         if grads["b"] is not None:
