@@ -1,5 +1,6 @@
-"""The C library's causal attention of a prompt against PyTorch's ``F.scaled_dot_product_attention`` in float64,
-and where attention hands it its work (only where it takes the tensors)."""
+"""The C library's causal attention of a whole sequence, and its gradients, against PyTorch's
+``F.scaled_dot_product_attention`` in float64, and where attention hands it its work (only where it takes the
+tensors)."""
 
 from __future__ import annotations
 
@@ -81,8 +82,54 @@ def test_what_the_kernel_does_not_take_stays_with_pytorch() -> None:
     assert not prompt_attention.applies(q.double(), k.double(), v.double())
     assert not prompt_attention.applies(q[..., :24], k[..., :24], v[..., :24])  # d_k not a multiple of 16
     assert not prompt_attention.applies(q, k, v, dropout_p=0.1)
-    assert not prompt_attention.applies(q.requires_grad_(), k, v)  # training: autograd needs PyTorch's
     assert not prompt_attention.applies(q.detach(), k[:, :, :10], v[:, :, :10])  # more queries than keys
+
+
+@needs_kernel
+@pytest.mark.parametrize("case", CASES)
+def test_the_gradients_are_pytorchs(case: tuple[int, ...]) -> None:
+    """dL/dq, dL/dk and dL/dv of the kernel's attention (attention_backward.h) against autograd's through the
+    float64 reference, for a random dL/dout; the heads that share a key/value head add into its dK and dV."""
+    batch, heads, kv_heads, n_queries, n_keys, d, window = case
+    torch.manual_seed(0)
+    q = (torch.randn(batch, heads, n_queries, d) * 3).requires_grad_()
+    k, v = torch.randn(batch, kv_heads, n_keys, d, requires_grad=True), torch.randn(batch, kv_heads, n_keys, d)
+    v.requires_grad_()
+    assert prompt_attention.applies(q, k, v)
+    ours = prompt_attention.causal_attention(q, k, v, window=window or None)
+    assert ours is not None and ours.requires_grad
+    grad = torch.randn_like(ours)
+    mine = torch.autograd.grad(ours, (q, k, v), grad)
+    wide = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    theirs = torch.autograd.grad(reference(*wide, window), wide, grad.double())
+    assert torch.allclose(ours.double(), reference(q, k, v, window), atol=2e-5, rtol=1e-5)
+    for got, want in zip(mine, theirs, strict=True):
+        assert got.shape == want.shape
+        assert torch.allclose(got.double(), want, atol=5e-5, rtol=1e-5), (got.double() - want).abs().max()
+
+
+@needs_kernel
+def test_a_training_layer_takes_the_kernel_and_gets_pytorchs_gradients(monkeypatch) -> None:
+    """A grouped-query layer with a sliding window, training (gradients on): its attention goes through the kernel
+    and its weights' gradients are those of PyTorch's road (the kernel refused)."""
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(64, 4, n_kv_heads=2, window=40)
+    x = torch.randn(2, 96, 64, requires_grad=True)
+    calls = []
+    real = prompt_attention.CausalAttention.apply
+    monkeypatch.setattr(prompt_attention.CausalAttention, "apply", lambda *a: calls.append(1) or real(*a))
+    ours, _ = layer(x, causal=True)
+    ours.pow(2).sum().backward()
+    mine = [x.grad.clone(), *(p.grad.clone() for p in layer.parameters())]
+    assert calls
+    x.grad = None
+    layer.zero_grad()
+    monkeypatch.setattr(prompt_attention, "applies", lambda *a, **k: False)
+    theirs, _ = layer(x, causal=True)
+    theirs.pow(2).sum().backward()
+    assert torch.allclose(ours, theirs, atol=1e-5, rtol=1e-5)
+    for got, want in zip(mine, [x.grad, *(p.grad for p in layer.parameters())], strict=True):
+        assert torch.allclose(got, want, atol=1e-4, rtol=1e-4), (got - want).abs().max()
 
 
 def test_attention_hands_a_prompt_to_the_kernel_and_gets_pytorchs_numbers(monkeypatch) -> None:
@@ -124,3 +171,13 @@ def test_where_the_library_cannot_pytorch_computes_it(monkeypatch) -> None:
     assert prompt_attention.causal_attention(q, k, v) is None
     ours, _ = scaled_dot_product_attention(q, k, v, causal=True)
     assert torch.equal(ours, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+def test_where_the_library_lacks_the_kernel_training_takes_pytorchs_road(monkeypatch) -> None:
+    """With gradients wanted and no kernel in the library (a build without AVX-512), attention is PyTorch's."""
+    monkeypatch.setattr(prompt_attention, "built", lambda: False)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 64, 32, requires_grad=True) for _ in range(3))
+    assert prompt_attention.causal_attention(q, k, v) is None
+    ours, _ = scaled_dot_product_attention(q, k, v, causal=True)
+    assert ours.requires_grad and torch.equal(ours, F.scaled_dot_product_attention(q, k, v, is_causal=True))

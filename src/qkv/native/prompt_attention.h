@@ -46,10 +46,11 @@ static inline __mmask16 seen(int64_t j0, int64_t p, int64_t first) {
 }
 
 /* Queries at positions p0 .. p0 + R - 1 of one head: q (R rows, stride qs), transposed keys kt (d, tkp), values v
-   (rows of stride vs), outputs o (R rows, stride os). The arithmetic is done for PA_ROWS queries whatever R is (the
+   (rows of stride vs), outputs o (R rows, stride os), and where lse is not NULL each query's log-sum-exp of its
+   scaled scores, m + log l (R floats: what the backward pass recomputes the weights from). The arithmetic is done for PA_ROWS queries whatever R is (the
    last query repeated), so that every loop over them has a fixed count and its sums stay in registers. */
 static void attend_tile(const float *q, int64_t qs, const float *kt, int64_t tkp, const float *v, int64_t vs, float *o,
-                        int64_t os, int R, int64_t d, int64_t p0, int64_t window, float scale) {
+                        int64_t os, float *lse, int R, int64_t d, int64_t p0, int64_t window, float scale) {
     float m[PA_ROWS], l[PA_ROWS], acc[PA_ROWS][256] __attribute__((aligned(64))), w[PA_KEYS][PA_ROWS];
     int64_t first[PA_ROWS], p[PA_ROWS];
     const float *rows[PA_ROWS];
@@ -110,14 +111,17 @@ static void attend_tile(const float *q, int64_t qs, const float *kt, int64_t tkp
     }
     for (int r = 0; r < R; r++)
         for (int64_t c = 0; c < d; c++) o[r * os + c] = acc[r][c] / l[r];
+    if (lse)
+        for (int r = 0; r < R; r++) lse[r] = m[r] + logf(l[r]);
 }
 #endif
 
 /* out (batch, h, Tq, d) = the attention above; each of q, k, v, out has its own strides (in floats) for batch, head
-   and position, and d contiguous floats per position. d: a multiple of 16, at most 256. Returns 1 where this build
-   lacks AVX-512, or for another d, or without memory. */
+   and position, and d contiguous floats per position. d: a multiple of 16, at most 256. lse: NULL, or (batch, h, Tq)
+   contiguous, each query's log-sum-exp (for attention_backward.h). Returns 1 where this build lacks AVX-512, or for
+   another d, or without memory. */
 int qkv_causal_attention(const float *q, const int64_t *q_strides, const float *k, const int64_t *k_strides,
-                         const float *v, const int64_t *v_strides, float *out, const int64_t *out_strides,
+                         const float *v, const int64_t *v_strides, float *out, const int64_t *out_strides, float *lse,
                          int64_t batch, int64_t heads, int64_t kv_heads, int64_t tq, int64_t tk, int64_t d,
                          int64_t window, float scale, int32_t threads) {
 #if defined(__AVX512F__)
@@ -143,14 +147,14 @@ int qkv_causal_attention(const float *q, const int64_t *q_strides, const float *
             const int R = tq - i0 < PA_ROWS ? (int)(tq - i0) : PA_ROWS;
             attend_tile(q + b * q_strides[0] + h * q_strides[1] + i0 * q_strides[2], q_strides[2],
                         kt + (b * kv_heads + g) * d * tkp, tkp, v + b * v_strides[0] + g * v_strides[1], v_strides[2],
-                        out + b * out_strides[0] + h * out_strides[1] + i0 * out_strides[2], out_strides[2], R, d,
-                        tk - tq + i0, window, scale);
+                        out + b * out_strides[0] + h * out_strides[1] + i0 * out_strides[2], out_strides[2],
+                        lse ? lse + (b * heads + h) * tq + i0 : NULL, R, d, tk - tq + i0, window, scale);
         }
     }
     free(kt);
     return 0;
 #else
-    (void)q, (void)q_strides, (void)k, (void)k_strides, (void)v, (void)v_strides, (void)out, (void)out_strides;
+    (void)q, (void)q_strides, (void)k, (void)k_strides, (void)v, (void)v_strides, (void)out, (void)out_strides, (void)lse;
     (void)batch, (void)heads, (void)kv_heads, (void)tq, (void)tk, (void)d, (void)window, (void)scale, (void)threads;
     return 1;
 #endif

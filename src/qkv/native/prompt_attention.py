@@ -1,11 +1,14 @@
-"""Causal attention of a prompt in the C library (``prompt_attention.h`` beside this file): the numbers of
-``F.scaled_dot_product_attention`` up to float32 rounding (docs/generation.md has what it saves a prefill).
+"""Causal attention of a whole sequence in the C library (``prompt_attention.h`` beside this file, and
+``attention_backward.h`` for its gradients): the numbers of ``F.scaled_dot_product_attention`` up to float32
+rounding (docs/generation.md has what it saves a prefill, docs/training.md a training step).
 
 softmax(scale q k_j) v over the keys j that query i, at position Tk - Tq + i, may see (causal, optionally within a
-sliding window), one tile of 8 queries at a time with FlashAttention's running maximum and sum. It takes what
-inference hands it: float32 CPU tensors (B, h, Tq, d) and (B, h_kv, Tk, d) with contiguous rows (any other strides:
-the heads split from a projection, or a KV cache's pool), d a multiple of 16 up to 256, no dropout, no gradient, no
-mask other than the causal one; :func:`applies` says whether these are such, and the caller keeps PyTorch otherwise.
+sliding window), one tile of 8 queries at a time with FlashAttention's running maximum and sum. It takes float32 CPU
+tensors (B, h, Tq, d) and (B, h_kv, Tk, d) with contiguous rows (any other strides: the heads split from a
+projection, or a KV cache's pool), d a multiple of 16 up to 256, no dropout, no mask other than the causal one;
+:func:`applies` says whether these are such, and the caller keeps PyTorch otherwise. Where a gradient is wanted
+(training), :class:`CausalAttention` keeps each query's log-sum-exp from the forward pass, and the backward pass
+recomputes the weights from it, FlashAttention-2's way, without storing them.
 """
 
 from __future__ import annotations
@@ -37,7 +40,6 @@ def applies(queries: Tensor, keys: Tensor, values: Tensor, *, dropout_p: float =
         and keys.shape[1] == values.shape[1]
         and queries.shape[0] == keys.shape[0] == values.shape[0]
         and dropout_p == 0.0
-        and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
         and not torch.compiler.is_compiling()
         and library() is not None
     )
@@ -47,20 +49,78 @@ def causal_attention(
     queries: Tensor, keys: Tensor, values: Tensor, *, window: int | None = None, scale: float | None = None
 ) -> Tensor | None:
     """The attention (B, h, Tq, d) of queries at the last Tq of Tk positions (``window``: each sees its last
-    ``window`` keys only), or None where the library cannot (no AVX-512): then the caller computes it."""
+    ``window`` keys only), or None where the library cannot (no AVX-512): then the caller computes it. Differentiable
+    in all three inputs where a gradient is wanted."""
+    scale = queries.shape[-1] ** -0.5 if scale is None else scale
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (queries, keys, values)):
+        if not built():
+            return None
+        return CausalAttention.apply(queries, keys, values, window or 0, scale)
+    return _forward(queries, keys, values, window or 0, scale, None)
+
+
+def _strides(*tensors: Tensor) -> list:
+    return [(ctypes.c_int64 * 3)(*t.stride()[:3]) for t in tensors]
+
+
+def _sizes(queries: Tensor, keys: Tensor, window: int, scale: float) -> list:
+    """The C functions' trailing arguments: batch, h, h_kv, Tq, Tk, d, window, scale, threads."""
+    batch, heads, n_queries, d = queries.shape
+    return [
+        ctypes.c_int64(batch), ctypes.c_int64(heads), ctypes.c_int64(keys.shape[1]), ctypes.c_int64(n_queries),
+        ctypes.c_int64(keys.shape[2]), ctypes.c_int64(d), ctypes.c_int64(window), ctypes.c_float(scale),
+        ctypes.c_int32(torch.get_num_threads()),
+    ]  # fmt: skip
+
+
+def _pointer(t: Tensor | None) -> ctypes.c_void_p:
+    return ctypes.c_void_p(None if t is None else t.data_ptr())
+
+
+def _forward(queries: Tensor, keys: Tensor, values: Tensor, window: int, scale: float, lse: Tensor | None) -> Tensor | None:
     lib = library()
     assert lib is not None  # applies() checked it
     batch, heads, n_queries, d = queries.shape
     out = torch.empty(batch, n_queries, heads, d).transpose(1, 2)  # the layout merge_heads reads without a copy
-    strides = [(ctypes.c_int64 * 3)(*t.stride()[:3]) for t in (queries, keys, values, out)]
+    strides = _strides(queries, keys, values, out)
     failed = lib.qkv_causal_attention(
-        ctypes.c_void_p(queries.data_ptr()), strides[0], ctypes.c_void_p(keys.data_ptr()), strides[1],
-        ctypes.c_void_p(values.data_ptr()), strides[2], ctypes.c_void_p(out.data_ptr()), strides[3],
-        ctypes.c_int64(batch), ctypes.c_int64(heads), ctypes.c_int64(keys.shape[1]), ctypes.c_int64(n_queries),
-        ctypes.c_int64(keys.shape[2]), ctypes.c_int64(d), ctypes.c_int64(window or 0),
-        ctypes.c_float(d**-0.5 if scale is None else scale), ctypes.c_int32(torch.get_num_threads()),
+        _pointer(queries), strides[0], _pointer(keys), strides[1], _pointer(values), strides[2], _pointer(out),
+        strides[3], _pointer(lse), *_sizes(queries, keys, window, scale),
     )  # fmt: skip
     return None if failed else out
+
+
+class CausalAttention(torch.autograd.Function):
+    """:func:`causal_attention` with its gradients (``attention_backward.h``): the forward pass keeps q, k, v, the
+    output and each query's log-sum-exp; the backward pass computes dQ, dK and dV from them in one C call."""
+
+    @staticmethod
+    def forward(ctx, queries, keys, values, window, scale):  # noqa: ANN001, ANN205
+        batch, heads, n_queries, _ = queries.shape
+        lse = torch.empty(batch, heads, n_queries)
+        out = _forward(queries.detach(), keys.detach(), values.detach(), window, scale, lse)
+        if out is None:
+            raise RuntimeError("the C attention kernel failed")  # built() was checked: only out of memory
+        ctx.save_for_backward(queries, keys, values, out, lse)
+        ctx.window, ctx.scale = window, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):  # noqa: ANN001, ANN205
+        queries, keys, values, out, lse = ctx.saved_tensors
+        grad = grad if grad.stride(-1) == 1 else grad.contiguous()
+        dq, dk, dv = torch.empty_like(queries), torch.empty_like(keys), torch.empty_like(values)
+        s = _strides(queries, keys, values, out, grad, dq, dk, dv)
+        lib = library()
+        assert lib is not None
+        failed = lib.qkv_causal_attention_backward(
+            _pointer(queries), s[0], _pointer(keys), s[1], _pointer(values), s[2], _pointer(out), s[3], _pointer(grad),
+            s[4], _pointer(lse), _pointer(dq), s[5], _pointer(dk), s[6], _pointer(dv), s[7],
+            *_sizes(queries, keys, ctx.window, ctx.scale),
+        )  # fmt: skip
+        if failed:
+            raise RuntimeError("the C attention kernel's backward pass failed (out of memory)")
+        return dq, dk, dv, None, None
 
 
 def built() -> bool:
