@@ -230,9 +230,9 @@ def packed_transposed_product(grad: Tensor, weight: Tensor) -> Tensor:
 class FrozenProduct(torch.autograd.Function):
     """x W^T + b for a frozen W, differentiable in x: the forward on oneDNN's packed copy of W (:func:`packed_weight`,
     the one decoding uses; 10-40% faster than the plain matrix for a training batch's rows on the CPUs measured in
-    docs/training.md), the backward dL/dx = dL/dy W on a packed copy of W^T (:func:`packed_transpose`). Under bfloat16 autocast both products
-    multiply in bfloat16, as autocast's own linear does, by a copy of W made once (:func:`bfloat16_weight`) where
-    autocast would cast W at every product; the output is bfloat16, as autocast's."""
+    docs/training.md), the backward dL/dx = dL/dy W on a packed copy of W^T (:func:`packed_transpose`). Under
+    bfloat16 autocast both products multiply in bfloat16, as autocast's own linear does, by a copy of W made once
+    (:func:`bfloat16_weight`) where autocast would cast W at every product; the output is bfloat16, as autocast's."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:  # noqa: ANN001

@@ -77,7 +77,9 @@ def _pointer(t: Tensor | None) -> ctypes.c_void_p:
     return ctypes.c_void_p(None if t is None else t.data_ptr())
 
 
-def _forward(queries: Tensor, keys: Tensor, values: Tensor, window: int, scale: float, lse: Tensor | None) -> Tensor | None:
+def _forward(
+    queries: Tensor, keys: Tensor, values: Tensor, window: int, scale: float, lse: Tensor | None
+) -> Tensor | None:
     lib = library()
     assert lib is not None  # applies() checked it
     batch, heads, n_queries, d = queries.shape
