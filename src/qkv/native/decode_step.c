@@ -30,6 +30,7 @@
 #include "forward.h"
 #include "prompt_attention.h"
 #include "attention_backward.h"
+#include "swiglu.h"
 #include "shares.h"
 
 #define CHUNK 64  /* rows of the feed-forward's first half taken at a time: a multiple of 64, so a chunk's outputs
