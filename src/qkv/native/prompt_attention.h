@@ -1,5 +1,6 @@
-/* Causal attention of a prompt's queries, all at once (included by decode_step.c; qkv.layers.native_attention calls
-   it where PyTorch's CPU kernel would: a prompt of float32 rows, without gradients).
+/* Causal attention of a sequence's queries, all at once (included by decode_step.c; qkv.native.prompt_attention calls
+   it where PyTorch's CPU kernel would: a prompt of float32 rows, or a training step's, whose gradients
+   attention_backward.h computes from the log-sum-exp this pass leaves).
 
    Queries (batch, h, Tq, d) are the last Tq of Tk positions; keys and values (batch, h_kv, Tk, d), h_kv dividing h
    (grouped-query attention). Query i, at position p = Tk - Tq + i, attends to keys p - window < j <= p (window 0:
