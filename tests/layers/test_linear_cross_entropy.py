@@ -67,3 +67,33 @@ def test_a_frozen_unembedding_under_bfloat16_autocast_gives_autocasts_loss_and_g
     assert calls and weight.grad is None
     torch.testing.assert_close(fused, reference, atol=1e-3, rtol=1e-3)
     torch.testing.assert_close(hidden.grad, reference_hidden.grad, atol=2e-3, rtol=2e-2)
+
+
+@pytest.mark.parametrize("rows", [0, 3, 30])
+def test_a_trained_float32_unembedding_is_packed_once_for_all_its_chunks(monkeypatch, rows: int) -> None:
+    """Full fine-tuning's W_U (it takes a gradient) in float32 over several chunks: one packed copy made for the
+    call (none for a single chunk), and the loss and every gradient are F.cross_entropy's."""
+    from qkv.layers import linear as linear_module
+
+    if not linear_module.packable(torch.zeros(2, 2)):
+        pytest.skip("this torch has no oneDNN linear")
+    monkeypatch.setattr(module, "CHUNK_ELEMENTS", 7 * 40)  # 7 rows a chunk
+    made, real = [], module.packed_now
+    monkeypatch.setattr(module, "packed_now", lambda w: made.append(1) or real(w))
+    torch.manual_seed(0)
+    hidden = torch.randn(rows, 16, requires_grad=True)
+    weight = torch.randn(40, 16, requires_grad=True)
+    b = torch.randn(40, requires_grad=True)
+    targets = torch.randint(0, 40, (rows,))
+    fused = linear_cross_entropy(hidden, weight, b, targets)
+    fused.backward()
+    mine = [t.grad.clone() for t in (hidden, weight, b)]
+    assert len(made) == (1 if rows > 7 else 0)
+    for t in (hidden, weight, b):
+        t.grad = None
+    reference = F.cross_entropy(F.linear(hidden, weight, b), targets) if rows else (hidden.sum() + weight.sum()) * 0
+    reference.backward()
+    theirs = [t.grad if t.grad is not None else torch.zeros_like(t) for t in (hidden, weight, b)]
+    torch.testing.assert_close(fused, reference.detach() if rows else torch.zeros(()), atol=1e-5, rtol=1e-5)
+    for got, want in zip(mine, theirs, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

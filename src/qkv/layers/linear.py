@@ -193,14 +193,31 @@ def _blocks_product(stacked: Tensor, vectors: Tensor, bias: Tensor | None, out: 
 
 def packs(weight: Tensor) -> bool:
     """Whether ``weight`` is a frozen, contiguous float32 CPU matrix that oneDNN can multiply by from a packed copy."""
+    return not weight.requires_grad and packable(weight)
+
+
+def packable(weight: Tensor) -> bool:
+    """Whether ``weight`` is a contiguous float32 CPU matrix that oneDNN can reorder (frozen or not)."""
     return (
-        not weight.requires_grad
-        and weight.device.type == "cpu"
+        weight.device.type == "cpu"
         and weight.dtype == torch.float32
         and weight.is_contiguous()
         and _packing_on
         and _onednn_linear()
     )
+
+
+def packed_now(weight: Tensor) -> Tensor:
+    """A packed copy of ``weight`` (:func:`packed_weight`'s layout) made now and not kept: for a matrix that changes
+    every step but multiplies several batches of rows within one (a trained W_U's chunks in the loss)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS)
+
+
+def packed_copy_product(x: Tensor, packed: Tensor, n_out: int, bias: Tensor | None = None) -> Tensor:
+    """x W^T + b from a packed copy of W (:func:`packed_now`), no gradient: (..., K) -> (..., n_out)."""
+    rows = x.detach().reshape(-1, x.shape[-1]).contiguous()
+    out = torch.ops.mkldnn._linear_pointwise(rows, packed, None if bias is None else bias.detach(), "none", [], "")
+    return out.view(*x.shape[:-1], n_out)
 
 
 def frozen_product_applies(x: Tensor, weight: Tensor) -> bool:
@@ -212,11 +229,7 @@ def frozen_product_applies(x: Tensor, weight: Tensor) -> bool:
 
 def packed_product(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """x W^T + b through oneDNN on the packed copy of W (:func:`packed_weight`), no gradient: (..., K) -> (..., N)."""
-    n_out, n_in = weight.shape
-    rows = x.detach().reshape(-1, n_in).contiguous()
-    bias = None if bias is None else bias.detach()
-    out = torch.ops.mkldnn._linear_pointwise(rows, packed_weight(weight), bias, "none", [], "")
-    return out.view(*x.shape[:-1], n_out)
+    return packed_copy_product(x, packed_weight(weight), weight.shape[0], bias)
 
 
 def packed_transposed_product(grad: Tensor, weight: Tensor) -> Tensor:
