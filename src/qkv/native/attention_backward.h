@@ -16,16 +16,16 @@
    used. */
 
 #if defined(__AVX512F__)
-/* dst[j][c] += sum_r w[j][r] row_r[c] for the 32 rows j of a block and 16 columns c at `at`: eight rows j at a time,
-   so that eight independent sums are in flight. w is transposed (w[j][r]); rows are 8 pointers. */
-static inline void add_outer(float *dst, int64_t ds, const float (*w)[PA_ROWS], const float *const *rows, int64_t at) {
+/* dst[j][c] += sum_r w[r][j] row_r[c] for the 32 rows j of a block and 16 columns c at `at`: eight rows j at a time,
+   so that eight independent sums are in flight (each w[r][j] is broadcast from memory); rows are 8 pointers. */
+static inline void add_outer(float *dst, int64_t ds, const float (*w)[PA_KEYS], const float *const *rows, int64_t at) {
     __m512 x[PA_ROWS];
     for (int r = 0; r < PA_ROWS; r++) x[r] = _mm512_loadu_ps(rows[r] + at);
     for (int j = 0; j < PA_KEYS; j += 8) {
         __m512 acc[8];
         for (int u = 0; u < 8; u++) acc[u] = _mm512_loadu_ps(dst + (j + u) * ds + at);
         for (int r = 0; r < PA_ROWS; r++)
-            for (int u = 0; u < 8; u++) acc[u] = _mm512_fmadd_ps(_mm512_set1_ps(w[j + u][r]), x[r], acc[u]);
+            for (int u = 0; u < 8; u++) acc[u] = _mm512_fmadd_ps(_mm512_set1_ps(w[r][j + u]), x[r], acc[u]);
         for (int u = 0; u < 8; u++) _mm512_storeu_ps(dst + (j + u) * ds + at, acc[u]);
     }
 }
@@ -84,7 +84,7 @@ static void attention_grad_task(const GradTask *t, float *scratch, int64_t group
             for (int64_t i0 = lo / PA_ROWS * PA_ROWS; i0 < hi; i0 += PA_ROWS) {
                 const float *qr[PA_ROWS], *gr[PA_ROWS];
                 float *dqr[PA_ROWS];
-                float pw[PA_KEYS][PA_ROWS], sw[PA_KEYS][PA_ROWS];
+                float pw[PA_ROWS][PA_KEYS] __attribute__((aligned(64))), sw[PA_ROWS][PA_KEYS] __attribute__((aligned(64)));
                 int64_t p[PA_ROWS], first[PA_ROWS];
                 for (int r = 0; r < PA_ROWS; r++) {
                     const int64_t i = i0 + r;
@@ -108,10 +108,8 @@ static void attention_grad_task(const GradTask *t, float *scratch, int64_t group
                     const __m512 p1 = _mm512_maskz_mov_ps(b, exp_lanes(_mm512_fmsub_ps(s[r][1], sc, lse)));
                     const __m512 d0 = _mm512_mul_ps(_mm512_mul_ps(p0, _mm512_sub_ps(dp[r][0], Dr)), sc);
                     const __m512 d1 = _mm512_mul_ps(_mm512_mul_ps(p1, _mm512_sub_ps(dp[r][1], Dr)), sc);
-                    float e[PA_KEYS], f[PA_KEYS];
-                    _mm512_storeu_ps(e, p0), _mm512_storeu_ps(e + LANES, p1);
-                    _mm512_storeu_ps(f, d0), _mm512_storeu_ps(f + LANES, d1);
-                    for (int j = 0; j < PA_KEYS; j++) pw[j][r] = e[j], sw[j][r] = f[j];
+                    _mm512_store_ps(pw[r], p0), _mm512_store_ps(pw[r] + LANES, p1);
+                    _mm512_store_ps(sw[r], d0), _mm512_store_ps(sw[r] + LANES, d1);
                 }
                 for (int64_t c = 0; c < d; c += LANES) {
                     add_outer(dvb, d, pw, gr, c);  /* dV_j += P_ij dO_i */
@@ -120,7 +118,7 @@ static void attention_grad_task(const GradTask *t, float *scratch, int64_t group
                     for (int r = 0; r < PA_ROWS; r++) acc[r] = _mm512_loadu_ps(dqr[r] + c);
                     for (int j = 0; j < PA_KEYS; j++) {
                         const __m512 kj = _mm512_loadu_ps(kr + (j0 + j) * d + c);
-                        for (int r = 0; r < PA_ROWS; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(sw[j][r]), kj, acc[r]);
+                        for (int r = 0; r < PA_ROWS; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(sw[r][j]), kj, acc[r]);
                     }
                     for (int r = 0; r < PA_ROWS; r++) _mm512_storeu_ps(dqr[r] + c, acc[r]);
                 }
