@@ -16,8 +16,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.fixture
+def any_size(monkeypatch) -> None:
+    monkeypatch.setattr(native_swiglu, "MIN_ELEMENTS", 0)
+
+
 @pytest.mark.parametrize("shape", [(1,), (15,), (16,), (3, 7, 37), (4, 64, 1536)])
-def test_the_gate_and_its_gradients_are_pytorchs(shape: tuple[int, ...]) -> None:
+def test_the_gate_and_its_gradients_are_pytorchs(shape: tuple[int, ...], any_size) -> None:
     torch.manual_seed(0)
     gate = (torch.randn(shape) * 4).requires_grad_()
     with torch.no_grad():  # the tails of the sigmoid, and zero
@@ -36,8 +41,10 @@ def test_the_gate_and_its_gradients_are_pytorchs(shape: tuple[int, ...]) -> None
         assert torch.allclose(got.double(), want, atol=1e-6, rtol=1e-6), (got.double() - want).abs().max()
 
 
-def test_what_it_does_not_take_stays_with_pytorch() -> None:
+def test_what_it_does_not_take_stays_with_pytorch(monkeypatch) -> None:
     g, u = torch.randn(4, 32), torch.randn(4, 32)
+    assert not native_swiglu.applies(g, u)  # a decoding step's few rows
+    monkeypatch.setattr(native_swiglu, "MIN_ELEMENTS", 128)
     assert native_swiglu.applies(g, u)
     assert not native_swiglu.applies(g.double(), u.double())
     assert not native_swiglu.applies(g.bfloat16(), u.bfloat16())
@@ -46,7 +53,7 @@ def test_what_it_does_not_take_stays_with_pytorch() -> None:
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
-def test_the_gated_feed_forward_takes_it_and_gets_pytorchs_numbers(monkeypatch, dropout: float) -> None:
+def test_the_gated_feed_forward_takes_it_and_gets_pytorchs_numbers(monkeypatch, dropout: float, any_size) -> None:
     """A SwiGLU feed-forward in training: the gate goes through the kernel, and the output and every gradient are
     those of PyTorch's road (the kernel refused); dropout still acts on the gated product."""
     torch.manual_seed(0)
@@ -71,7 +78,7 @@ def test_the_gated_feed_forward_takes_it_and_gets_pytorchs_numbers(monkeypatch, 
         assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
 
 
-def test_other_activations_keep_pytorchs_road(monkeypatch) -> None:
+def test_other_activations_keep_pytorchs_road(monkeypatch, any_size) -> None:
     calls = []
     monkeypatch.setattr(native_swiglu, "swiglu", lambda *a: calls.append(1))
     layer = GatedFeedForward(16, 32, activation="gelu")
