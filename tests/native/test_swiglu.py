@@ -84,3 +84,10 @@ def test_other_activations_keep_pytorchs_road(monkeypatch, any_size) -> None:
     layer = GatedFeedForward(16, 32, activation="gelu")
     out = layer(torch.randn(3, 16))
     assert not calls and out.shape == (3, 16)
+
+
+def test_a_second_derivative_is_refused_not_zero(any_size) -> None:
+    g, u = torch.randn(3, 16, requires_grad=True), torch.randn(3, 16, requires_grad=True)
+    (dg,) = torch.autograd.grad(native_swiglu.swiglu(g, u).sum(), (g,), create_graph=True)
+    with pytest.raises(RuntimeError):
+        dg.sum().backward()

@@ -17,6 +17,7 @@ import ctypes
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from qkv.native import library
 
@@ -108,6 +109,7 @@ class CausalAttention(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable  # the C call is not itself differentiable: a second derivative is refused, not zero
     def backward(ctx, grad):  # noqa: ANN001, ANN205
         queries, keys, values, out, lse = ctx.saved_tensors
         grad = grad if grad.stride(-1) == 1 else grad.contiguous()

@@ -13,6 +13,7 @@ import ctypes
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from qkv.native import library
 
@@ -60,6 +61,7 @@ class SwiGLU(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable  # the C call is not itself differentiable: a second derivative is refused, not zero
     def backward(ctx, grad):  # noqa: ANN001, ANN205
         gate, up = ctx.saved_tensors
         grad_gate, grad_up = torch.empty_like(gate), torch.empty_like(up)
