@@ -2,9 +2,8 @@
 rows each way instead of PyTorch's five, and two saved tensors (g, u) instead of three.
 
 :func:`applies` says whether the library takes the tensors: float32 CPU tensors of one shape, contiguous, of at least
-:data:`MIN_ELEMENTS` numbers, outside
-torch.compile (whose own code generation fuses the same pass), with the library built for AVX-512. The numbers are
-PyTorch's up to float32 rounding (its e^x within 3 units in the last place).
+:data:`MIN_ELEMENTS` numbers, outside torch.compile (whose own code generation fuses the same pass), with the library
+built for AVX-512. The numbers are PyTorch's up to float32 rounding (its e^x within 3 units in the last place).
 """
 
 from __future__ import annotations
