@@ -222,6 +222,7 @@ def whitespace_bpe() -> BPETokenizer:
 @given(st.lists(st.sampled_from(["a", "b1", ".", " ", "  ", "\n", "\n\n", "\t"]), max_size=60), st.integers(1, 20))
 @example(["a", "\n\n", " ", "b1"], 1)  # "\n\n" is one piece before a space: a cut after the first "\n" splits it
 @example(["a", " ", "\n", "b1"], 1)  # " \n" would become one piece at the end of a chunk
+@example(["a"] + ["b1"] * 8, 1)  # no safe cut within 16 characters: the word stays whole (one <unk>)
 def test_chunk_cuts_never_change_tokens(tokenizers: dict[str, Tokenizer], parts: list[str], chunk_chars: int) -> None:
     text = "".join(parts)
     for tok in [*tokenizers.values(), whitespace_bpe()]:

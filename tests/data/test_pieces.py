@@ -85,8 +85,11 @@ def test_pieces_stream_any_blocks_into_the_same_text(text: str, piece_chars: int
     for piece, _ in pieces[:-1]:  # every cut is a safe one, or a forced one at the size limit
         assert len(piece) >= piece_chars
         assert len(piece) <= piece_chars * MAX_PIECE_FACTOR
-    assert [p for p, _ in pieces] == cut_text(text, piece_chars)  # the blocks do not matter
+    whole = [p for p, _ in cut_pieces([(text, len(text))], piece_chars)]
+    assert [p for p, _ in pieces] == whole  # the blocks do not matter
     assert forced == [0] or len(text) > piece_chars * MAX_PIECE_FACTOR
+    if forced == [0]:  # a text in memory is cut at the same safe places, and never elsewhere
+        assert cut_text(text, piece_chars) == whole
 
 
 def test_a_text_without_spaces_is_cut_at_the_size_limit() -> None:
@@ -94,6 +97,8 @@ def test_a_text_without_spaces_is_cut_at_the_size_limit() -> None:
     pieces = [p for p, _ in cut_pieces([("x" * 1000, 1000)], 10, forced=forced)]
     assert "".join(pieces) == "x" * 1000
     assert max(map(len, pieces)) == 10 * MAX_PIECE_FACTOR and forced == [6]
+    in_memory = cut_text("x" * 1000 + " y" * 20, 10)  # never forced: the x's stay one piece
+    assert in_memory[0] == "x" * 1000 and "".join(in_memory[1:]) == " y" * 20
 
 
 def test_positions_follow_the_blocks() -> None:

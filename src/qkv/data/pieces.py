@@ -35,21 +35,28 @@ line breaks) is cut there anyway, so memory stays bounded; only such a forced cu
 
 
 def cut_text(text: str, piece_chars: int = PIECE_CHARS) -> list[str]:
-    """``text`` cut into pieces of about ``piece_chars`` characters at safe positions (see the module)."""
-    return [piece for piece, _ in cut_pieces([(text, len(text))], piece_chars)]
+    """``text`` cut into pieces of about ``piece_chars`` characters at safe positions only (see the module): the
+    text is in memory already, so a stretch without a safe position stays whole, however long, and the pieces'
+    tokens are always the text's."""
+    return [piece for piece, _ in cut_pieces([(text, len(text))], piece_chars, force=False)]
 
 
 def cut_pieces(
-    blocks: Iterable[tuple[str, int]], piece_chars: int = PIECE_CHARS, *, forced: list[int] | None = None
+    blocks: Iterable[tuple[str, int]],
+    piece_chars: int = PIECE_CHARS,
+    *,
+    forced: list[int] | None = None,
+    force: bool = True,
 ) -> Iterator[tuple[str, int]]:
     """Regroup a stream of text blocks into pieces cut at safe positions.
 
     ``blocks`` yields ``(text, position)``: consecutive parts of one long text, each with a number that
     says how far through the input the reader is after it (bytes read, for progress). Yields
     ``(piece, position)``; joined, the pieces are exactly the joined blocks. If ``forced`` is a list, the
-    number of forced cuts (see :data:`MAX_PIECE_FACTOR`) is appended to it at the end.
+    number of forced cuts (see :data:`MAX_PIECE_FACTOR`) is appended to it at the end; ``force=False`` makes
+    none (the caller holds the text in memory anyway).
     """
-    limit = piece_chars * MAX_PIECE_FACTOR
+    limit = piece_chars * MAX_PIECE_FACTOR if force else float("inf")
     buffer: list[str] = []
     size = 0  # characters in buffer
     n_forced = 0
