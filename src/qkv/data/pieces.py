@@ -56,7 +56,7 @@ def cut_pieces(
     number of forced cuts (see :data:`MAX_PIECE_FACTOR`) is appended to it at the end; ``force=False`` makes
     none (the caller holds the text in memory anyway).
     """
-    limit = piece_chars * MAX_PIECE_FACTOR if force else float("inf")
+    limit = piece_chars * MAX_PIECE_FACTOR
     buffer: list[str] = []
     size = 0  # characters in buffer
     n_forced = 0
@@ -70,7 +70,7 @@ def cut_pieces(
             joined = "".join(buffer)
             cut = SAFE_CUT.search(joined, piece_chars)
             if cut is None:
-                if size <= limit:  # wait for more text
+                if size <= limit or not force:  # wait for more text
                     buffer = [joined]
                     break
                 at, n_forced = limit, n_forced + 1
