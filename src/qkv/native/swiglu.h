@@ -9,6 +9,11 @@
    functions return 1 and the caller uses PyTorch. */
 
 #if defined(__AVX512F__)
+/* The lanes of a vector that hold numbers when `left` of them remain: all 16, or the first `left`. */
+static inline __mmask16 lanes_left(int64_t left) {
+    return left >= LANES ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+}
+
 static inline __m512 sigmoid_lanes(__m512 g) {
     /* e^-g for any g: exp_lanes clamps below at -87 (g > 87: s = 1) and gives +inf above 88 (g < -88: s = 0) */
     const __m512 one = _mm512_set1_ps(1.0f);
@@ -23,7 +28,7 @@ int qkv_swiglu(const float *g, const float *u, float *h, int64_t n, int32_t thre
 #pragma omp parallel for schedule(static) num_threads(threads < 1 ? 1 : threads)
     for (int64_t i = 0; i <= vectors; i++) {
         const int64_t at = i * LANES;
-        const __mmask16 m = i < vectors ? 0xffff : (__mmask16)((1u << (n - at)) - 1u);
+        const __mmask16 m = lanes_left(n - at);
         if (!m) continue;
         const __m512 gv = _mm512_maskz_loadu_ps(m, g + at), uv = _mm512_maskz_loadu_ps(m, u + at);
         _mm512_mask_storeu_ps(h + at, m, _mm512_mul_ps(_mm512_mul_ps(gv, sigmoid_lanes(gv)), uv));
@@ -44,7 +49,7 @@ int qkv_swiglu_backward(const float *g, const float *u, const float *dh, float *
 #pragma omp parallel for schedule(static) num_threads(threads < 1 ? 1 : threads)
     for (int64_t i = 0; i <= vectors; i++) {
         const int64_t at = i * LANES;
-        const __mmask16 m = i < vectors ? 0xffff : (__mmask16)((1u << (n - at)) - 1u);
+        const __mmask16 m = lanes_left(n - at);
         if (!m) continue;
         const __m512 gv = _mm512_maskz_loadu_ps(m, g + at), uv = _mm512_maskz_loadu_ps(m, u + at);
         const __m512 dv = _mm512_maskz_loadu_ps(m, dh + at), s = sigmoid_lanes(gv);

@@ -15,6 +15,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from qkv.native import library
+from qkv.native.prompt_attention import built  # the same build condition: AVX-512
 
 # Fewer numbers (a decoding step's few rows) stay with PyTorch, whose two operators cost less than a call into the
 # library: one row of 1,536 took 3.3 us against 11.9, 64 rows 33 us against 29 (2 threads).
@@ -66,9 +67,3 @@ class SwiGLU(torch.autograd.Function):
         grad_gate, grad_up = torch.empty_like(gate), torch.empty_like(up)
         _call("qkv_swiglu_backward", gate, up, grad.contiguous(), grad_gate, grad_up)
         return grad_gate, grad_up
-
-
-def built() -> bool:
-    """Whether the C library has the kernel (it needs AVX-512)."""
-    lib = library()
-    return lib is not None and bool(lib.qkv_prompt_attention_built())
