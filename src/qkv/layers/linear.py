@@ -234,10 +234,7 @@ def packed_product(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Ten
 
 def packed_transposed_product(grad: Tensor, weight: Tensor) -> Tensor:
     """grad W through oneDNN on the packed copy of W^T (:func:`packed_transpose`), no gradient: (..., N) -> (..., K)."""
-    n_out, n_in = weight.shape
-    rows = grad.detach().reshape(-1, n_out).contiguous()
-    out = torch.ops.mkldnn._linear_pointwise(rows, packed_transpose(weight), None, "none", [], "")
-    return out.view(*grad.shape[:-1], n_in)
+    return packed_copy_product(grad, packed_transpose(weight), weight.shape[1])
 
 
 class FrozenProduct(torch.autograd.Function):
