@@ -32,6 +32,35 @@ def test_forward_is_the_base_plus_the_scaled_low_rank_update(bias: bool) -> None
     torch.testing.assert_close(F.linear(x, layer.weight, layer.bias), expected)  # weight: W + (alpha / r) B A
 
 
+@pytest.mark.parametrize("shape", [(3, 40, 48), (48,), (0, 48)])
+def test_training_gradients_equal_autograd_through_the_written_out_update(shape: tuple[int, ...]) -> None:
+    """float32, a frozen base that takes the packed product: the update is added by one addmm; the gradients of x, A
+    and B are autograd's through W x + b + scaling (x A^T) B^T in float64."""
+    layer = randomized(LoRALinear(Linear(48, 80), rank=4, alpha=12))
+    x = torch.randn(shape, requires_grad=True)
+    out = layer(x)
+    assert out.shape == (*shape[:-1], 80)
+    seed = torch.randn(out.shape)
+    (out * seed).sum().backward()
+    x64 = x.detach().double().requires_grad_()
+    a64, b64 = (p.detach().double().requires_grad_() for p in (layer.lora_A, layer.lora_B))
+    base = layer.base
+    expected = F.linear(x64, base.weight.double(), base.bias.double()) + 3.0 * (x64 @ a64.T) @ b64.T
+    (expected * seed.double()).sum().backward()
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
+    for got, want in ((x.grad, x64.grad), (layer.lora_A.grad, a64.grad), (layer.lora_B.grad, b64.grad)):
+        torch.testing.assert_close(got.double(), want, atol=1e-4, rtol=1e-4)
+
+
+def test_under_bfloat16_autocast_the_update_is_added_in_the_base_output_type() -> None:
+    layer = randomized(LoRALinear(Linear(32, 16), rank=2, alpha=4))
+    x = torch.randn(5, 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = layer(x)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), layer(x), atol=0.1, rtol=0.05)
+
+
 def test_starts_as_peft_does_b_zero_and_a_kaiming_uniform() -> None:
     layer = LoRALinear(Linear(64, 32), rank=8, alpha=16)
     assert torch.count_nonzero(layer.lora_B) == 0

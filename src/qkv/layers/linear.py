@@ -217,7 +217,7 @@ def packed_copy_product(x: Tensor, packed: Tensor, n_out: int, bias: Tensor | No
     """x W^T + b from a packed copy of W (:func:`packed_now`), no gradient: (..., K) -> (..., n_out)."""
     rows = x.detach().reshape(-1, x.shape[-1]).contiguous()
     out = torch.ops.mkldnn._linear_pointwise(rows, packed, None if bias is None else bias.detach(), "none", [], "")
-    return out.view(*x.shape[:-1], n_out)
+    return out if x.dim() == 2 else out.view(*x.shape[:-1], n_out)  # not a view: an autograd output may change in place
 
 
 def frozen_product_applies(x: Tensor, weight: Tensor) -> bool:

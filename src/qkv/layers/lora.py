@@ -75,7 +75,14 @@ class LoRALinear(nn.Module):
         return (low @ self.lora_B.T) * self.scaling  # (..., d_out)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.base(x) + self.delta(x).to(x.dtype)
+        rows = x.reshape(-1, self.in_features)  # (n, d_in)
+        out = self.base(rows)  # (n, d_out)
+        low = self.lora_dropout(rows).to(self.lora_A.dtype) @ self.lora_A.T  # (n, r)
+        if out.dtype == low.dtype == self.lora_B.dtype:  # W x + b + scaling B A x as one product-and-add
+            out = torch.addmm(out, low, self.lora_B.T, alpha=self.scaling)
+        else:  # a base of another type (bfloat16 autocast): the update in its own type, then cast
+            out = out + ((low @ self.lora_B.T) * self.scaling).to(out.dtype)
+        return out.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"rank={self.rank}, alpha={self.alpha:g}"
