@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from qkv.native import rotary as native_rotary
+
 
 def sinusoidal_table(max_len: int, d_model: int, *, interleaved: bool = True) -> Tensor:
     """The paper's (max_len, d_model) table: sin in even columns, cos in odd ones.
@@ -152,9 +154,14 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate pairs (x_i, x_{i+d/2}) of ``x`` (..., T, d) by the position's angles:
 
     x cos + [-x_{d/2:}, x_{:d/2}] sin
+
+    In training, the C library rotates a whole batch's heads in one pass each way where it takes them
+    (:mod:`qkv.native.rotary`).
     """
     half = x.shape[-1] // 2
     sin_signed = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
     if torch.is_grad_enabled() and x.requires_grad:
+        if native_rotary.applies(x, cos, sin_signed):
+            return native_rotary.rotate(x, cos, sin_signed)
         return _Rotate.apply(x, cos, sin_signed)
     return _rotate(x, cos, sin_signed)  # no graph to record: skip the autograd.Function's overhead

@@ -31,6 +31,8 @@
 #include "prompt_attention.h"
 #include "attention_backward.h"
 #include "swiglu.h"
+#include "rms_norm.h"
+#include "rotary.h"
 #include "shares.h"
 
 #define CHUNK 64  /* rows of the feed-forward's first half taken at a time: a multiple of 64, so a chunk's outputs
