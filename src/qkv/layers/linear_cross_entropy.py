@@ -14,7 +14,8 @@ gradients of h and of W_U (and b); the logits are then dropped:
 The backward pass only scales these by dL/dloss / n (n counted rows). The arithmetic is that of the usual
 path (the same products), in about a vocabulary-sized chunk of memory instead of three batch-sized ones (the
 technique of Liger Kernel's fused linear cross-entropy and of Apple's "Cut Your Losses", done here with plain
-torch products). Targets equal to ``ignore_index`` count for nothing, as in ``F.cross_entropy``.
+torch products). Targets equal to ``ignore_index`` count for nothing, as in ``F.cross_entropy``. The softmax and its
+gradient of a float32 chunk run in C where the library takes them (:mod:`qkv.native.cross_entropy`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from qkv.layers.linear import (
     packed_transposed_product,
     packs,
 )
+from qkv.native import cross_entropy as native_cross_entropy
 
 CHUNK_ELEMENTS = 1 << 23  # logits per chunk (32 MB of float32): chunk rows = this / vocabulary size
 
@@ -57,7 +59,7 @@ def _chunks(
     for start in range(0, hidden.shape[0], rows):
         h, t, keep = (
             hidden[start : start + rows],
-            targets[start : start + rows].clamp(min=0),
+            targets[start : start + rows].masked_fill(~counted[start : start + rows], 0),  # any index: not read
             counted[start : start + rows],
         )
         packed = packs(weight) and h.dtype == weight.dtype  # a frozen W_U (LoRA): oneDNN's packed copy
@@ -67,17 +69,10 @@ def _chunks(
             logits = packed_copy_product(h, now, weight.shape[0], bias).to(wide)
         else:
             logits = (packed_product(h, weight, bias) if packed else F.linear(h, weight, bias)).to(wide)
-        picked = logits.gather(1, t[:, None])[:, 0]  # (c,)
-        top = logits.amax(dim=-1, keepdim=True)  # (c, 1)
-        shifted = logits.sub_(top).exp_()  # exp(z - max z), in the logits' memory: one pass for lse and softmax
-        sums = shifted.sum(dim=-1)
-        lse = sums.log() + top[:, 0]  # logsumexp(z)
-        total += ((lse - picked) * keep).sum()
-        if grads is None:
+        loss, grad = _loss_and_gradient(logits, t, keep, gradient=grads is not None)
+        total += loss
+        if grad is None or grads is None:
             continue
-        grad = shifted.div_(sums[:, None])  # softmax
-        grad[torch.arange(len(t), device=t.device), t] -= 1.0
-        grad.mul_(keep[:, None])  # rows not counted: no gradient
         if grads["h"] is not None:  # (c, d)
             if packed and low is None:
                 grads["h"][start : start + rows] = packed_transposed_product(grad, weight)
@@ -95,6 +90,25 @@ def _chunks(
     if first and grads is not None and grads["w"] is not None:  # no rows at all
         grads["w"].zero_()
     return total, counted.sum()
+
+
+def _loss_and_gradient(logits: Tensor, t: Tensor, keep: Tensor, *, gradient: bool) -> tuple[Tensor, Tensor | None]:
+    """The counted rows' summed loss and, with ``gradient``, dL/dz = softmax - one-hot (rows not counted: zero),
+    computed in the logits' memory."""
+    if native_cross_entropy.applies(logits):  # one read of each row in C
+        losses = native_cross_entropy.cross_entropy_(logits, t, keep, gradient=gradient)
+        return losses.sum(), logits if gradient else None
+    picked = logits.gather(1, t[:, None])[:, 0]  # (c,)
+    top = logits.amax(dim=-1, keepdim=True)  # (c, 1)
+    shifted = logits.sub_(top).exp_()  # exp(z - max z), in the logits' memory: one pass for lse and softmax
+    sums = shifted.sum(dim=-1)
+    lse = sums.log() + top[:, 0]  # logsumexp(z)
+    loss = ((lse - picked) * keep).sum()
+    if not gradient:
+        return loss, None
+    grad = shifted.div_(sums[:, None])  # softmax
+    grad[torch.arange(len(t), device=t.device), t] -= 1.0
+    return loss, grad.mul_(keep[:, None])  # rows not counted: no gradient
 
 
 class LinearCrossEntropy(torch.autograd.Function):

@@ -33,6 +33,7 @@
 #include "swiglu.h"
 #include "rms_norm.h"
 #include "rotary.h"
+#include "cross_entropy.h"
 #include "shares.h"
 
 #define CHUNK 64  /* rows of the feed-forward's first half taken at a time: a multiple of 64, so a chunk's outputs
