@@ -9,8 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from qkv.layers import lora_product
 from qkv.layers.fused import fuse_linears
-from qkv.layers.linear import Linear
+from qkv.layers.linear import Linear, packs
 from qkv.layers.lora import FusedLoRA, LoRALinear, merged
 from qkv.quantization.int8_linear import Int8Linear
 
@@ -33,13 +34,18 @@ def test_forward_is_the_base_plus_the_scaled_low_rank_update(bias: bool) -> None
 
 
 @pytest.mark.parametrize("shape", [(3, 40, 48), (48,), (0, 48)])
-def test_training_gradients_equal_autograd_through_the_written_out_update(shape: tuple[int, ...]) -> None:
-    """float32, a frozen base that takes the packed product: the update is added by one addmm; the gradients of x, A
-    and B are autograd's through W x + b + scaling (x A^T) B^T in float64."""
+@pytest.mark.parametrize("whole", [True, False])
+def test_training_gradients_equal_autograd_through_the_written_out_update(shape, whole: bool, monkeypatch) -> None:
+    """float32, a frozen base that takes the packed product: the layer is one autograd function (``whole``), or the
+    update is added by one addmm; the gradients of x, A and B are autograd's through W x + b + scaling (x A^T) B^T in
+    float64."""
+    if not whole:
+        monkeypatch.setattr(lora_product, "applies", lambda *a: False)
     layer = randomized(LoRALinear(Linear(48, 80), rank=4, alpha=12))
     x = torch.randn(shape, requires_grad=True)
     out = layer(x)
     assert out.shape == (*shape[:-1], 80)
+    assert (type(out.grad_fn).__name__ == "LoRAProductBackward") == (whole and packs(layer.base.weight))
     seed = torch.randn(out.shape)
     (out * seed).sum().backward()
     x64 = x.detach().double().requires_grad_()
@@ -50,6 +56,29 @@ def test_training_gradients_equal_autograd_through_the_written_out_update(shape:
     torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
     for got, want in ((x.grad, x64.grad), (layer.lora_A.grad, a64.grad), (layer.lora_B.grad, b64.grad)):
         torch.testing.assert_close(got.double(), want, atol=1e-4, rtol=1e-4)
+
+
+def test_only_the_adapters_take_gradients_when_x_needs_none() -> None:
+    layer = randomized(LoRALinear(Linear(16, 24), rank=2, alpha=4))
+    x = torch.randn(5, 16)  # the first layer's input when the embedding is frozen
+    layer(x).sum().backward()
+    assert layer.lora_A.grad is not None and layer.lora_B.grad is not None and x.grad is None
+    expected = torch.autograd.grad(
+        (F.linear(x, layer.base.weight, layer.base.bias) + 2.0 * (x @ layer.lora_A.T) @ layer.lora_B.T).sum(),
+        (layer.lora_A, layer.lora_B),
+    )
+    torch.testing.assert_close(layer.lora_A.grad, expected[0])
+    torch.testing.assert_close(layer.lora_B.grad, expected[1])
+
+
+def test_a_second_derivative_through_the_whole_layer_is_refused_not_zero() -> None:
+    layer = randomized(LoRALinear(Linear(16, 24), rank=2, alpha=4))
+    if not packs(layer.base.weight):
+        pytest.skip("no oneDNN: autograd's own road, which differentiates twice")
+    x = torch.randn(5, 16, requires_grad=True)
+    (dx,) = torch.autograd.grad(layer(x).pow(2).sum(), (x,), create_graph=True)
+    with pytest.raises(RuntimeError):
+        dx.sum().backward()
 
 
 def test_under_bfloat16_autocast_the_update_is_added_in_the_base_output_type() -> None:

@@ -15,7 +15,9 @@ code that reads a layer's weights sees the numbers the layer multiplies by. Seve
 (GPT-2's fused ``c_attn`` is one LoRA over W_q, W_k and W_v: one A, and B's rows split between them).
 :func:`merged` folds the update into a plain :class:`~qkv.layers.linear.Linear`. The decoding step stacks W_q,
 W_k and W_v (:func:`qkv.layers.fused.fuse_linears`); for LoRA layers that is the bases stacked by their own
-rule, then each update added to its columns (:class:`FusedLoRA`): the same numbers.
+rule, then each update added to its columns (:class:`FusedLoRA`): the same numbers. In training over a frozen
+float32 base, the forward and backward passes are one function that takes each product in its fastest order
+(:mod:`qkv.layers.lora_product`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
+from qkv.layers import lora_product
 from qkv.layers.dropout import dropout_layer
 from qkv.layers.fused import fuse_linears
 from qkv.layers.linear import Linear
@@ -75,6 +78,14 @@ class LoRALinear(nn.Module):
         return (low @ self.lora_B.T) * self.scaling  # (..., d_out)
 
     def forward(self, x: Tensor) -> Tensor:
+        weight, bias = getattr(self.base, "weight", None), self.bias
+        if (
+            isinstance(self.lora_dropout, nn.Identity)
+            and isinstance(self.base, nn.Linear)
+            and isinstance(weight, Tensor)
+            and lora_product.applies(x, weight, bias, self.lora_A, self.lora_B)
+        ):  # a float32 base in training: one autograd function, each product in its fast order
+            return lora_product.LoRAProduct.apply(x, weight, bias, self.lora_A, self.lora_B, self.scaling)
         rows = x.reshape(-1, self.in_features)  # (n, d_in)
         out = self.base(rows)  # (n, d_out)
         low = self.lora_dropout(rows).to(self.lora_A.dtype) @ self.lora_A.T  # (n, r)
