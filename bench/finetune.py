@@ -23,6 +23,7 @@ implementations, not initial draws). Printed per mode:
 
     python bench/finetune.py                           # both modes, 50 steps each (several minutes per side)
     python bench/finetune.py --modes lora --steps 20   # a shorter run
+    python bench/finetune.py --steps 20 --rounds 2     # each side twice (qkv, peer, peer, qkv): steadier ratios
     python bench/finetune.py --precision bf16          # both sides under bfloat16 autocast
     python bench/finetune.py --compile on              # qkv's side under torch.compile (the peer stays eager)
     python bench/finetune.py --model tiny-folder --steps 3 --seq-len 32   # a smoke run on any Llama folder
@@ -67,6 +68,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--targets", default="q_proj,v_proj")
     parser.add_argument("--lr", type=float, default=None, help="default: 2e-4 for LoRA, 2e-5 for full")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--rounds", type=int, default=1,
+        help="run each side this many times, alternating which goes first (qkv, peer, peer, qkv, ...): the ratio is "
+        "then over all rounds' steps, so that a drift of the machine's speed moves both sides alike",
+    )  # fmt: skip
     parser.add_argument("--compile", choices=("off", "on"), default="off", help="qkv's side under torch.compile")
     parser.add_argument(
         "--precision", choices=("fp32", "bf16"), default="fp32",
@@ -232,6 +238,17 @@ def median_step(result: dict, key: str) -> float:
     return statistics.median(result[key][1:] or result[key])  # the first step is the slowest (allocations)
 
 
+def merged_rounds(results: list[dict]) -> dict:
+    """One side's rounds as one result: every round's steps after its first, the first round's losses, the highest
+    peak memory."""
+    if len(results) == 1:
+        return results[0]
+    merged = dict(results[0], peak_mb=max(r["peak_mb"] for r in results))
+    for key in ("times", "cpu"):
+        merged[key] = [results[0][key][0]] + [t for r in results for t in r[key][1:]]
+    return merged
+
+
 def report(mode: str, ours: dict, peer: dict) -> list[str]:
     step, peer_step = median_step(ours, "times"), median_step(peer, "times")
     cpu, peer_cpu = median_step(ours, "cpu"), median_step(peer, "cpu")
@@ -265,9 +282,17 @@ def main(argv: list[str] | None = None) -> int:
     for mode in args.modes.split(","):
         with tempfile.TemporaryDirectory() as folder:
             work = Path(folder)
-            ours = run_side(args, "qkv", mode, work)  # first: it writes the initial adapters the peer starts from
-            peer = run_side(args, "peer", mode, work)
-            lines += report(mode, ours, peer)
+            runs: dict[str, list[dict]] = {"qkv": [], "peer": []}
+            for round_ in range(max(1, args.rounds)):
+                # qkv first in the first round: it writes the initial adapters the peer starts from
+                for side in ("qkv", "peer") if round_ % 2 == 0 else ("peer", "qkv"):
+                    runs[side].append(run_side(args, side, mode, work))
+            if len(runs["qkv"]) > 1:
+                ratios = [
+                    median_step(a, "times") / median_step(b, "times") for a, b in zip(*runs.values(), strict=True)
+                ]
+                lines.append(f"{mode}: step time ratio of each round: " + ", ".join(f"{r:.3f}" for r in ratios))
+            lines += report(mode, merged_rounds(runs["qkv"]), merged_rounds(runs["peer"]))
     print("\n".join(lines))
     return 0
 

@@ -43,3 +43,16 @@ def test_under_bfloat16_autocast_both_sides_compute_the_same_lora_curve(tmp_path
     assert abs(float(first[1]) - float(first[2])) < 2e-2 * float(first[2]), out
     gap = re.search(r"lora: mean loss of the last 3 steps .*relative difference ([\d.]+)%", out)
     assert float(gap[1]) < 2, out
+
+
+def test_rounds_alternate_the_sides_and_report_each_rounds_ratio(tmp_path, tiny_llama_dir) -> None:
+    (tmp_path / "text.txt").write_text(TEXT)
+    command = [sys.executable, str(BENCH), "--model", str(tiny_llama_dir), "--data", str(tmp_path / "text.txt"),
+               "--steps", "2", "--seq-len", "16", "--batch-size", "2", "--threads", "1", "--lr", "1e-2",
+               "--modes", "lora", "--rounds", "2"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert re.search(r"lora: step time ratio of each round: [\d.]+, [\d.]+\n", out), out
+    first = re.search(r"lora: loss of the first batch qkv ([\d.]+), peer ([\d.]+)", out)
+    assert abs(float(first[1]) - float(first[2])) < 1e-4, out
