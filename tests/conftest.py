@@ -20,6 +20,14 @@ def _seed() -> None:
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _malloc_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training sessions started in this process leave glibc's malloc as it is: one process runs thousands of tests,
+    and kept memory would hold every test's peak (tests/training/test_allocator.py checks the setting, each case in a
+    process of its own)."""
+    monkeypatch.setenv("QKV_KEEP_FREED_MEMORY", "0")
+
+
 @pytest.fixture(scope="session")
 def _session_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("qkv-cache")

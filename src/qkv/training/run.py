@@ -28,6 +28,7 @@ from qkv.errors import QkvError
 from qkv.io import atomic_write_json, read_json
 from qkv.model_dir import QUANTIZATION_FILE
 from qkv.run_dir import TRAIN_CONFIG_FILE
+from qkv.training.allocator import keep_freed_memory
 from qkv.training.config import TrainConfig
 from qkv.training.device import Precision, resolve_device, resolve_precision, set_threads
 from qkv.training.distributed import DistInfo, init_distributed
@@ -110,6 +111,8 @@ def start_session(config: TrainConfig) -> Session:
         torch.backends.cudnn.allow_tf32 = True
     elif dist.enabled and not config.threads:  # N processes share the cores
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.world_size))
+    if device.type == "cpu":
+        keep_freed_memory()  # a step reuses the pages the last one freed instead of faulting new ones in
     seed_everything(config.seed)
     return Session(device, resolve_precision(config.precision, device), dist)
 
