@@ -17,6 +17,7 @@ implementations, not initial draws). Printed per mode:
 - the step time (median of the steps after the first), and qkv's as a ratio to the peer's
   (targets: <= 0.8 for LoRA, <= 0.9 for full fine-tuning), and the same for the CPU time the process used per
   step (all threads), which other processes on a shared machine disturb less than the wall time;
+- the page faults per step (median): memory the system hands the process anew, each page a trip into the kernel;
 - the peak resident memory while training (VmHWM, reset after the first step), and the ratio (target <= 1);
 - the loss of the first batch (before any update: LoRA's B starts at zero, so it is the base model's) on both
   sides, and the mean loss of the last 10 steps on both sides with their relative difference (target <= 2%).
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -102,26 +104,36 @@ def peak_memory_mb() -> float:
     return float("nan")
 
 
+def minor_faults() -> int:
+    """Pages this process has faulted in so far (first touches of memory the system handed it)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 class Clock:
-    """Per-step losses, wall times and CPU times (this process's, all threads); the peak memory from the end of the
-    first step on."""
+    """Per-step losses, wall times, CPU times (this process's, all threads) and page faults; the peak memory from the
+    end of the first step on."""
 
     def __init__(self) -> None:
         self.losses: list[float] = []
         self.times: list[float] = []
         self.cpu: list[float] = []
-        self.last, self.last_cpu = time.perf_counter(), time.process_time()
+        self.faults: list[float] = []
+        self.last, self.last_cpu, self.last_faults = time.perf_counter(), time.process_time(), minor_faults()
 
     def tick(self, loss: float) -> None:
         self.times.append(time.perf_counter() - self.last)
         self.cpu.append(time.process_time() - self.last_cpu)
+        self.faults.append(minor_faults() - self.last_faults)
         self.losses.append(loss)
         if len(self.losses) == 1:
             reset_peak_memory()
-        self.last, self.last_cpu = time.perf_counter(), time.process_time()
+        self.last, self.last_cpu, self.last_faults = time.perf_counter(), time.process_time(), minor_faults()
 
     def result(self) -> dict:
-        return {"losses": self.losses, "times": self.times, "cpu": self.cpu, "peak_mb": peak_memory_mb()}
+        return {
+            "losses": self.losses, "times": self.times, "cpu": self.cpu, "faults": self.faults,
+            "peak_mb": peak_memory_mb(),
+        }  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------- the sides
@@ -244,7 +256,7 @@ def merged_rounds(results: list[dict]) -> dict:
     if len(results) == 1:
         return results[0]
     merged = dict(results[0], peak_mb=max(r["peak_mb"] for r in results))
-    for key in ("times", "cpu"):
+    for key in ("times", "cpu", "faults"):
         merged[key] = [results[0][key][0]] + [t for r in results for t in r[key][1:]]
     return merged
 
@@ -258,6 +270,8 @@ def report(mode: str, ours: dict, peer: dict) -> list[str]:
         f"{mode}: step time qkv {step:.3f} s, peer {peer_step:.3f} s: ratio {step / peer_step:.3f} "
         f"(target <= {TARGETS[mode]}); CPU time per step qkv {cpu:.3f} s, peer {peer_cpu:.3f} s: ratio "
         f"{cpu / peer_cpu:.3f} (less moved by other processes on a shared machine)",
+        f"{mode}: page faults per step qkv {median_step(ours, 'faults'):.0f}, peer {median_step(peer, 'faults'):.0f} "
+        "(pages the system hands the process anew: each a trip into the kernel)",
         f"{mode}: peak memory while training qkv {ours['peak_mb']:.0f} MB, peer {peer['peak_mb']:.0f} MB: ratio "
         f"{ours['peak_mb'] / peer['peak_mb']:.3f} (target <= 1)",
         f"{mode}: loss of the first batch qkv {ours['losses'][0]:.5f}, peer {peer['losses'][0]:.5f} "

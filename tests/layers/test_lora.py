@@ -152,3 +152,13 @@ def test_an_int8_base_takes_the_gradient_of_its_dequantized_matrix_and_keeps_no_
     torch.testing.assert_close(out, reference, atol=2e-2, rtol=2e-2)  # the forward rounds x to bfloat16
     torch.testing.assert_close(x.grad, x_ref.grad, atol=1e-5, rtol=1e-5)
     assert base.qweight.grad is None and layer.lora_A.grad is not None
+
+
+def test_a_hook_on_the_base_still_sees_its_input() -> None:
+    layer = randomized(LoRALinear(Linear(16, 24), rank=2, alpha=4))
+    seen = []
+    layer.base.register_forward_hook(lambda module, args, out: seen.append(args[0].shape))
+    x = torch.randn(3, 5, 16, requires_grad=True)
+    out = layer(x)
+    expected = F.linear(x, layer.base.weight, layer.base.bias) + 2.0 * (x @ layer.lora_A.T) @ layer.lora_B.T
+    assert seen and torch.allclose(out, expected, atol=1e-5)

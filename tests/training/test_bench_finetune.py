@@ -22,6 +22,7 @@ def test_the_bench_prints_its_ratios_and_the_curves_agree(tmp_path, tiny_llama_d
     for mode in ("lora", "full"):
         assert re.search(rf"{mode}: step time qkv [\d.]+ s, peer [\d.]+ s: ratio [\d.]+", out), out
         assert re.search(rf"{mode}: peak memory while training qkv \d+ MB, peer \d+ MB", out), out
+        assert re.search(rf"{mode}: page faults per step qkv \d+, peer \d+ ", out), out
         first = re.search(rf"{mode}: loss of the first batch qkv ([\d.]+), peer ([\d.]+)", out)
         assert abs(float(first[1]) - float(first[2])) < 1e-4, out
         gap = re.search(rf"{mode}: mean loss of the last 3 steps .*relative difference ([\d.]+)%", out)

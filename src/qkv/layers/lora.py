@@ -82,6 +82,7 @@ class LoRALinear(nn.Module):
         if (
             isinstance(self.lora_dropout, nn.Identity)
             and isinstance(self.base, nn.Linear)
+            and not (self.base._forward_hooks or self.base._forward_pre_hooks)  # the base's forward is not called
             and isinstance(weight, Tensor)
             and lora_product.applies(x, weight, bias, self.lora_A, self.lora_B)
         ):  # a float32 base in training: one autograd function, each product in its fast order
