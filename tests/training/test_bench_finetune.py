@@ -12,13 +12,19 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "finetune.py"
 TEXT = "the cat sat on the mat and the dog sat on the log. " * 60
 
 
-def test_the_bench_prints_its_ratios_and_the_curves_agree(tmp_path, tiny_llama_dir) -> None:
+def bench(tmp_path, model_dir, *options: str) -> str:  # noqa: ANN001
+    """The bench's output for a tiny run (3 steps of 2 x 16 tokens unless ``options`` say otherwise)."""
     (tmp_path / "text.txt").write_text(TEXT)
-    command = [sys.executable, str(BENCH), "--model", str(tiny_llama_dir), "--data", str(tmp_path / "text.txt"),
-               "--steps", "3", "--seq-len", "16", "--batch-size", "2", "--threads", "1", "--lr", "1e-2"]  # fmt: skip
+    command = [sys.executable, str(BENCH), "--model", str(model_dir), "--data", str(tmp_path / "text.txt"),
+               "--steps", "3", "--seq-len", "16", "--batch-size", "2", "--threads", "1", "--lr", "1e-2",
+               *options]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    out = done.stdout
+    return done.stdout
+
+
+def test_the_bench_prints_its_ratios_and_the_curves_agree(tmp_path, tiny_llama_dir) -> None:
+    out = bench(tmp_path, tiny_llama_dir)
     for mode in ("lora", "full"):
         assert re.search(rf"{mode}: step time qkv [\d.]+ s, peer [\d.]+ s: ratio [\d.]+", out), out
         assert re.search(rf"{mode}: peak memory while training qkv \d+ MB, peer \d+ MB", out), out
@@ -32,13 +38,7 @@ def test_the_bench_prints_its_ratios_and_the_curves_agree(tmp_path, tiny_llama_d
 def test_under_bfloat16_autocast_both_sides_compute_the_same_lora_curve(tmp_path, tiny_llama_dir) -> None:
     """--precision bf16: qkv's frozen products in bfloat16 (a copy of each matrix made once) against the peer's
     autocast: the same loss to a bfloat16 step."""
-    (tmp_path / "text.txt").write_text(TEXT)
-    command = [sys.executable, str(BENCH), "--model", str(tiny_llama_dir), "--data", str(tmp_path / "text.txt"),
-               "--steps", "3", "--seq-len", "16", "--batch-size", "2", "--threads", "1", "--lr", "1e-2",
-               "--modes", "lora", "--precision", "bf16"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
+    out = bench(tmp_path, tiny_llama_dir, "--modes", "lora", "--precision", "bf16")
     assert "bf16" in out.splitlines()[0], out
     first = re.search(r"lora: loss of the first batch qkv ([\d.]+), peer ([\d.]+)", out)
     assert abs(float(first[1]) - float(first[2])) < 2e-2 * float(first[2]), out
@@ -47,13 +47,7 @@ def test_under_bfloat16_autocast_both_sides_compute_the_same_lora_curve(tmp_path
 
 
 def test_rounds_alternate_the_sides_and_report_each_rounds_ratio(tmp_path, tiny_llama_dir) -> None:
-    (tmp_path / "text.txt").write_text(TEXT)
-    command = [sys.executable, str(BENCH), "--model", str(tiny_llama_dir), "--data", str(tmp_path / "text.txt"),
-               "--steps", "2", "--seq-len", "16", "--batch-size", "2", "--threads", "1", "--lr", "1e-2",
-               "--modes", "lora", "--rounds", "2"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
+    out = bench(tmp_path, tiny_llama_dir, "--steps", "2", "--modes", "lora", "--rounds", "2")
     assert re.search(r"lora: step time ratio of each round: [\d.]+, [\d.]+\n", out), out
     first = re.search(r"lora: loss of the first batch qkv ([\d.]+), peer ([\d.]+)", out)
     assert abs(float(first[1]) - float(first[2])) < 1e-4, out
