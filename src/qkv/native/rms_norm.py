@@ -17,7 +17,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from qkv.native import library
-from qkv.native.prompt_attention import built  # the same build condition: AVX-512
+from qkv.native.prompt_attention import _pointer, built  # the same build condition (AVX-512), the same pointers
 
 MIN_ELEMENTS = 1 << 14  # fewer numbers (a decoding step's rows) cost less in PyTorch than a call into the library
 
@@ -39,10 +39,6 @@ def applies(x: Tensor, weight: Tensor | None) -> bool:
 def rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
     """RMSNorm over x's last dimension, differentiable in x and the gain (see :func:`applies` for what it takes)."""
     return RMSNorm.apply(x, weight, eps)
-
-
-def _pointer(t: Tensor | None) -> ctypes.c_void_p:
-    return ctypes.c_void_p(None if t is None else t.data_ptr())
 
 
 def _check(failed: int, what: str) -> None:
