@@ -14,8 +14,7 @@ import ctypes
 import torch
 from torch import Tensor
 
-from qkv.native import library
-from qkv.native.prompt_attention import built  # the same build condition: AVX-512
+from qkv.native.kernels import built, call, pointer
 
 
 def applies(logits: Tensor) -> bool:
@@ -34,19 +33,15 @@ def applies(logits: Tensor) -> bool:
 def cross_entropy_(logits: Tensor, targets: Tensor, keep: Tensor, *, gradient: bool) -> Tensor:
     """Each row's keep (logsumexp(z) - z[t]) (rows,); with ``gradient``, keep (softmax(z) - onehot(t)) is written over
     ``logits``. ``targets``: (rows,) indices in [0, V); ``keep``: (rows,) booleans, the rows that count."""
-    lib = library()
-    assert lib is not None  # applies() checked it
     rows, vocabulary = logits.shape
     targets = targets.to(torch.int64).contiguous()
     if rows and not 0 <= int(targets.min()) <= int(targets.max()) < vocabulary:  # the C code would read elsewhere
         raise IndexError(f"a target is outside the vocabulary of {vocabulary} tokens")
     keep = keep.to(torch.uint8).contiguous()
     losses = torch.empty(rows)
-    failed = lib.qkv_cross_entropy(
-        ctypes.c_void_p(logits.data_ptr()), ctypes.c_void_p(targets.data_ptr()), ctypes.c_void_p(keep.data_ptr()),
-        ctypes.c_void_p(losses.data_ptr()), ctypes.c_int64(rows), ctypes.c_int64(vocabulary),
-        ctypes.c_int32(int(gradient)), ctypes.c_int32(torch.get_num_threads()),
+    call(
+        "qkv_cross_entropy", "cross-entropy", pointer(logits), pointer(targets), pointer(keep), pointer(losses),
+        ctypes.c_int64(rows), ctypes.c_int64(vocabulary), ctypes.c_int32(int(gradient)),
+        ctypes.c_int32(torch.get_num_threads()),
     )  # fmt: skip
-    if failed:
-        raise RuntimeError("the C library's cross-entropy failed")  # built() was checked
     return losses

@@ -20,6 +20,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from qkv.native import library
+from qkv.native.kernels import built, call, pointer, strides
 
 # Fewer queries (a decoding step's, a few drafted tokens) stay with PyTorch: the kernel transposes every key first,
 # which a few queries over many cached keys do not repay (16 over 512: 233 us against PyTorch's 196; 32: 342 / 369).
@@ -60,10 +61,6 @@ def causal_attention(
     return _forward(queries, keys, values, window or 0, scale, None)
 
 
-def _strides(*tensors: Tensor) -> list:
-    return [(ctypes.c_int64 * 3)(*t.stride()[:3]) for t in tensors]
-
-
 def _sizes(queries: Tensor, keys: Tensor, window: int, scale: float) -> list:
     """The C functions' trailing arguments: batch, h, h_kv, Tq, Tk, d, window, scale, threads."""
     batch, heads, n_queries, d = queries.shape
@@ -74,10 +71,6 @@ def _sizes(queries: Tensor, keys: Tensor, window: int, scale: float) -> list:
     ]  # fmt: skip
 
 
-def _pointer(t: Tensor | None) -> ctypes.c_void_p:
-    return ctypes.c_void_p(None if t is None else t.data_ptr())
-
-
 def _forward(
     queries: Tensor, keys: Tensor, values: Tensor, window: int, scale: float, lse: Tensor | None
 ) -> Tensor | None:
@@ -85,10 +78,10 @@ def _forward(
     assert lib is not None  # applies() checked it
     batch, heads, n_queries, d = queries.shape
     out = torch.empty(batch, n_queries, heads, d).transpose(1, 2)  # the layout merge_heads reads without a copy
-    strides = _strides(queries, keys, values, out)
+    s = strides(queries, keys, values, out)
     failed = lib.qkv_causal_attention(
-        _pointer(queries), strides[0], _pointer(keys), strides[1], _pointer(values), strides[2], _pointer(out),
-        strides[3], _pointer(lse), *_sizes(queries, keys, window, scale),
+        pointer(queries), s[0], pointer(keys), s[1], pointer(values), s[2], pointer(out),
+        s[3], pointer(lse), *_sizes(queries, keys, window, scale),
     )  # fmt: skip
     return None if failed else out
 
@@ -114,20 +107,11 @@ class CausalAttention(torch.autograd.Function):
         queries, keys, values, out, lse = ctx.saved_tensors
         grad = grad if grad.stride(-1) == 1 else grad.contiguous()
         dq, dk, dv = torch.empty_like(queries), torch.empty_like(keys), torch.empty_like(values)
-        s = _strides(queries, keys, values, out, grad, dq, dk, dv)
-        lib = library()
-        assert lib is not None
-        failed = lib.qkv_causal_attention_backward(
-            _pointer(queries), s[0], _pointer(keys), s[1], _pointer(values), s[2], _pointer(out), s[3], _pointer(grad),
-            s[4], _pointer(lse), _pointer(dq), s[5], _pointer(dk), s[6], _pointer(dv), s[7],
+        s = strides(queries, keys, values, out, grad, dq, dk, dv)
+        call(
+            "qkv_causal_attention_backward", "attention kernel's backward pass (out of memory)",
+            pointer(queries), s[0], pointer(keys), s[1], pointer(values), s[2], pointer(out), s[3], pointer(grad),
+            s[4], pointer(lse), pointer(dq), s[5], pointer(dk), s[6], pointer(dv), s[7],
             *_sizes(queries, keys, ctx.window, ctx.scale),
         )  # fmt: skip
-        if failed:
-            raise RuntimeError("the C attention kernel's backward pass failed (out of memory)")
         return dq, dk, dv, None, None
-
-
-def built() -> bool:
-    """Whether the C library has the kernel (it needs AVX-512; without it :func:`causal_attention` answers None)."""
-    lib = library()
-    return lib is not None and bool(lib.qkv_prompt_attention_built())

@@ -16,8 +16,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from qkv.native import library
-from qkv.native.prompt_attention import _pointer, built  # the same build condition (AVX-512), the same pointers
+from qkv.native.kernels import built, call, pointer
 
 MIN_ELEMENTS = 1 << 14  # fewer numbers (a decoding step's rows) cost less in PyTorch than a call into the library
 
@@ -41,30 +40,20 @@ def rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
     return RMSNorm.apply(x, weight, eps)
 
 
-def _check(failed: int, what: str) -> None:
-    if failed:
-        raise RuntimeError(f"the C library's {what} failed")  # built() was checked
-
-
 class RMSNorm(torch.autograd.Function):
     """y = (x r) g with r = 1 / sqrt(mean(x^2) + eps) per row; the forward pass keeps x and r, and the backward pass
     gives dL/dx = r (u - x r^2 mean(u x)) with u = dL/dy g, and dL/dg = the sum over rows of dL/dy x r."""
 
     @staticmethod
     def forward(ctx, x, weight, eps):  # noqa: ANN001, ANN205
-        lib = library()
-        assert lib is not None  # applies() checked it
         d = x.shape[-1]
         rows = x.numel() // d if d else 0
         gain = None if weight is None else weight.detach().contiguous()
         out, r = torch.empty_like(x), torch.empty(x.shape[:-1])
         if rows:
-            _check(
-                lib.qkv_rms_norm(
-                    _pointer(x), _pointer(gain), _pointer(out), _pointer(r), ctypes.c_int64(rows), ctypes.c_int64(d),
-                    ctypes.c_float(eps), ctypes.c_int32(torch.get_num_threads()),
-                ),
-                "RMSNorm",
+            call(
+                "qkv_rms_norm", "RMSNorm", pointer(x), pointer(gain), pointer(out), pointer(r), ctypes.c_int64(rows),
+                ctypes.c_int64(d), ctypes.c_float(eps), ctypes.c_int32(torch.get_num_threads()),
             )  # fmt: skip
         ctx.save_for_backward(x, gain, r)
         return out
@@ -81,13 +70,8 @@ class RMSNorm(torch.autograd.Function):
         parts = torch.zeros(threads, d) if want_gain else None
         if rows and (want_x or want_gain):
             grad = grad.contiguous()  # kept here while the library reads it
-            lib = library()
-            assert lib is not None
-            _check(
-                lib.qkv_rms_norm_backward(
-                    _pointer(x), _pointer(gain), _pointer(r), _pointer(grad), _pointer(grad_x),
-                    _pointer(parts), ctypes.c_int64(rows), ctypes.c_int64(d), ctypes.c_int32(threads),
-                ),
-                "RMSNorm backward pass",
+            call(
+                "qkv_rms_norm_backward", "RMSNorm backward pass", pointer(x), pointer(gain), pointer(r), pointer(grad),
+                pointer(grad_x), pointer(parts), ctypes.c_int64(rows), ctypes.c_int64(d), ctypes.c_int32(threads),
             )  # fmt: skip
         return grad_x, None if parts is None else parts.sum(0), None

@@ -15,8 +15,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from qkv.native import library
-from qkv.native.prompt_attention import _strides, built  # the same build condition (AVX-512), the same strides
+from qkv.native.kernels import built, call, pointer, strides
 
 MIN_ELEMENTS = 1 << 14  # fewer numbers (a decoding step's rows) cost less in PyTorch than a call into the library
 
@@ -45,18 +44,14 @@ def rotate(x: Tensor, cos: Tensor, sin_signed: Tensor) -> Tensor:
 
 
 def _rotate(x: Tensor, cos: Tensor, sin_signed: Tensor, backward: bool) -> Tensor:
-    lib = library()
-    assert lib is not None  # applies() checked it
     out = torch.empty_like(x)  # x's layout: the projection's, for heads split from one
     batch, heads, length, d = x.shape
-    failed = lib.qkv_rotary(
-        ctypes.c_void_p(x.data_ptr()), _strides(x)[0], ctypes.c_void_p(cos.data_ptr()),
-        ctypes.c_void_p(sin_signed.data_ptr()), ctypes.c_int64(cos.stride(0)), ctypes.c_void_p(out.data_ptr()),
-        _strides(out)[0], ctypes.c_int64(batch), ctypes.c_int64(heads), ctypes.c_int64(length), ctypes.c_int64(d),
-        ctypes.c_int32(int(backward)), ctypes.c_int32(torch.get_num_threads()),
+    call(
+        "qkv_rotary", "rotary embedding", pointer(x), strides(x)[0], pointer(cos), pointer(sin_signed),
+        ctypes.c_int64(cos.stride(0)), pointer(out), strides(out)[0], ctypes.c_int64(batch), ctypes.c_int64(heads),
+        ctypes.c_int64(length), ctypes.c_int64(d), ctypes.c_int32(int(backward)),
+        ctypes.c_int32(torch.get_num_threads()),
     )  # fmt: skip
-    if failed:
-        raise RuntimeError("the C library's rotary embedding failed")  # built() was checked
     return out
 
 

@@ -14,8 +14,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from qkv.native import library
-from qkv.native.prompt_attention import built  # the same build condition: AVX-512
+from qkv.native.kernels import built, call, pointer
 
 # Fewer numbers (a decoding step's few rows) stay with PyTorch, whose two operators cost less than a call into the
 # library: one row of 1,536 took 3.3 us against 11.9, 64 rows 33 us against 29 (2 threads).
@@ -42,12 +41,8 @@ def swiglu(gate: Tensor, up: Tensor) -> Tensor:
 
 
 def _call(name: str, *tensors: Tensor) -> None:
-    lib = library()
-    assert lib is not None  # applies() checked it
-    pointers = [ctypes.c_void_p(t.data_ptr()) for t in tensors]
-    failed = getattr(lib, name)(*pointers, ctypes.c_int64(tensors[0].numel()), ctypes.c_int32(torch.get_num_threads()))
-    if failed:
-        raise RuntimeError(f"the C library's {name} failed")  # built() was checked
+    pointers = [pointer(t) for t in tensors]
+    call(name, name, *pointers, ctypes.c_int64(tensors[0].numel()), ctypes.c_int32(torch.get_num_threads()))
 
 
 class SwiGLU(torch.autograd.Function):
