@@ -112,6 +112,13 @@ def test_hugging_face_offline_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) 
     pytest.importorskip("datasets")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    # the libraries read these variables once, on import (an earlier test may have imported them): set what they
+    # read, as a process started offline has it, or they retry the network for 20 s
+    import datasets.config
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True, raising=False)
     with pytest.raises(QkvError, match=r"could not open the Hugging Face dataset 'nobody/no-such-set' .*hf:FOLDER"):
         open_source("hf:nobody/no-such-set").read_text()
 
