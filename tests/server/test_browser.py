@@ -61,6 +61,14 @@ def screenshot(page, name: str) -> Path:
     return path
 
 
+def attention_shown(page) -> None:
+    """Wait until the attention view has answered (a session's server may still be finishing an earlier test's
+    generation on its model thread: up to a minute on a loaded machine), and say why if it did not draw."""
+    page.wait_for_selector("#attention-view[data-state='shown'], #attention-view[data-state='error']", timeout=90_000)
+    state = page.get_attribute("#attention-view", "data-state")
+    assert state == "shown", page.inner_text("#attention-description")
+
+
 def chart(page) -> tuple[int, list[str]]:
     """The chart's render count and its percentages, top to bottom."""
     version = int(page.get_attribute("#chart", "data-version"))
@@ -133,7 +141,7 @@ def test_the_gpt_playground(gpt, page) -> None:
 
     # The attention view: every layer and head of the current text.
     page.click("#show-attention")
-    page.wait_for_selector("#attention-view[data-state='shown']")
+    attention_shown(page)
     assert page.locator("#layer option").count() == gpt.bundle.config.n_layers
     assert page.locator("#head option").count() == gpt.bundle.config.n_heads + 1  # and the mean over heads
     page.select_option("#layer", "1")
@@ -157,7 +165,7 @@ def test_the_translator_playground(translator, page) -> None:
     page.wait_for_selector("#output[data-state='done']")
     assert page.inner_text("#output").strip()
     page.click("#show-attention")
-    page.wait_for_selector("#attention-view[data-state='shown']")
+    attention_shown(page)
     kinds = page.locator("#attention-kind option").evaluate_all("options => options.map(o => o.value)")
     assert kinds == ["encoder", "decoder", "cross"]
     assert page.input_value("#attention-kind") == "cross"  # the alignment is shown first
@@ -170,7 +178,7 @@ def test_the_encoder_playground_shows_attention_only(encoder, page) -> None:
     page.wait_for_selector("body[data-ready='1']")
     assert not page.is_visible("#sampling-section") and not page.is_visible("#generate-section")
     page.click("#show-attention")
-    page.wait_for_selector("#attention-view[data-state='shown']")
+    attention_shown(page)
     assert "every token of the text" in page.inner_text("#attention-description")
 
 
@@ -192,7 +200,7 @@ def test_layers_and_heads_are_numbered_from_0(gpt, page) -> None:
     page.goto(gpt.url + "/")
     page.wait_for_selector("body[data-ready='1']")
     page.click("#show-attention")
-    page.wait_for_selector("#attention-view[data-state='shown']")
+    attention_shown(page)
     n_layers, n_heads = gpt.bundle.config.n_layers, gpt.bundle.config.n_heads
     layers = page.locator("#layer option").all_inner_texts()
     heads = page.locator("#head option").all_inner_texts()
