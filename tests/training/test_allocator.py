@@ -18,12 +18,12 @@ import resource, sys, torch
 from qkv.training.allocator import keep_freed_memory
 kept = keep_freed_memory() if sys.argv[1] == "keep" else None
 faults = []
-for _ in range(4):
+for _ in range(6):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     block = torch.ones(40 << 18)  # 40 MB: above any mmap threshold of glibc's
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
     del block
-print(kept, faults[-1], keep_freed_memory())
+print(kept, min(faults[1:]), max(faults[1:]), keep_freed_memory())
 """
 
 
@@ -35,20 +35,23 @@ def run(how: str, **env: str) -> list[str]:
 
 
 def test_kept_memory_is_reused_without_faults() -> None:
-    kept, faults, again = run("keep")
+    """A freed block's pages serve a later one. Not always the very next: what the interpreter allocates meanwhile
+    can leave the freed block split, and then the heap grows once more (7 runs here: every one reused the pages
+    in most of its later allocations; two had one later allocation that faulted them in)."""
+    kept, fewest, _, again = run("keep")
     assert kept == "True" and again == "True"
-    assert int(faults) < 100  # 40 MB is 10,240 pages
+    assert int(fewest) < 100  # 40 MB is 10,240 pages
 
 
 def test_by_default_malloc_gives_large_blocks_back_and_faults_them_in_again() -> None:
-    kept, faults, later = run("plain")
-    assert kept == "None" and int(faults) > 5000
+    kept, fewest, _, later = run("plain")
+    assert kept == "None" and int(fewest) > 5000  # every allocation faults its pages in
     assert later == "True"  # asked only at the end: then it takes effect
 
 
 def test_the_environment_variable_leaves_malloc_alone() -> None:
-    kept, faults, _ = run("keep", QKV_KEEP_FREED_MEMORY="0")
-    assert kept == "False" and int(faults) > 5000
+    kept, fewest, _, _ = run("keep", QKV_KEEP_FREED_MEMORY="0")
+    assert kept == "False" and int(fewest) > 5000
 
 
 def test_a_cpu_training_session_keeps_freed_memory(monkeypatch) -> None:
