@@ -75,6 +75,8 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=512, help="tokens per window (default 512)")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    if args.windows < 1 or args.length < 2 or args.threads < 1:
+        parser.error("--windows and --threads must be at least 1, --length at least 2")
     if not SHAKESPEARE.exists():
         raise SystemExit(f"{SHAKESPEARE} is absent: this bench reads Tiny Shakespeare from ../shared/data")
     torch.set_num_threads(args.threads)
@@ -83,6 +85,8 @@ def main() -> None:
     text = Path(SHAKESPEARE).read_text(encoding="utf-8")
     held_out = bundle.tokenizer.encode(text[-len(text) // 10 :])
     n = args.length
+    if n * args.windows > len(held_out):
+        parser.error(f"--windows x --length asks for {n * args.windows:,} tokens; the text has {len(held_out):,}")
     windows = torch.tensor([held_out[n * i : n * (i + 1)] for i in range(args.windows)])
     linears = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     originals = {name: m.weight.detach().clone() for name, m in linears.items()}
