@@ -72,10 +72,13 @@ class LoRALinear(nn.Module):
         """The effective matrix W + scaling B A (d_out, d_in), a new tensor on every access."""
         return cast(Tensor, self.base.weight) + self.scaling * (self.lora_B @ self.lora_A)
 
-    def delta(self, x: Tensor) -> Tensor:
-        """The update alone, scaling B A dropout(x): (..., d_in) -> (..., d_out)."""
-        low = self.lora_dropout(x).to(self.lora_A.dtype) @ self.lora_A.T  # (..., r)
-        return (low @ self.lora_B.T) * self.scaling  # (..., d_out)
+    def add_update(self, out: Tensor, rows: Tensor) -> Tensor:
+        """out + scaling B A dropout(rows), for rows (n, d_in) and the base's out (n, d_out): one product-and-add
+        where their types agree; else (a base under bfloat16 autocast) the update in its own type, then cast."""
+        low = self.lora_dropout(rows).to(self.lora_A.dtype) @ self.lora_A.T  # (n, r)
+        if out.dtype == low.dtype == self.lora_B.dtype:
+            return torch.addmm(out, low, self.lora_B.T, alpha=self.scaling)
+        return out + ((low @ self.lora_B.T) * self.scaling).to(out.dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         weight, bias = getattr(self.base, "weight", None), self.bias
@@ -88,13 +91,7 @@ class LoRALinear(nn.Module):
         ):  # a float32 base in training: one autograd function, each product in its fast order
             return lora_product.LoRAProduct.apply(x, weight, bias, self.lora_A, self.lora_B, self.scaling)
         rows = x.reshape(-1, self.in_features)  # (n, d_in)
-        out = self.base(rows)  # (n, d_out)
-        low = self.lora_dropout(rows).to(self.lora_A.dtype) @ self.lora_A.T  # (n, r)
-        if out.dtype == low.dtype == self.lora_B.dtype:  # W x + b + scaling B A x as one product-and-add
-            out = torch.addmm(out, low, self.lora_B.T, alpha=self.scaling)
-        else:  # a base of another type (bfloat16 autocast): the update in its own type, then cast
-            out = out + ((low @ self.lora_B.T) * self.scaling).to(out.dtype)
-        return out.view(*x.shape[:-1], self.out_features)
+        return self.add_update(self.base(rows), rows).view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"rank={self.rank}, alpha={self.alpha:g}"
@@ -125,11 +122,12 @@ class FusedLoRA(nn.Module):
         self.columns = [(start, end) for start, end in zip(starts, starts[1:], strict=False)]
 
     def forward(self, x: Tensor) -> Tensor:
-        out = self.bases(x)  # (..., sum d_out): a new tensor
+        rows = x.reshape(-1, x.shape[-1])  # (n, d_in)
+        out = self.bases(rows)  # (n, sum d_out): a new tensor
         for layer, (start, end) in zip(self.layers, self.columns, strict=True):
             if isinstance(layer, LoRALinear):
-                out[..., start:end] += layer.delta(x).to(out.dtype)
-        return out
+                out[:, start:end] = layer.add_update(out[:, start:end], rows)
+        return out.view(*x.shape[:-1], out.shape[-1])
 
 
 @fuse_linears.register
