@@ -36,8 +36,8 @@ def run(how: str, **env: str) -> list[str]:
 
 def test_kept_memory_is_reused_without_faults() -> None:
     """A freed block's pages serve a later one. Not always the very next: what the interpreter allocates meanwhile
-    can leave the freed block split, and then the heap grows once more (7 runs here: every one reused the pages
-    in most of its later allocations; two had one later allocation that faulted them in)."""
+    can leave the freed block split, and then the heap grows once more (8 runs here: every one reused the pages
+    in most of its later allocations; four had one later allocation that faulted them in)."""
     kept, fewest, _, again = run("keep")
     assert kept == "True" and again == "True"
     assert int(fewest) < 100  # 40 MB is 10,240 pages
