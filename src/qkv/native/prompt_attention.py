@@ -109,7 +109,7 @@ class CausalAttention(torch.autograd.Function):
         dq, dk, dv = torch.empty_like(queries), torch.empty_like(keys), torch.empty_like(values)
         s = strides(queries, keys, values, out, grad, dq, dk, dv)
         call(
-            "qkv_causal_attention_backward", "attention kernel's backward pass (out of memory)",
+            "qkv_causal_attention_backward", "attention backward pass",
             pointer(queries), s[0], pointer(keys), s[1], pointer(values), s[2], pointer(out), s[3], pointer(grad),
             s[4], pointer(lse), pointer(dq), s[5], pointer(dk), s[6], pointer(dv), s[7],
             *_sizes(queries, keys, ctx.window, ctx.scale),
