@@ -125,3 +125,22 @@ def test_a_translator_describes_its_sizes_in_one_line():
     line = family_of("rnnsearch").describe(small_config(families()["rnnsearch"]))
     assert line.startswith("RNNSearch (bidirectional GRU encoder") and "\n" not in line
     assert family_of("gpt").describe(small_config(families()["gpt"])) == family_of("gpt").title
+
+
+@pytest.mark.parametrize("name", sorted(families()))
+def test_fsdp_units_are_the_blocks_of_the_streams_the_family_names(name):
+    """training.strategy.block_modules asks the family's streams; the blocks found by their classes agree."""
+    from qkv.layers.blocks import DecoderBlock, EncoderBlock
+    from qkv.training.strategy import block_modules
+
+    model = build_model(small_config(families()[name]))
+    by_class = [m for m in model.modules() if isinstance(m, (EncoderBlock, DecoderBlock))]
+    assert [id(m) for m in block_modules(model)] == [id(m) for m in by_class]
+
+
+def test_the_encoder_says_what_its_first_block_reads():
+    """The BERT note of `qkv explain` comes from the family's description, for BERT's embeddings only."""
+    note, config = families()["encoder"].embedding_note, small_config(families()["encoder"])
+    assert note is not None and "as in BERT" in (note(config.replace(embedding_norm=True)) or "")
+    assert note(config) is None
+    assert all(f.embedding_note is None for n, f in families().items() if n != "encoder")

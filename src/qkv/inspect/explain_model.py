@@ -111,8 +111,10 @@ def _add_notes(explanation: Explanation, bundle: ModelBundle, traced: Trace, spe
         notes.append("Positions enter through RoPE: Q and K are rotated by their position's angle (no PE is added).")
     pre_ln = getattr(bundle.config, "norm_first", False)
     source = "the embeddings" if layer == 0 else f"the output of block {layer - 1}"
-    if layer == 0 and (getattr(bundle.config, "embedding_norm", False) or getattr(bundle.config, "type_vocab_size", 0)):
-        source = "the embeddings (+ segment embeddings, then LayerNorm, as in BERT)"
+    family = family_of(bundle.model)
+    note = family.embedding_note(bundle.config) if family.embedding_note is not None else None
+    if layer == 0 and note is not None:
+        source = note
     d_k = explanation.d_k
     columns = f"columns {head * d_k}..{(head + 1) * d_k - 1} for head {head}"
     if spec.name == "cross":

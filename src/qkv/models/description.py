@@ -111,6 +111,8 @@ class Family:
     instead: str  # what to use for a view this family lacks (the end of the refusal line)
     # One sentence per kind of attention the views draw ("encoder", "decoder", "cross"): what its weights mean.
     attention_notes: dict[str, str] = field(default_factory=dict)
+    # What the first block reads, for a config (None: "the embeddings"), as the views say it.
+    embedding_note: Callable[[Any], str | None] | None = None
     streams: dict[str, tuple[str, str]] = field(default_factory=dict)
     output: str | None = None
     embedding: str | None = None  # the module holding W_E (its ``weight`` rows are the token vectors)

@@ -46,10 +46,12 @@ def use_compile(setting: str, device: torch.device) -> bool:
 
 
 def block_modules(model: nn.Module) -> list[nn.Module]:
-    """The model's encoder and decoder blocks, in order: FSDP's units."""
-    from qkv.layers.blocks import DecoderBlock, EncoderBlock
+    """The blocks of each stack the model's family names (its ``streams``: encoder, then decoder), in order:
+    FSDP's units. A family without block stacks (RNNSearch's GRUs, Word2Vec) has none."""
+    from qkv.models.family import family_of
 
-    return [module for module in model.modules() if isinstance(module, (EncoderBlock, DecoderBlock))]
+    stacks = [model.get_submodule(stack) for _, stack in family_of(model).streams.values()]
+    return [block for stack in stacks for block in cast(nn.ModuleList, getattr(stack, "blocks", nn.ModuleList()))]
 
 
 def shard_model(model: nn.Module, device: torch.device, world_size: int) -> None:

@@ -8,6 +8,14 @@ from qkv.models.encoder.config import EncoderConfig
 from qkv.models.encoder.model import Encoder
 from qkv.models.encoder.presets import PRESETS
 
+
+def _embedding_note(config: EncoderConfig) -> str | None:
+    """What block 0 reads when the embeddings are BERT's (segments added, then a LayerNorm)."""
+    if config.embedding_norm or config.type_vocab_size:
+        return "the embeddings (+ segment embeddings, then LayerNorm, as in BERT)"
+    return None
+
+
 FAMILY = Family(
     name="encoder",
     config=EncoderConfig,
@@ -16,6 +24,7 @@ FAMILY = Family(
     role=ENCODER,
     capabilities=frozenset({"residual stream", "self-attention heads", "embeddings", "positions"}),
     attention_notes={"encoder": "self-attention: each token looks at every token of the text"},
+    embedding_note=_embedding_note,
     instead="an encoder has no W_U (qkv imports BERT without its masked-LM head); use a GPT or a "
     "translator, or `qkv heads` and `qkv attention` for an encoder",
     streams={"encoder": ("embedding", "encoder")},
