@@ -24,31 +24,28 @@ import torch
 from llamacpp import SHAKESPEARE, shipped_file  # bench/llamacpp.py: the same file and text (bench/ is on sys.path)
 
 import qkv
+from qkv.quantization.activation_blocks import round_blocks
+from qkv.quantization.int8_linear import dequantize, quantize_per_channel, quantize_per_group
 
 Rounding = Callable[[torch.Tensor], torch.Tensor] | None
 
 
 def weights_int8_rows(w: torch.Tensor) -> torch.Tensor:
-    scale = w.abs().amax(1, keepdim=True) / 127
-    return torch.where(scale > 0, (w / scale).round() * scale, w)
+    """W as qkv's int8 layers hold it with one scale per row (`qkv quantize --bits 8`)."""
+    return dequantize(*quantize_per_channel(w))
 
 
 def weights_int8_blocks(w: torch.Tensor) -> torch.Tensor:
-    blocks = w.reshape(w.shape[0], -1, 32)
-    scale = blocks.abs().amax(-1, keepdim=True) / 127
-    return torch.where(scale > 0, (blocks / scale).round() * scale, blocks).reshape(w.shape)
+    """W as qkv's int8 layers hold it with a scale per group of 32 (`--group-size 32`, Q8_0's blocks)."""
+    return dequantize(*quantize_per_group(w, 32), dtype=torch.float32)
 
 
-def inputs_in_blocks(bits: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    """x rounded to signed integers of ``bits`` bits in blocks of 32, each block on its own step max|x| / top."""
-    top = 2 ** (bits - 1) - 1
-
-    def rounded(x: torch.Tensor) -> torch.Tensor:
-        blocks = x.reshape(*x.shape[:-1], -1, 32)
-        step = blocks.abs().amax(-1, keepdim=True) / top
-        return torch.where(step > 0, (blocks / step).round() * step, blocks).reshape(x.shape)
-
-    return rounded
+def inputs_int16_blocks(x: torch.Tensor) -> torch.Tensor:
+    """x rounded to 16-bit integers in blocks of 32, each block on its own step max|x| / 32767 (no qkv layer
+    rounds x so; the int8 case is qkv's own :func:`round_blocks`, as W8A8 and W4A8 round it)."""
+    blocks = x.reshape(*x.shape[:-1], -1, 32)
+    step = blocks.abs().amax(-1, keepdim=True) / 32767
+    return torch.where(step > 0, (blocks / step).round() * step, blocks).reshape(x.shape)
 
 
 def inputs_bfloat16(x: torch.Tensor) -> torch.Tensor:
@@ -57,15 +54,15 @@ def inputs_bfloat16(x: torch.Tensor) -> torch.Tensor:
 
 CASES: list[tuple[str, str, Rounding, Rounding]] = [
     ("float32", "bfloat16", None, inputs_bfloat16),
-    ("float32", "int8 blocks of 32", None, inputs_in_blocks(8)),
-    ("float32", "16-bit blocks of 32", None, inputs_in_blocks(16)),
+    ("float32", "int8 blocks of 32", None, round_blocks),
+    ("float32", "16-bit blocks of 32", None, inputs_int16_blocks),
     ("int8 per row", "float32", weights_int8_rows, None),
     ("int8 per row", "bfloat16", weights_int8_rows, inputs_bfloat16),
-    ("int8 per row", "int8 blocks of 32", weights_int8_rows, inputs_in_blocks(8)),
+    ("int8 per row", "int8 blocks of 32", weights_int8_rows, round_blocks),
     ("int8 blocks of 32", "float32", weights_int8_blocks, None),
     ("int8 blocks of 32", "bfloat16", weights_int8_blocks, inputs_bfloat16),
-    ("int8 blocks of 32", "int8 blocks of 32", weights_int8_blocks, inputs_in_blocks(8)),
-    ("int8 blocks of 32", "16-bit blocks of 32", weights_int8_blocks, inputs_in_blocks(16)),
+    ("int8 blocks of 32", "int8 blocks of 32", weights_int8_blocks, round_blocks),
+    ("int8 blocks of 32", "16-bit blocks of 32", weights_int8_blocks, inputs_int16_blocks),
 ]
 
 
