@@ -357,3 +357,31 @@ def test_the_cache_key_covers_every_source_file() -> None:
     SOURCES would leave an old library loaded after an edit)."""
     folder = Path(native.__file__).parent
     assert set(native.SOURCES) == {p.name for p in folder.iterdir() if p.suffix in (".c", ".h")}
+
+
+@pytest.mark.parametrize("group", [0, 32])
+@pytest.mark.parametrize("choice", [0, 1])
+def test_float_x_int8_rows_in_float32_or_bfloat16_as_the_cpu_is_told(choice: int, group: int) -> None:
+    """Weight-only int8 rows multiply x in bfloat16 where the CPU's bfloat16 dot products pay (AMD) and in float32
+    where they do not (Intel): either path, forced, gives W x with x as int8_in_bfloat16 says (float32 sums)."""
+    lib = native.library()
+    if lib is None:
+        pytest.skip(f"the C kernels are unavailable ({native.unavailable_reason()})")
+    torch.manual_seed(0)
+    layer = Int8Linear.from_float(torch.randn(24, 96), torch.randn(24), group_size=group)
+    x = torch.randn(3, 96)
+    lib.qkv_set_int8_bf16(choice)
+    try:
+        in_bfloat16 = int8_in_bfloat16(96)
+        y = native_product(layer, x)
+    finally:
+        lib.qkv_set_int8_bf16(-1)
+    if choice == 1 and not in_bfloat16:
+        pytest.skip("this CPU has no AVX512_BF16: its int8 rows always multiply x in float32")
+    assert in_bfloat16 == (choice == 1)
+    weight = layer.weight.double()
+    if in_bfloat16:  # with groups, s Q is rounded to bfloat16 too
+        x = x.bfloat16()
+        weight = weight.bfloat16() if group else weight
+    reference = torch.nn.functional.linear(x.double(), weight.double(), layer.bias.double())
+    assert (y.double() - reference).abs().max() <= 1e-5 * reference.abs().max()

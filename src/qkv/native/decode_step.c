@@ -266,8 +266,11 @@ int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *p
     return 0;
 }
 
-/* Whether MAT_I8 products multiply x in bfloat16 (I8_BF16: for k a multiple of 32), for the tests' reference. */
-int qkv_int8_in_bfloat16(void) { return I8_BF16; }
+/* Whether MAT_I8 products multiply x in bfloat16 (int8_bf16(): for k a multiple of 32), for the tests' reference. */
+int qkv_int8_in_bfloat16(void) { return int8_bf16(); }
+
+/* Overrides int8_bf16()'s choice: 1 bfloat16 (where the CPU has it), 0 float32, -1 the CPU's (tests). */
+void qkv_set_int8_bf16(int32_t choice) { int8_bf16_choice = choice; }
 
 /* y = W x (+ b) for B vectors x (B, k) into y (B, n): one product alone, as the step computes it (tests). */
 int qkv_product(const Mat *m, int32_t B, const float *x, float *y, int32_t threads) {

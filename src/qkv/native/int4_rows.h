@@ -85,14 +85,17 @@ INLINE void rows_i4f(const uint8_t *w, const uint16_t *s16, const uint16_t *m16,
     for (int r = 0; r < R; r++)
         for (int b = 0; b < B; b++) acc[r][b] = _mm512_setzero_ps();
     const __m512 iota = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    __m512 S16[2], M16[2];  /* with a scale per block: the scales and minimums of 16 blocks, as floats */
+    /* With a scale per block: the scales and minimums of 16 blocks as floats, in memory, so that each block's
+       are broadcast by a load rather than by a shuffle (on Intel the shuffles and half the FMAs share one port:
+       5-10% faster there, measured on Emerald Rapids) */
+    float S16[2][16] __attribute__((aligned(64))), M16[2][16] __attribute__((aligned(64)));
     for (int64_t c = 0; c < blocks; c++) {
         __m512 even[2], odd[2];
         if (shift == 0 && (c & 15) == 0) {  /* (one conversion per 16 blocks: 2% faster a step than two per block) */
             const __mmask16 some = blocks - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (blocks - c)) - 1);
             for (int r = 0; r < R; r++) {
-                S16[r] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(some, s16 + r * groups + c));
-                M16[r] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(some, m16 + r * groups + c));
+                _mm512_store_ps(S16[r], _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(some, s16 + r * groups + c)));
+                _mm512_store_ps(M16[r], _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(some, m16 + r * groups + c)));
             }
         }
         for (int r = 0; r < R; r++) {
@@ -101,8 +104,7 @@ INLINE void rows_i4f(const uint8_t *w, const uint16_t *s16, const uint16_t *m16,
             __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wr + c * 16)));
             __m512 table;
             if (shift == 0) {
-                const __m512i at = _mm512_set1_epi32((int)(c & 15));
-                table = _mm512_fmadd_ps(iota, _mm512_permutexvar_ps(at, S16[r]), _mm512_permutexvar_ps(at, M16[r]));
+                table = _mm512_fmadd_ps(iota, _mm512_set1_ps(S16[r][c & 15]), _mm512_set1_ps(M16[r][c & 15]));
             } else {
                 const float s = half_to_float(s16[r * groups + (c >> shift)]), m = half_to_float(m16[r * groups + (c >> shift)]);
                 table = _mm512_fmadd_ps(iota, _mm512_set1_ps(s), _mm512_set1_ps(m));

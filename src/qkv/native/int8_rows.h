@@ -1,5 +1,6 @@
 /* Rows of int8 weights times B vectors, for products.h, which includes this file after its float rows: MAT_I8A8
-   (x rounded to int8 blocks, VNNI) and, on a CPU with bfloat16 dot products, MAT_I8 (x in bfloat16).
+   (x rounded to int8 blocks, VNNI) and, where int8_bf16() picks the CPU's bfloat16 dot products, MAT_I8 (x in
+   bfloat16; elsewhere products.h's row_float multiplies x in float32).
 
    row_i8h: each 32 weights of a row are widened to bfloat16, which holds every level -127..127 exactly (with
    scales per group: s Q, rounded to bfloat16, 2^-9 of a weight at most), and multiplied by x in bfloat16

@@ -6,7 +6,7 @@
 
      MAT_F32   float32 W (n, k)                                     y = W x
      MAT_I8    int8 Q (n, k), float32 scale s (n,)                  y = s (Q x)                    x in float32, or
-                                                                    (I8_BF16, k a multiple of 32) in bfloat16
+                                                                    (int8_bf16(), k a multiple of 32) in bfloat16
      MAT_I8A8  the same Q and s                                     y = s sum_c d_c (Q_c xq_c)     x in int8 blocks
      (either, group > 0: s float32 (n, k / group), a scale per group of `group` columns (a multiple of 32):
       MAT_I8 y = sum_j (s_j//group Q_j) x_j, each 16 weights scaled before their FMAs; MAT_I8A8
@@ -29,7 +29,7 @@
    int8 levels in column order as xq + 128 (MAT_I8A8: VNNI multiplies unsigned bytes by signed ones; the product
    subtracts 128 times each block's weight sum, once per row for every vector), and in the order of the 4-bit bytes, each block's 16 even
    columns then its 16 odd ones (MAT_I4, whose levels 0..15 are the unsigned side); d_c sum(xq_c) of each
-   block; x in bfloat16 (MAT_I8 with I8_BF16). Without AVX-512 VNNI the same sums are computed by plain loops. */
+   block; x in bfloat16 (MAT_I8 where int8_bf16()). Without AVX-512 VNNI the same sums are computed by plain loops. */
 
 #include "vectors.h"
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -38,10 +38,30 @@
 #define HAVE_VNNI 0
 #endif
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
-#define I8_BF16 1  /* MAT_I8 multiplies x in bfloat16 (int8_rows.h) */
+#define I8_BF16 1  /* MAT_I8 can multiply x in bfloat16 (int8_rows.h), where int8_bf16() says it pays */
 #else
 #define I8_BF16 0
 #endif
+
+/* Whether MAT_I8 multiplies x in bfloat16 on this CPU: 1 where AVX512_BF16's dot products outpace float32 FMAs,
+   0 where they do not, as the CPU's maker tells. On AMD (Zen 4) a dot product of 32 pairs issues as fast as an FMA
+   of 16, and SmolLM2's int8 products at batch 8 took half the time of float32 FMAs; on Intel (Emerald Rapids) one
+   issues every 2 cycles where two FMAs issue each cycle, and the float32 rows took 0.6-0.75x the time of the
+   bfloat16 ones at batch 1 and 8 (SmolLM2, docs/generation.md). qkv_set_int8_bf16 overrides the choice (tests: 0, 1, or
+   -1 for the CPU's). Decided once per process: a product's numbers never change within one. */
+static int int8_bf16_choice = -1;
+
+static int int8_bf16(void) {
+    if (int8_bf16_choice < 0) {
+#if I8_BF16 && (defined(__GNUC__) || defined(__clang__))
+        __builtin_cpu_init();
+        int8_bf16_choice = __builtin_cpu_is("amd") ? 1 : 0;
+#else
+        int8_bf16_choice = I8_BF16;
+#endif
+    }
+    return I8_BF16 && int8_bf16_choice;
+}
 
 #define MAX_ROWS 8
 #define ROW_BLOCK 3  /* rows of a float32 matrix multiplied together (rows_float) */
@@ -75,7 +95,7 @@ typedef struct {            /* B vectors of k <= kmax values, in every form a pr
     float *fswapped;        /* (B, stride) x in the same order, unrounded (MAT_I4F) */
     float *scales;          /* (B, stride / 64 * 16) per 64 columns: d of the first block x8, the second x8 */
     float *sums;            /* (B, stride / 32) d_c sum(xq_c) of each block */
-    uint16_t *xh;           /* (B, stride) x in bfloat16, rounded to nearest even (MAT_I8 with I8_BF16) */
+    uint16_t *xh;           /* (B, stride) x in bfloat16, rounded to nearest even (MAT_I8 where int8_bf16()) */
 } Input;
 
 /* ------------------------------------------------------------------------------------- preparing inputs */
@@ -128,10 +148,10 @@ enum { PREPARE_NONE = 0, PREPARE_BF16 = 1, PREPARE_ALL = 2 };
 static int prepares(const Mat *m) {
     if (!m || m->n == 0) return PREPARE_NONE;
     if (m->kind == MAT_I8A8 || m->kind == MAT_I4 || m->kind == MAT_I4F) return PREPARE_ALL;
-    return I8_BF16 && m->kind == MAT_I8 && m->k % BLOCK == 0 ? PREPARE_BF16 : PREPARE_NONE;
+    return m->kind == MAT_I8 && m->k % BLOCK == 0 && int8_bf16() ? PREPARE_BF16 : PREPARE_NONE;
 }
 
-/* Blocks c0 .. c1-1 of vector b (k values, k a multiple of 32; blocks past k are zeros) in bfloat16 (I8_BF16),
+/* Blocks c0 .. c1-1 of vector b (k values, k a multiple of 32; blocks past k are zeros) in bfloat16 (int8_bf16()),
    and with PREPARE_ALL rounded to int8: their parts of in->offq, swapped, scales and sums. c0 even: a
    pair of blocks shares a vector of scales. */
 static void prepare_blocks(Input *in, int b, int64_t k, int64_t c0, int64_t c1, int what) {
@@ -141,8 +161,10 @@ static void prepare_blocks(Input *in, int b, int64_t k, int64_t c0, int64_t c1, 
     for (int64_t c = c0; c < c1 && what != PREPARE_NONE; c++) {
         const float *xc = c * BLOCK < k ? x + c * BLOCK : zeros;
 #if I8_BF16
-        __m512 x0 = _mm512_loadu_ps(xc), x1 = _mm512_loadu_ps(xc + LANES);
-        _mm512_storeu_si512((void *)(in->xh + b * in->stride + c * BLOCK), (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
+        if (int8_bf16()) {
+            __m512 x0 = _mm512_loadu_ps(xc), x1 = _mm512_loadu_ps(xc + LANES);
+            _mm512_storeu_si512((void *)(in->xh + b * in->stride + c * BLOCK), (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
+        }
 #endif
         if (what != PREPARE_ALL) continue;
         float d;
@@ -278,7 +300,7 @@ INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t
         switch (m->kind) {
         case MAT_I8:  /* scales per group: inside the row's sums; one per row: after them */
 #if I8_BF16
-            if (k % BLOCK == 0) {
+            if (k % BLOCK == 0 && int8_bf16()) {
                 row_i8h((const int8_t *)m->w + i * k, k, m->group ? m->scale + i * groups : NULL, m->group, in, B, out);
                 if (!m->group)
                     for (int b = 0; b < B; b++) out[b] *= m->scale[i];
