@@ -35,6 +35,7 @@ import importlib.util
 import json
 import math
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -42,6 +43,14 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 SHAKESPEARE = HERE.parent.parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+# Seen on an Intel Xeon (Emerald Rapids) VM, 2026-11-27: llama.cpp built for the machine (-march=native) took its AMX
+# kernels for Q8_0 and Q4_0 and died of an illegal instruction at its first tile operation.
+AMX_HINT = (
+    "an illegal instruction: a llama.cpp built with AMX on a machine whose AMX tiles fault (seen in a VM); rebuild "
+    "it without: CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON "
+    "-DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF' "
+    "pip install --force-reinstall --no-deps --no-cache-dir llama-cpp-python"
+)
 PAIRS = [("fp32", "F32"), ("int8", "Q8_0"), ("int8-g32", "Q8_0"), ("w8a8", "Q8_0"), ("w8a8-g32", "Q8_0"),
          ("int4", "Q4_1"), ("w4a8", "Q4_1"), ("int4-q4_0", "Q4_0"), ("w4a8-q4_0", "Q4_0"), (None, "F16")]  # fmt: skip
 
@@ -57,7 +66,9 @@ class Peer:
     def _read(self) -> dict:
         line = self.process.stdout.readline()  # type: ignore[union-attr]
         if not line:
-            raise RuntimeError(f"{self.process.args} ended early (exit code {self.process.wait()})")
+            code = self.process.wait()
+            hint = f" ({AMX_HINT})" if code == -signal.SIGILL and "llamacpp_peer" in str(self.process.args) else ""
+            sys.exit(f"{Path(self.process.args[1]).name} ended early (exit code {code}){hint}")
         return json.loads(line)
 
     def ask(self, **request) -> dict:
@@ -116,6 +127,7 @@ def speed(qkv: Peer, llama: Peer, files: dict, prompts: list[list[int]], long: l
     widths = [("qkv", w) for w, _ in pairs if w] + [("llama.cpp", k) for k in dict.fromkeys(k for _, k in pairs)]
     runs: dict = {}
     for r in range(args.rounds):
+        runs.setdefault("read GB/s", []).append(qkv.ask(op="bandwidth")["gbps"])
         for batch in (1, 8):
             for engine, width in widths if r % 2 == 0 else widths[::-1]:
                 peer, key = (qkv, "width") if engine == "qkv" else (llama, "file")
@@ -144,6 +156,18 @@ def speed_table(runs: dict, pairs: list) -> list[str]:
             cells += [spread(mine["rates"]) if mine else "-", spread(peer["rates"]), f"{ratio:.2f}x" if ratio else "-"]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def bandwidth_line(runs: dict, weight_bytes: int, threads: int) -> str:
+    """fp32's batch-1 step against the memory: the bytes of its weights (each read once a token) times its tokens/s,
+    as a share of what the same threads read alone (torch.sum of 512 MiB, each round)."""
+    streamed = weight_bytes * statistics.median(runs[("qkv", "fp32", 1)]["rates"]) / 1e9
+    plain = statistics.median(runs["read GB/s"])
+    return (
+        f"\nfp32 at batch 1 reads {weight_bytes / 1e6:.0f} MB of weights a token: {streamed:.1f} GB/s, "
+        f"{streamed / plain:.0%} of a plain read's {spread(runs['read GB/s'])} GB/s (torch.sum of 512 MiB, {threads} "
+        "threads)"
+    )
 
 
 def agreement(a: list[list[int]], b: list[list[int]]) -> float:
@@ -209,10 +233,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.only != "quality":
         runs = speed(qkv, llama, files, prompts, start_ids[:512], args, pairs)
         print("\n".join(["", *speed_table(runs, pairs)]))
+        print(bandwidth_line(runs, qkv.ask(op="weights")["bytes"], args.threads))
         same = agreement(runs[("qkv", "fp32", 8)]["ids"], runs[("llama.cpp", "F32", 8)]["ids"])
         print(f"\ngreedy tokens, qkv fp32 vs llama.cpp F32 at batch 8: {same:.1%} equal; qkv's step: "
               f"{runs[('qkv', 'fp32', 1)]['mode']}")  # fmt: skip
-        report["speed"] = {" ".join(map(str, key)): value["rates"] for key, value in runs.items()}
+        report["speed"] = {" ".join(map(str, key)): value["rates"] for key, value in runs.items() if key != "read GB/s"}
+        report["read GB/s"] = runs["read GB/s"]
     if args.only != "speed":
         lines = quality(qkv, llama, files, windows, pairs)
         print("\n".join(["", *lines]))

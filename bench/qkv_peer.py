@@ -24,6 +24,7 @@ uses (the native step where it runs), all windows as one batch, one position per
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 
@@ -116,6 +117,24 @@ def score(model, windows: list[list[int]], step: str) -> dict:
     return {"nll": nll, "count": batch * (width - 1), "argmax": torch.stack(argmax, dim=1).tolist()}
 
 
+def read_bandwidth(mib: int = 512, repeats: int = 7) -> float:
+    """GB/s of torch.sum over a float32 tensor of ``mib`` MiB (too large for the caches), best of ``repeats``:
+    what this process's threads read from memory when they do nothing else."""
+    data = torch.ones(mib * 2**20 // 4)
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        data.sum()
+        best = min(best, time.perf_counter() - start)
+    return data.numel() * 4 / best / 1e9
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """The bytes of the model's parameters, each counted once (a tied W_U is the embedding): what a decode step
+    reads of its weights."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
 def export(bundle, out: str, kind: str) -> None:
     from qkv.export.gguf import export_gguf
 
@@ -136,6 +155,10 @@ def main(threads: int, q4_1: str, q4_0: str, step: str) -> None:
             answer = {"ids": widths.fp32().tokenizer.encode(request["text"])}
         elif op == "decode":
             answer = decode(widths[request["width"]], request["prompts"], request["new"], step)
+        elif op == "bandwidth":
+            answer = {"gbps": read_bandwidth()}
+        elif op == "weights":
+            answer = {"bytes": weight_bytes(widths["fp32"])}
         elif op == "prefill":
             answer = prefill(widths[request["width"]], request["ids"], step)
         else:
