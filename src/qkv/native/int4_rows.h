@@ -74,23 +74,23 @@ INLINE void row_i4(const uint8_t *w, const uint16_t *s16, const uint16_t *m16, i
    int4 file's own float32 model's) up to the order of the sums: x is not rounded. Per block of 32 it makes a vector of
    the 16 values a level stands for, s l + m for l = 0..15 (a table); each byte's two nibbles, widened to 32 bits,
    pick their weights from it (vpermps reads an index's low four bits: the low nibble as it is, the high one shifted
-   down), 16 even columns and 16 odd ones, which multiply x in the same order (Input.fswapped). R rows (1 or 2,
-   `rows` bytes apart) share each load of x: at batch 8 those loads bounded the product. One chain of sums per row
+   down), 16 even columns and 16 odd ones, which multiply x in the same order (Input.fswapped). R rows (1, 2 or 4,
+   k / 2 bytes apart) share each load of x: at batch 8 those loads bounded the product. One chain of sums per row
    and vector, evens then odds of each block, in the same order whatever R and B are: out[r * MAX_ROWS + b]. */
 INLINE void rows_i4f(const uint8_t *w, const uint16_t *s16, const uint16_t *m16, int64_t k, int shift, const int R,
                      int64_t groups, const Input *in, int B, float *out) {
     const int64_t blocks = k / BLOCK;
 #if defined(__AVX512BW__)
-    __m512 acc[2][MAX_ROWS];
+    __m512 acc[4][MAX_ROWS];
     for (int r = 0; r < R; r++)
         for (int b = 0; b < B; b++) acc[r][b] = _mm512_setzero_ps();
     const __m512 iota = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     /* With a scale per block: the scales and minimums of 16 blocks as floats, in memory, so that each block's
        are broadcast by a load rather than by a shuffle (on Intel the shuffles and half the FMAs share one port:
        5-10% faster there, measured on Emerald Rapids) */
-    float S16[2][16] __attribute__((aligned(64))), M16[2][16] __attribute__((aligned(64)));
+    float S16[4][16] __attribute__((aligned(64))), M16[4][16] __attribute__((aligned(64)));
     for (int64_t c = 0; c < blocks; c++) {
-        __m512 even[2], odd[2];
+        __m512 even[4], odd[4];
         if (shift == 0 && (c & 15) == 0) {  /* (one conversion per 16 blocks: 2% faster a step than two per block) */
             const __mmask16 some = blocks - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (blocks - c)) - 1);
             for (int r = 0; r < R; r++) {
