@@ -14,8 +14,9 @@ model's own tensors, kept alive by the :class:`NativeStep`), or says why it cann
   weight-only, or with int8 activations, computed with VNNI where the CPU has it) or int4
   (:class:`~qkv.quantization.int4_linear.Int4Linear`, groups of 32 to 256); float32 and int4 products keep x
   in float32 (int4 comes out as exact as its dequantized float32 matrix), weight-only int8 multiplies x in
-  bfloat16 on a CPU with bfloat16 dot products (AVX512_BF16), as PyTorch's int8 kernel does (float32
-  elsewhere), and int8 activations round x to int8 blocks;
+  bfloat16 where the CPU's bfloat16 dot products pay (AMD's, with AVX512_BF16), as PyTorch's int8 kernel does,
+  and in float32 elsewhere (:func:`int8_in_bfloat16`), and int8 activations round x to int8 blocks (int4
+  layers then multiply 16 rows at a time, one to a lane: ``int4_lanes.h``);
 - the blocks are pre-LN (RMSNorm or LayerNorm), self-attention only, with or without RoPE, biases, grouped
   keys and values, or a sliding window; the feed-forward plain or gated with one of qkv's activations;
 - the model is float32 on the CPU.
@@ -50,13 +51,15 @@ if TYPE_CHECKING:
 MAT_F32, MAT_I8, MAT_I8A8, MAT_I4, MAT_I4F = 0, 1, 2, 3, 4
 NORM_NONE, NORM_RMS, NORM_LAYER = 0, 1, 2
 BLOCK = 32  # values of x rounded to int8 with one scale (int8 activations, int4 products)
+LANE_ROWS = 16  # rows of an int4 layer with int8 activations multiplied together, one to a lane (int4_lanes.h)
 ACTIVATIONS = {"relu": 0, "gelu": 1, "gelu_tanh": 2, "silu": 3, "relu2": 4}
 P = ctypes.c_void_p
 
 
 class Mat(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int32), ("n", ctypes.c_int32), ("k", ctypes.c_int32), ("group", ctypes.c_int32),
-                ("w", P), ("scale", P), ("s16", P), ("m16", P), ("bias", P)]  # fmt: skip
+                ("w", P), ("scale", P), ("s16", P), ("m16", P), ("bias", P), ("lanes", P), ("lane_s", P),
+                ("lane_m", P)]  # fmt: skip
 
 
 class Norm(ctypes.Structure):
@@ -177,8 +180,28 @@ class NativeStep:
             n, k = module.out_features, module.in_features
             s, m = self._ptr(module.weight_scale, torch.float16), self._ptr(module.weight_min, torch.float16)
             kind = MAT_I4 if module.activations == "int8" else MAT_I4F
-            return Mat(kind, n, k, module.group_size, self._ptr(module.qweight, torch.uint8), None, s, m, bias)
+            lanes = self._lanes(module) if kind == MAT_I4 and n >= LANE_ROWS else (None, None, None)
+            return Mat(kind, n, k, module.group_size, self._ptr(module.qweight, torch.uint8), None, s, m, bias, *lanes)
         raise Unsupported(f"a {type(module).__name__} layer (the native step multiplies float32, int8 and int4 ones)")
+
+    def _lanes(self, module: Int4Linear) -> tuple[int | None, ...]:
+        """An int4 layer's levels, scales and minimums repacked 16 rows to a vector for int8 activations (the
+        layout int4_lanes.h describes; the rows past the last 16 stay with row_i4): pointers to the copies."""
+        n, k, groups = module.out_features, module.in_features, module.weight_scale.shape[1]
+        g, rows = n // LANE_ROWS, n // LANE_ROWS * LANE_ROWS
+        q = module.qweight[:rows]  # (rows, k / 2): column 2j in the low nibble of byte j, 2j + 1 in the high one
+        levels = torch.stack((q & 15, q >> 4), dim=-1)  # (rows, k / 2, 2): the columns in order
+        # each block's positions as Input.swapped orders x: its 16 even columns, then its 16 odd ones
+        levels = levels.reshape(rows, k // BLOCK, BLOCK // 2, 2).transpose(-1, -2)
+        levels = levels.reshape(g, LANE_ROWS, k // BLOCK, 4, 2, 4)  # position 8 v + 4 h + t of block c
+        packed = (levels[..., 0, :] | (levels[..., 1, :] << 4)).permute(0, 2, 3, 1, 4)  # (g, c, v, r, t)
+
+        def per_lane(t: Tensor) -> Tensor:  # (rows, groups) -> (g, groups, 16)
+            return t[:rows].reshape(g, LANE_ROWS, groups).transpose(1, 2)
+
+        f16 = torch.float16
+        return (self._ptr(packed.contiguous(), torch.uint8), self._ptr(per_lane(module.weight_scale), f16),
+                self._ptr(per_lane(module.weight_min), f16))  # fmt: skip
 
     def _norm(self, module: nn.Module) -> Norm:
         if isinstance(module, nn.Identity):

@@ -84,6 +84,9 @@ typedef struct {
     const uint16_t *s16;    /* MAT_I4: float16 (n, k / group) */
     const uint16_t *m16;
     const float *bias;      /* (n,) or NULL */
+    const void *lanes;      /* MAT_I4: the levels of each 16 rows repacked (int4_lanes.h), or NULL */
+    const uint16_t *lane_s; /* MAT_I4 with lanes: s and m, (n / 16, k / group, 16) */
+    const uint16_t *lane_m;
 } Mat;
 
 typedef struct {            /* B vectors of k <= kmax values, in every form a product reads */
@@ -257,6 +260,7 @@ INLINE void row_float(const void *w, const int I8, int64_t k, const float *gs, i
 
 #include "int8_rows.h"
 #include "int4_rows.h"
+#include "int4_lanes.h"
 
 /* ------------------------------------------------------------------------------------- a slice of rows */
 
@@ -300,6 +304,11 @@ INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t
         }
         return;
     }
+#if HAVE_VNNI
+    if (m->kind == MAT_I4 && m->lanes) {  /* the whole 16-row groups (steps of rows start at multiples of 16) */
+        for (; n0 % 16 == 0 && n0 + 16 <= n1 && n0 + 16 <= m->n; n0 += 16) rows_i4_lanes(m, n0 / 16, shift, in, B, y, ldy, add);
+    }
+#endif
     for (int64_t i = n0; i < n1; i++) {
         switch (m->kind) {
         case MAT_I8:  /* scales per group: inside the row's sums; one per row: after them */
