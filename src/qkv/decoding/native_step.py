@@ -41,7 +41,7 @@ from qkv.decoding.decode_step import decoder_blocks, embed_step
 from qkv.layers.embedding import Unembedding
 from qkv.layers.feedforward import ACTIVATION_FUNCTIONS, FeedForward, GatedFeedForward
 from qkv.layers.linear import Linear
-from qkv.quantization.int4_linear import Int4Linear
+from qkv.quantization.int4_linear import Int4Linear, unpack_nibbles
 from qkv.quantization.int8_linear import Int8Linear
 
 if TYPE_CHECKING:
@@ -189,8 +189,7 @@ class NativeStep:
         layout int4_lanes.h describes; the rows past the last 16 stay with row_i4): pointers to the copies."""
         n, k, groups = module.out_features, module.in_features, module.weight_scale.shape[1]
         g, rows = n // LANE_ROWS, n // LANE_ROWS * LANE_ROWS
-        q = module.qweight[:rows]  # (rows, k / 2): column 2j in the low nibble of byte j, 2j + 1 in the high one
-        levels = torch.stack((q & 15, q >> 4), dim=-1)  # (rows, k / 2, 2): the columns in order
+        levels = unpack_nibbles(module.qweight[:rows])  # (rows, k): the levels, columns in order
         # each block's positions as Input.swapped orders x: its 16 even columns, then its 16 odd ones
         levels = levels.reshape(rows, k // BLOCK, BLOCK // 2, 2).transpose(-1, -2)
         levels = levels.reshape(g, LANE_ROWS, k // BLOCK, 4, 2, 4)  # position 8 v + 4 h + t of block c
