@@ -39,20 +39,20 @@ def run(args: argparse.Namespace) -> int:
     if args.src or args.ref:
         return evaluate_translator_from_cli(args)
     from qkv.loading import load
-    from qkv.models.family import family_of
+    from qkv.models.family import TRANSLATOR, family_of
     from qkv.models.gpt import GPT
     from qkv.training.perplexity import score_text
 
     path = model_path(args)
     if not args.file:
-        if family_of(load(path).model).role == "translator":
+        if family_of(load(path).model).role == TRANSLATOR:
             raise QkvError(
                 f"{path} is a translator: give a test set with --src SOURCES --ref REFERENCES (one sentence per "
                 "line) for BLEU and chrF"
             )
         raise QkvError("give a text FILE to evaluate on: qkv eval RUN_DIR FILE")
     bundle = load(path, device=use_device(args), **load_options(args))
-    if family_of(bundle.model).role == "translator":
+    if family_of(bundle.model).role == TRANSLATOR:
         raise QkvError(
             f"{path} is a translator: it scores a test set, not a text file: qkv eval {path} --src SOURCES --ref "
             "REFERENCES"
