@@ -1,13 +1,13 @@
 /* Rows of int8 weights times B vectors, for products.h, which includes this file after its float rows: MAT_I8A8
-   (x rounded to int8 blocks, VNNI) and, where int8_bf16() picks the CPU's bfloat16 dot products, MAT_I8 (x in
-   bfloat16; elsewhere products.h's row_float multiplies x in float32).
+   (x rounded to int8 blocks, VNNI) and MAT_I8: where int8_bf16() picks the CPU's bfloat16 dot products, x in
+   bfloat16 (row_i8h); elsewhere x in float32 (rows_i8f).
 
    row_i8h: each 32 weights of a row are widened to bfloat16, which holds every level -127..127 exactly (with
    scales per group: s Q, rounded to bfloat16, 2^-9 of a weight at most), and multiplied by x in bfloat16
    (Input.xh, rounded to nearest even) with AVX512_BF16's dot products, 32 products per instruction into 16
    float32 sums, twice as many as an FMA does; the sums stay float32. The products are those of the layer's
    PyTorch forward (Int8Linear: its int8 kernel, and a prompt's bfloat16 product, round x alike). At batch 8,
-   where float32 FMAs and loads of x bound row_float, it takes half the time. Two chains of sums per vector, in
+   where float32 FMAs and loads of x bound the float32 rows (on AMD), it takes half the time. Two chains of sums per vector, in
    the same order whatever B is. */
 
 #if HAVE_VNNI
@@ -70,6 +70,42 @@ INLINE void row_i8a8(const int8_t *w, int64_t k, const float *gs, int64_t group,
         out[b] = total;
     }
 #endif
+}
+
+/* R rows of int8 weights (MAT_I8 in float32), `ldw` bytes apart, times B vectors: out[r * MAX_ROWS + b]. With gs
+   (groups of `group` columns, a multiple of 32, as k; gs_ld floats between the rows' scales), each 32 weights
+   are scaled by their group's before the FMAs. R rows share each load of x (one row at a time, with two chains
+   per vector, took 8-28% longer on Emerald Rapids: its loads of x and its reductions); one chain of sums per row
+   and vector, in the same order whatever R and B are (a vector's numbers never depend on the others). */
+INLINE void rows_i8f(const int8_t *w, int64_t ldw, const int R, int64_t k, const float *gs, int64_t gs_ld,
+                     int64_t group, const Input *in, int B, float *out) {
+    vf acc[4][MAX_ROWS];
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < B; b++) acc[r][b] = (vf){0};
+    const int shift = group > 0 && (group & (group - 1)) == 0 ? __builtin_ctzll((unsigned long long)group) : -1;
+    int64_t j = 0;
+    for (; j + 2 * LANES <= k; j += 2 * LANES) {
+        vf a[4], c[4];
+        for (int r = 0; r < R; r++) {
+            __builtin_prefetch(w + r * ldw + j + PREFETCH_INT8, 0, 1);
+            a[r] = load_i8(w + r * ldw + j), c[r] = load_i8(w + r * ldw + j + LANES);
+            if (gs) {
+                const float scale = gs[r * gs_ld + (shift >= 0 ? j >> shift : j / group)];
+                a[r] *= scale, c[r] *= scale;
+            }
+        }
+        for (int b = 0; b < B; b++) {
+            const vf x0 = load_f(in->x + b * in->ldx + j), x1 = load_f(in->x + b * in->ldx + j + LANES);
+            for (int r = 0; r < R; r++) acc[r][b] = fmadd(c[r], x1, fmadd(a[r], x0, acc[r][b]));
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < B; b++) {
+            float sum = hsum(acc[r][b]);
+            for (int64_t t = j; t < k; t++)
+                sum += (float)w[r * ldw + t] * (gs ? gs[r * gs_ld + t / group] : 1.0f) * in->x[b * in->ldx + t];
+            out[r * MAX_ROWS + b] = sum;
+        }
 }
 
 #if I8_BF16

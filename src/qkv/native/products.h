@@ -189,7 +189,7 @@ static void prepare_input(Input *in, int b, int64_t k, int what) { prepare_block
    serve the R rows (R x B sums in registers): a one-row loop at batch 8 spends its time loading x, 1.35x slower.
    One chain of sums per row and vector, in the same order whatever R and B are: a vector's result never depends
    on the others (so several tokens of one text in one step get the numbers they would get one step at a time).
-   (int8 rows keep row_float: their conversions make one chain per row latency-bound at batch 1.) */
+   (int8 rows, rows_i8f, take 4 rows at batch 1 and 2: their conversions make fewer chains latency-bound.) */
 INLINE void rows_float(const float *w, int64_t ldw, const int R, int64_t k, const Input *in, int B, float *out) {
     vf acc[ROW_BLOCK][MAX_ROWS];
     for (int r = 0; r < R; r++)
@@ -212,50 +212,6 @@ INLINE void rows_float(const float *w, int64_t ldw, const int R, int64_t k, cons
             for (int64_t t = j; t < k; t++) sum += w[r * ldw + t] * in->x[b * in->ldx + t];
             out[r * MAX_ROWS + b] = sum;
         }
-}
-
-/* A row w of an int8 matrix (or, without I8, a float32 one) times B vectors: out (B). Two chains of sums per
-   vector (an FMA's latency exceeds a load's: one chain is half as fast at batch 1), in the same order whatever B is: a vector's result never depends on the others
-   (so several tokens of one text in one step get the numbers they would get one step at a time). With gs (I8 in
-   groups of `group` columns, a multiple of 32, as k), the row's group scales: each 32 columns (one group) loaded
-   are scaled by theirs before the FMAs; NULL (and group 0) in every other call, which the inlining removes. */
-INLINE void row_float(const void *w, const int I8, int64_t k, const float *gs, int64_t group, const Input *in,
-                      int B, float *out) {
-#define WEIGHTS(j) (I8 ? load_i8((const int8_t *)w + (j)) : load_f((const float *)w + (j)))
-#define WEIGHT(j) ((I8 ? (float)((const int8_t *)w)[j] : ((const float *)w)[j]) * (gs ? gs[(j) / group] : 1.0f))
-    vf acc0[MAX_ROWS], acc1[MAX_ROWS];
-    for (int b = 0; b < B; b++) acc0[b] = acc1[b] = (vf){0};
-    int64_t j = 0;
-    const int shift = group > 0 && (group & (group - 1)) == 0 ? __builtin_ctzll((unsigned long long)group) : -1;
-#define GROUP_OF(j) (shift >= 0 ? (j) >> shift : (j) / group)  /* a shift for groups of 2^n columns */
-    for (; j + 2 * LANES <= k; j += 2 * LANES) {
-        __builtin_prefetch((const char *)w + (I8 ? 1 : 4) * (j + PREFETCH_ROWS * k), 0, 1);
-        if (!I8) __builtin_prefetch((const float *)w + j + LANES + PREFETCH_ROWS * k, 0, 1);  /* two lines of floats */
-        vf a = WEIGHTS(j), c = WEIGHTS(j + LANES);
-        if (gs) {  /* 32 columns, one group: group and k are multiples of 32 */
-            const float scale = gs[GROUP_OF(j)];
-            a *= scale;
-            c *= scale;
-        }
-        for (int b = 0; b < B; b++) {
-            acc0[b] = fmadd(a, load_f(in->x + b * in->ldx + j), acc0[b]);
-            acc1[b] = fmadd(c, load_f(in->x + b * in->ldx + j + LANES), acc1[b]);
-        }
-    }
-    if (j + LANES <= k) {
-        vf a = WEIGHTS(j);
-        if (gs) a *= gs[GROUP_OF(j)];
-        for (int b = 0; b < B; b++) acc0[b] = fmadd(a, load_f(in->x + b * in->ldx + j), acc0[b]);
-        j += LANES;
-    }
-    for (int b = 0; b < B; b++) {
-        float sum = hsum(acc0[b] + acc1[b]);
-        for (int64_t t = j; t < k; t++) sum += WEIGHT(t) * in->x[b * in->ldx + t];
-        out[b] = sum;
-    }
-#undef WEIGHTS
-#undef WEIGHT
-#undef GROUP_OF
 }
 
 #include "int8_rows.h"
@@ -304,6 +260,23 @@ INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t
         }
         return;
     }
+    if (m->kind == MAT_I8 && !(I8_BF16 && k % BLOCK == 0 && int8_bf16())) {  /* x in float32: rows four at a time
+                                                                             at batch 1 and 2, two beyond (as MAT_I4F) */
+        for (int64_t i = n0; i < n1;) {
+            const int8_t *w = (const int8_t *)m->w + i * k;
+            const float *gs = m->group ? m->scale + i * groups : NULL;
+            const int R = B <= 2 && n1 - i >= 4 ? 4 : n1 - i >= 2 ? 2 : 1;
+            if (R == 4) rows_i8f(w, k, 4, k, gs, groups, m->group, in, B, out);
+            else if (R == 2) rows_i8f(w, k, 2, k, gs, groups, m->group, in, B, out);
+            else rows_i8f(w, k, 1, k, gs, groups, m->group, in, B, out);
+            for (int r = 0; r < R; r++, i++) {
+                if (!m->group)
+                    for (int b = 0; b < B; b++) out[r * MAX_ROWS + b] *= m->scale[i];
+                store(m, i, out + r * MAX_ROWS, B, y, ldy, add);
+            }
+        }
+        return;
+    }
 #if HAVE_VNNI
     if (m->kind == MAT_I4 && m->lanes) {  /* the whole 16-row groups (steps of rows start at multiples of 16) */
         for (; n0 % 16 == 0 && n0 + 16 <= n1 && n0 + 16 <= m->n; n0 += 16) rows_i4_lanes(m, n0 / 16, shift, in, B, y, ldy, add);
@@ -311,22 +284,14 @@ INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t
 #endif
     for (int64_t i = n0; i < n1; i++) {
         switch (m->kind) {
-        case MAT_I8:  /* scales per group: inside the row's sums; one per row: after them */
 #if I8_BF16
-            if (k % BLOCK == 0 && int8_bf16()) {
-                row_i8h((const int8_t *)m->w + i * k, k, m->group ? m->scale + i * groups : NULL, m->group, in, B, out);
-                if (!m->group)
-                    for (int b = 0; b < B; b++) out[b] *= m->scale[i];
-                break;
-            }
-#endif
-            if (m->group) {
-                row_float((const int8_t *)m->w + i * k, 1, k, m->scale + i * groups, m->group, in, B, out);
-                break;
-            }
-            row_float((const int8_t *)m->w + i * k, 1, k, NULL, 0, in, B, out);
-            for (int b = 0; b < B; b++) out[b] *= m->scale[i];
+        case MAT_I8:  /* x in bfloat16 (the float32 rows returned above); scales per group: inside the row's sums;
+                         one per row: after them */
+            row_i8h((const int8_t *)m->w + i * k, k, m->group ? m->scale + i * groups : NULL, m->group, in, B, out);
+            if (!m->group)
+                for (int b = 0; b < B; b++) out[b] *= m->scale[i];
             break;
+#endif
         case MAT_I8A8:
             if (m->group) {
                 row_i8a8((const int8_t *)m->w + i * k, k, m->scale + i * groups, m->group, in, B, out);
