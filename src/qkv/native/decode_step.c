@@ -228,9 +228,10 @@ int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *p
     const int64_t d = m->d_model, dk = m->head_dim, ff = m->d_ff, group = m->n_heads / m->n_kv_heads;
     const int64_t width = d + 2 * (int64_t)m->n_kv_heads * dk;
     /* shared: x, qkv, att, gate, f, and the prepared att and f; each thread's: h, scores, q, its prepared h */
-    const size_t f32 = sizeof(float), bd = lines(B * d * f32), bff = lines(B * ff * f32);
-    const size_t common = 2 * bd + lines(B * width * f32) + 2 * bff + input_bytes(B, d) + input_bytes(B, ff);
-    const size_t own = bd + lines(group * L * f32) + lines(group * dk * f32) + input_bytes(B, d);
+    const size_t f32 = sizeof(float), bd = lines(B * d * f32), bff = lines(B * ff * f32), bw = lines(B * width * f32);
+    const size_t bscores = lines(group * L * f32), bq = lines(group * dk * f32);
+    const size_t common = 2 * bd + bw + 2 * bff + input_bytes(B, d) + input_bytes(B, ff);
+    const size_t own = bd + bscores + bq + input_bytes(B, d);
     char *memory = aligned_alloc(64, common + (size_t)threads * own);
     /* each product's shares of rows: SHARES_PER_LAYER per block, then the unembedding's; one per thread */
     const size_t share_bytes = ((size_t)m->n_layers * SHARES_PER_LAYER + 1) * threads * sizeof(Share);
@@ -240,7 +241,7 @@ int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *p
         return 1;
     }
     memset(shares, 0, share_bytes);
-    float *x = (float *)memory, *qkv = (float *)((char *)x + bd), *att = (float *)((char *)qkv + lines(B * width * f32));
+    float *x = (float *)memory, *qkv = (float *)((char *)x + bd), *att = (float *)((char *)qkv + bw);
     float *gate = (float *)((char *)att + bd), *f = (float *)((char *)gate + bff);
     char *prepared = (char *)f + bff;
     Input att_in = input_at(prepared, B, d), f_in = input_at(prepared + input_bytes(B, d), B, ff);
@@ -250,8 +251,8 @@ int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *p
 #pragma omp parallel num_threads(threads)
     {
         char *mem = memory + common + (size_t)omp_get_thread_num() * own;
-        float *h = (float *)mem, *scores = (float *)(mem + bd), *q = (float *)((char *)scores + lines(group * L * f32));
-        Input mine = input_at((char *)q + lines(group * dk * f32), B, d);
+        float *h = (float *)mem, *scores = (float *)(mem + bd), *q = (float *)((char *)scores + bscores);
+        Input mine = input_at((char *)q + bq, B, d);
         for (int l = 0; l < m->n_layers; l++) {
             const Layer *layer = &m->layers[l];
             Share *ours = shares + (size_t)l * SHARES_PER_LAYER * threads;

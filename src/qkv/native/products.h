@@ -148,10 +148,13 @@ static inline float block_scale(const float *xc, float *d) {
    blocks and the 4-bit order. */
 enum { PREPARE_NONE = 0, PREPARE_BF16 = 1, PREPARE_ALL = 2 };
 
+/* Whether m is MAT_I8 multiplied with x in bfloat16 (row_i8h; else rows_i8f, x in float32). */
+static int int8_rows_in_bf16(const Mat *m) { return I8_BF16 && m->kind == MAT_I8 && m->k % BLOCK == 0 && int8_bf16(); }
+
 static int prepares(const Mat *m) {
     if (!m || m->n == 0) return PREPARE_NONE;
     if (m->kind == MAT_I8A8 || m->kind == MAT_I4 || m->kind == MAT_I4F) return PREPARE_ALL;
-    return m->kind == MAT_I8 && m->k % BLOCK == 0 && int8_bf16() ? PREPARE_BF16 : PREPARE_NONE;
+    return int8_rows_in_bf16(m) ? PREPARE_BF16 : PREPARE_NONE;
 }
 
 /* Blocks c0 .. c1-1 of vector b (k values, k a multiple of 32; blocks past k are zeros) in bfloat16 (int8_bf16()),
@@ -260,8 +263,8 @@ INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t
         }
         return;
     }
-    if (m->kind == MAT_I8 && !(I8_BF16 && k % BLOCK == 0 && int8_bf16())) {  /* x in float32: rows four at a time
-                                                                             at batch 1 and 2, two beyond (as MAT_I4F) */
+    if (m->kind == MAT_I8 && !int8_rows_in_bf16(m)) {  /* x in float32: rows four at a time at batch 1 and 2, two
+                                                         beyond (as MAT_I4F) */
         for (int64_t i = n0; i < n1;) {
             const int8_t *w = (const int8_t *)m->w + i * k;
             const float *gs = m->group ? m->scale + i * groups : NULL;
