@@ -153,9 +153,9 @@ def gpt2_generation(
     if hf_peer:
         runners["hf"] = run_hf
     if int8:
-        quantized = quantize_model(copy.deepcopy(ours))
+        quantized = quantize_model(copy.deepcopy(ours), group_size=0)  # a scale per row, as CTranslate2's int8
         runners["int8"] = lambda: run_qkv(quantized)
-        w8a8 = set_activations(quantize_model(copy.deepcopy(ours)), "int8")  # inputs quantized too, as CT2's
+        w8a8 = set_activations(quantize_model(copy.deepcopy(ours), group_size=0), "int8")  # inputs too, as CT2's
         runners["w8a8"] = lambda: run_qkv(w8a8)
     with tempfile.TemporaryDirectory() as tmp:
         peer = ctranslate2_peer(hf, torch.get_num_threads(), Path(tmp)) if ct2 else None

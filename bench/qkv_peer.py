@@ -4,9 +4,9 @@ bench/llamacpp_peer.py): the same requests, answered by qkv's decoding engine.
 Widths, each made once from the shipped Q4_1 file and kept:
 
 - ``fp32``: ``qkv.load(file, dequantize=True)``, the file's numbers in float32 (llama.cpp's F32 file holds the same);
-- ``int8``, ``w8a8``: fp32 quantized by ``quantize_model(model, "int8")`` (a scale per output channel), weight-only,
-  and with int8 activations (``set_activations(model, "int8")``); ``int8-g32``, ``w8a8-g32``: a scale per group of
-  32 weights (``group_size=32``), as llama.cpp's Q8_0 blocks;
+- ``int8``, ``w8a8``: fp32 quantized by ``quantize_model(model, "int8", group_size=0)`` (a scale per output channel),
+  weight-only and with int8 activations (``set_activations(model, "int8")``); ``int8-g32``, ``w8a8-g32``: a scale
+  per group of 32 weights (``group_size=32``, the default of ``quantize_model`` here), as llama.cpp's Q8_0 blocks;
 - ``int4``: ``qkv.load(file)``, the file's own Q4_1 blocks as int4 layers (the same numbers as llama.cpp's Q4_1),
   weight-only: x stays float;
 - ``int4-q4_0``: ``qkv.load`` of the Q4_0 file llama.cpp's quantizer made;

@@ -190,7 +190,13 @@ def test_quantize_to_int8_in_groups_of_32(runs, capsys) -> None:
     ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
     with torch.no_grad():
         torch.testing.assert_close(model(ids), reference(ids), rtol=0, atol=0)
-    assert "int8_group_size" not in json.loads((runs["root"] / "gpt-int8" / QUANTIZATION_FILE).read_text())
+    default = json.loads((runs["root"] / "gpt-int8" / QUANTIZATION_FILE).read_text())  # no --group-size
+    assert default["int8_group_size"] == 32  # every width here is a multiple of 32
+    per_row = runs["root"] / "gpt-int8-rows"
+    assert main(["quantize", runs["decoder"], "--out", str(per_row), "--group-size", "0"]) == 0
+    assert "int8 weights with a scale per row" in capsys.readouterr().err
+    assert "int8_group_size" not in json.loads((per_row / QUANTIZATION_FILE).read_text())
+    assert all(m.weight_scale.dim() == 1 for m in load(str(per_row)).model.modules() if isinstance(m, Int8Linear))
     never = str(runs["root"] / "never-int8")
     err = fails(capsys, "quantize", runs["decoder"], "--out", never, "--group-size", "48")
     assert "int8 group size 48: int8 groups hold a multiple of 32 weights" in err

@@ -58,13 +58,14 @@ def test_gpt_every_linear_becomes_int8_and_logits_stay_close(tie) -> None:
         after = quantized(ids)
     assert len(names) == 12 and all(isinstance(quantized.get_submodule(n), Int8Linear) for n in names)
     assert isinstance(quantized.unembedding, Int8Linear)
+    assert all(quantized.get_submodule(n).group_size == 32 for n in names)  # the default where widths allow
     embedding = quantized.embedding.token_embedding
     assert isinstance(embedding, Int8TokenEmbedding) == tie  # an untied lookup stays float32
     if tie:
         assert embedding.qweight is quantized.unembedding.qweight
     assert relative_error(after, before) < 0.03  # int8 weights: about 1% per layer on random weights
-    assert quantized.num_parameters() == model.num_parameters() + sum(m.out_features for m in quantized.modules()
-                                                                      if isinstance(m, Int8Linear))  # fmt: skip
+    scales = sum(m.weight_scale.numel() for m in quantized.modules() if isinstance(m, Int8Linear))
+    assert quantized.num_parameters() == model.num_parameters() + scales
 
 
 def test_decoding_with_the_cache_equals_decoding_without_it_after_quantization() -> None:
@@ -103,8 +104,24 @@ def test_encoder_and_translator_quantize_too() -> None:
 def test_weights_take_a_quarter_of_the_memory() -> None:
     model = GPT(GPTConfig(vocab_size=512, n_layers=2, d_model=128, n_heads=4, context_length=16))
     before = weight_bytes(model)
-    after = weight_bytes(quantize_model(model))
-    assert 3.5 < before / after < 4.0  # int8 matrices, float32 positions, norms, biases and scales
+    per_row = weight_bytes(quantize_model(copy.deepcopy(model), group_size=0))
+    assert 3.5 < before / per_row < 4.0  # int8 matrices, float32 positions, norms, biases and scales
+    grouped = weight_bytes(quantize_model(model))  # the default: a float32 scale per 32 weights, 1 + 4/32 bytes each
+    assert 3.0 < before / grouped < 4.0 / 1.125 < before / per_row
+
+
+@pytest.mark.parametrize("scheme", ["int8", "int4"])
+def test_int8_layers_take_groups_of_32_by_default_where_every_width_allows(scheme) -> None:
+    def int8_sizes(config: GPTConfig, **kwargs) -> set[int]:
+        quantized = quantize_model(GPT(config), scheme, **kwargs)
+        return {m.group_size for m in quantized.modules() if isinstance(m, Int8Linear)}
+
+    assert int8_sizes(GPTConfig(vocab_size=40, n_layers=1, **SMALL)) == {32}
+    assert int8_sizes(GPTConfig(vocab_size=40, n_layers=1, **SMALL), **{"int8_group_size" if scheme == "int4"
+                                                                         else "group_size": 0}) == {0}  # fmt: skip
+    if scheme == "int8":  # a width of 48 (and d_ff 192): one scale per row, where groups of 32 would be refused
+        assert int8_sizes(GPTConfig(vocab_size=40, n_layers=1, d_model=48, n_heads=4, context_length=16)) == {0}
+        assert int8_sizes(GPTConfig(vocab_size=40, n_layers=1, d_model=96, n_heads=4, context_length=16)) == {32}
 
 
 def test_quantizing_twice_changes_nothing() -> None:
@@ -300,14 +317,14 @@ def test_an_int8_folder_in_groups_records_them_and_loads_back_exactly(tmp_path, 
     ids = torch.randint(0, tokenizer.vocab_size, (2, 9))
     with torch.no_grad():
         torch.testing.assert_close(again.model(ids), bundle.model(ids), rtol=0, atol=0)
-    per_row = quantization_info(quantize_model(GPT(GPTConfig(vocab_size=40, n_layers=1, **SMALL))))
+    per_row = quantization_info(quantize_model(GPT(GPTConfig(vocab_size=40, n_layers=1, **SMALL)), group_size=0))
     assert "int8_group_size" not in per_row  # per row: the key is left out, as older folders have it
 
 
 def test_the_int4_schemes_int8_layers_take_groups_when_asked(tmp_path, tokenizer) -> None:
     model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, n_layers=1, **SMALL)).eval()
     save_model_dir(tmp_path / "float", model, tokenizer)
-    plain = quantize_model(copy.deepcopy(model), "int4")
+    plain = quantize_model(copy.deepcopy(model), "int4", int8_group_size=0)
     assert plain.unembedding.group_size == 0 and "int8_group_size" not in quantization_info(plain)
     bundle = load_model_dir(tmp_path / "float")
     save_quantized(bundle, tmp_path / "int4", "int4", int8_group_size=32)

@@ -1,10 +1,10 @@
 """Save a copy of a model with int8 or int4 weights. --bits 8 (the default): every linear layer and the
-unembedding quantized to int8 with one scale per output channel, or with --group-size G one per G weights of a
-row (32: GGUF's Q8_0, less rounding error). --bits 4: the linear layers to int4 in groups
-of --group-size weights with a scale and a minimum each (the unembedding int8). Weight-only by default: the
-activations stay float (--activations int8 quantizes each input vector too: W8A8, W4A8). The copy is an ordinary model
-folder plus quantization.json: generate, translate, embed, eval and serve load it without the original, with
-about a quarter (int8) or a sixth (int4) of the weight memory. The original is left as it is."""
+unembedding quantized to int8 with one scale per 32 weights of a row (GGUF's Q8_0) where every layer's input width
+is a multiple of 32, else one scale per output channel (--group-size G chooses). --bits 4: the linear layers to
+int4 in groups of --group-size weights with a scale and a minimum each (the unembedding int8). Weight-only by
+default: the activations stay float (--activations int8 quantizes each input vector too: W8A8, W4A8). The copy is
+an ordinary model folder plus quantization.json: generate, translate, embed, eval and serve load it without the
+original, with about a quarter (int8) or a sixth (int4) of the weight memory. The original is left as it is."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--bits",
         type=_bits,
         default=8,
-        help="8 (default): int8, a scale per output channel (or per --group-size weights); 4: int4, groups of "
+        help="8 (default): int8, a scale per 32 weights (or per --group-size weights); 4: int4, groups of "
         "--group-size weights with a scale and a minimum each (the unembedding stays int8)",
     )
     parser.add_argument(
@@ -35,8 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="G",
         help="weights per scale along each row. --bits 4: 32 (default, GGUF's Q4 block), 64, 128 or 256. --bits 8: "
-        "default one scale per output row; a multiple of 32 (32 is GGUF's Q8_0) for a scale per group, less "
-        "rounding error. It must divide every layer's input width",
+        "a multiple of 32 for a scale per group (default 32, GGUF's Q8_0, where every layer's input width is a "
+        "multiple of 32), or 0 for one scale per output row (the default for other widths; less memory, more "
+        "rounding error). It must divide every layer's input width",
     )
     add_alias(parser, "--scheme", of="--bits", dest="bits", type=_bits)  # the older spelling: int8 or int4
     parser.add_argument(
@@ -65,6 +66,7 @@ def _bits(text: str) -> int | str:
 def run(args: argparse.Namespace) -> int:
     from qkv.io import read_text
     from qkv.quantization import weight_bytes
+    from qkv.quantization.format import quantization_info
     from qkv.quantization.model import group_sizes, scheme_for_bits
     from qkv.quantization.save import save_quantized
 
@@ -85,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
         group_size=args.group_size,
     )
     after = weight_bytes(bundle.model)
-    groups = f" in groups of {args.group_size}" if scheme == "int8" and args.group_size else ""
+    size = (quantization_info(bundle.model) or {}).get("int8_group_size", 0)
+    groups = "" if scheme != "int8" else f" in groups of {size}" if size else " with a scale per row"
     print(
         f"qkv quantize: wrote {out} ({scheme} weights{groups}: {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB, "
         f"{before / after:.1f}x smaller{', int8 activations' if args.activations == 'int8' else ''})",
