@@ -38,7 +38,6 @@ compute at position 0 and are ignored), so that one graph serves every step.
 
 from __future__ import annotations
 
-import math
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import cast
@@ -52,7 +51,7 @@ from qkv.decoding.fast_step import GRAPH_STEPS, CapturedStep, FastStep, fast_ste
 from qkv.decoding.native_step import NativeStep
 from qkv.decoding.prompt_lookup import Lookup, checked_step, draft_for
 from qkv.decoding.request import Request, TokenOutput
-from qkv.decoding.sampling import penalize, sample_next
+from qkv.decoding.sampling import all_finite, penalize, sample_next
 from qkv.errors import QkvError
 from qkv.layers.linear import onednn_rows
 from qkv.layers.softmax import log_softmax
@@ -327,9 +326,7 @@ class Engine:
 
     def _sample(self, rows: list[_Row], logits: Tensor) -> list[TokenOutput]:
         params, generator = rows[0].request.params, rows[0].request.generator
-        # NaN anywhere poisons the softmax; inf is no probability. One float64 sum finds both (finite logits of
-        # any float dtype cannot overflow it), a tenth of the cost of isfinite().all() on 49k logits.
-        if not math.isfinite(float(logits.sum(dtype=torch.float64))):
+        if not all_finite(logits):  # NaN anywhere poisons the softmax; inf is no probability
             raise QkvError(
                 "the model's logits are not finite (NaN or inf): its weights hold NaN or inf values, or "
                 "overflow in this precision; check the model file, or run in float32"

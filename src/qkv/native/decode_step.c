@@ -32,6 +32,7 @@
 #include "attention_backward.h"
 #include "swiglu.h"
 #include "rms_norm.h"
+#include "logit_scan.h"
 #include "rotary.h"
 #include "cross_entropy.h"
 #include "shares.h"
