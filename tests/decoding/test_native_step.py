@@ -58,6 +58,19 @@ MODELS = {  # every branch of the C step: norms, feed-forwards, RoPE or learned 
     "learned positions": lambda: GPT(
         GPTConfig(vocab_size=97, d_model=64, n_heads=4, d_ff=128, n_layers=2, context_length=48, init_std=0.3)
     ),  # fmt: skip
+    "rope, scaled embeddings": lambda: GPT(  # W_E's rows times sqrt(d_model), looked up by the C step
+        GPTConfig(
+            vocab_size=97,
+            d_model=64,
+            n_heads=4,
+            d_ff=128,
+            n_layers=2,
+            context_length=48,
+            positional="rope",
+            scale_embeddings=True,
+            init_std=0.3,
+        )
+    ),  # fmt: skip
     "wide heads": lambda: Llama(
         LlamaConfig(
             vocab_size=97, d_model=256, n_heads=2, n_kv_heads=1, d_ff=128, n_layers=1, context_length=48, init_std=0.1
@@ -82,9 +95,10 @@ def make(name: str, scheme: str) -> nn.Module:
             if param_name.endswith(("norm.weight", "bias")):
                 p.uniform_(0.5, 1.5)
     if scheme != "float32":
-        quantize_model(
-            model, "int4" if scheme.startswith("int4") else "int8", group_size=32 if "g32" in scheme else None
-        )
+        if scheme.startswith("int4"):  # W_U (tied: W_E too) int8 with a scale per row; "int8 g32" has its groups
+            quantize_model(model, "int4", int8_group_size=0)
+        else:
+            quantize_model(model, "int8", group_size=32 if "g32" in scheme else 0)
         set_activations(model, "int8" if scheme in ROUNDED else "float")
     return model
 
@@ -213,6 +227,55 @@ def test_the_native_step_computes_the_python_steps_numbers(name: str, scheme: st
     scale, tolerance = theirs.abs().max().item(), 3e-2 if scheme in ROUNDED else 1e-2 if in_bfloat16 else 2e-5
     assert (ours.double() - theirs).abs().max().item() <= tolerance * scale
     assert torch.allclose(cache.double(), theirs_cache, atol=tolerance * 10, rtol=tolerance)  # keys, values
+
+
+def test_the_c_step_looks_the_tokens_up_where_no_positional_table_is_added() -> None:
+    """W_E's rows (float32, or the tied int8 matrix per row or in groups) are read by the C step itself; a model
+    with learned positions embeds in Python. Either way the numbers are the test above's; here, who does it."""
+    for name, in_c in (("rope, gated", True), ("rope, scaled embeddings", True), ("learned positions", False)):
+        for scheme in ("float32", "int8", "int8 g32", "int4"):
+            step = fast_step_for(make(name, scheme)).native()
+            assert bool(step.struct.embed.n) == in_c, (name, scheme)
+    step = fast_step_for(make("rope, gated", "int8")).native()
+    cache = torch.zeros(2, 1, 2, 2, 16, 16)
+    for bad in (97, -1):
+        with pytest.raises(IndexError, match=r"token ids \[\d+, -?\d+\] are not all in the vocabulary of 97"):
+            step(torch.tensor([3, bad]), torch.tensor([0, 0]), cache.expand(2, 2, 2, 2, 16, 16).contiguous())
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("scheme", ("float32", "int8 g32"))
+def test_the_steps_argmax_is_torchs_of_its_logits(scheme: str, threads: int) -> None:
+    """The step's own scan of the logits, part by part as the threads make them (logit_scan.h): each row's first
+    largest logit, or -1 for a row with NaN or inf, whatever the threads and the rows asked for."""
+    model = make("rope, gated", scheme)
+    step, before = fast_step_for(model).native(), torch.get_num_threads()
+    tokens, positions = torch.tensor([5, 0, 96, 7]), torch.tensor([0, 7, 15, 3])
+    try:
+        torch.set_num_threads(threads)
+        for outputs in (None, torch.tensor([2, 0])):
+            picks = torch.full((4 if outputs is None else 2,), -7, dtype=torch.long)
+            logits = step(tokens, positions, torch.zeros(2, 4, 2, 2, 16, 16), outputs=outputs, argmax=picks)
+            assert torch.equal(picks, logits.argmax(dim=-1))
+        if scheme == "float32":  # a tie: W_U's rows 10 and 50 (in different shares of rows) alike and largest
+            with torch.no_grad():
+                weight = model.unembedding.weight
+                weight[10] = weight[50] = 3 * weight[int(logits[1].argmax())]
+            step = fast_step_for(model).native()
+            picks = torch.zeros(4, dtype=torch.long)
+            logits = step(tokens, positions, torch.zeros(2, 4, 2, 2, 16, 16), argmax=picks)
+            assert logits[0, 10] == logits[0, 50] == logits[0].max() and picks[0] == 10
+            assert torch.equal(picks, logits.argmax(dim=-1))
+            with torch.no_grad():
+                model.unembedding.weight[60] = torch.nan  # logit 60 of every row is NaN
+            step = fast_step_for(model).native()
+            picks = torch.zeros(4, dtype=torch.long)
+            step(tokens, positions, torch.zeros(2, 4, 2, 2, 16, 16), argmax=picks)
+            assert picks.tolist() == [-1] * 4
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(ValueError, match="argmax must be a contiguous int64 tensor of 4 entries"):
+        step(tokens, positions, torch.zeros(2, 4, 2, 2, 16, 16), argmax=torch.zeros(3, dtype=torch.long))
 
 
 @pytest.mark.parametrize("scheme", ("float32", "int4", "int4 activations"))

@@ -1,5 +1,5 @@
-"""The C library's scan of a step's logits against PyTorch: torch.argmax (ties to the first) and the finiteness a
-float64 sum tells, and the engine's greedy tokens through it."""
+"""The C library's scan of a step's logits against PyTorch: torch.argmax (ties to the first; -1 for a row with NaN
+or inf) and the finiteness a float64 sum tells, and the greedy tokens through it."""
 
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ def test_the_argmax_is_torchs_ties_and_tails_included(rows: int, vocab: int) -> 
     ties = torch.randint(0, 3, (rows, vocab)).float()  # many equal largest values, in every lane and the tail
     for x in (logits, ties, -ties, torch.full((rows, vocab), -torch.inf), logits.round()):
         finite, ids = logit_scan.scan(x.contiguous())
-        assert torch.equal(ids, x.argmax(dim=-1)), (x, ids)
-        assert finite == bool(torch.isfinite(x).all())
+        rows_finite = torch.isfinite(x).all(dim=-1)
+        assert torch.equal(ids, torch.where(rows_finite, x.argmax(dim=-1), -1)), (x, ids)  # -1: NaN or inf
+        assert finite == bool(rows_finite.all())
 
 
 @pytest.mark.parametrize("bad", [torch.nan, torch.inf, -torch.inf])
@@ -37,8 +38,8 @@ def test_one_nan_or_infinity_anywhere_is_found(bad: float, column: int) -> None:
         spoiled = logits.clone()
         spoiled[row, column] = bad
         assert logit_scan.scan(spoiled)[0] is False
-        assert sampling.all_finite(spoiled) is False
-    assert sampling.all_finite(logits) is True
+        assert sampling.scan_logits(spoiled) == (False, None)
+    assert sampling.scan_logits(logits) == (True, None)
 
 
 def test_what_it_does_not_take_goes_to_pytorch(monkeypatch) -> None:
@@ -47,7 +48,9 @@ def test_what_it_does_not_take_goes_to_pytorch(monkeypatch) -> None:
     for other in (logits.double(), logits.bfloat16(), logits[:, ::2], logits[0], torch.empty(2, 0)):
         assert not logit_scan.applies(other)
     assert torch.equal(sampling.greedy(logits[:, ::2]), logits[:, ::2].argmax(dim=-1))  # PyTorch's, the same
-    assert sampling.all_finite(logits.double()) and not sampling.all_finite(logits.double().log())
+    assert sampling.scan_logits(logits.double())[0] and not sampling.scan_logits(logits.double().log())[0]
+    finite, ids = sampling.scan_logits(logits.double(), argmax=True)  # PyTorch's road, both answers
+    assert finite and torch.equal(ids, logits.argmax(dim=-1))
     calls = []
     monkeypatch.setattr(logit_scan, "scan", lambda *a, **k: calls.append(a) or (True, torch.zeros(2, dtype=torch.long)))
     assert sampling.greedy(logits).tolist() == [0, 0] and len(calls) == 1  # the C scan's answer is what it returns

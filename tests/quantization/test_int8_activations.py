@@ -115,9 +115,11 @@ def test_int8_layers_that_cannot_stack_are_called_one_by_one() -> None:
     assert isinstance(fuse_linears(*modes), ConcatenatedProjections)
 
 
-def test_the_engine_stacks_int8_query_key_value() -> None:
+@pytest.mark.parametrize("group_size", [0, 32])
+def test_the_engine_stacks_int8_query_key_value(group_size: int) -> None:
     torch.manual_seed(0)
-    model = quantize_model(GPT(GPTConfig(vocab_size=64, n_layers=2, d_model=64, n_heads=4, context_length=32)))
+    config = GPTConfig(vocab_size=64, n_layers=2, d_model=64, n_heads=4, context_length=32)
+    model = quantize_model(GPT(config), group_size=group_size)
     assert all(isinstance(p, Int8Linear) for p in fast_step_for(model).projections)
     prompt = torch.randint(0, 64, (3, 5))
     fast = generate(model, prompt, max_new_tokens=8, temperature=0.0)
@@ -128,7 +130,8 @@ def test_the_engine_stacks_int8_query_key_value() -> None:
 @needs_fbgemm
 def test_set_activations_reaches_every_layer_and_the_engine() -> None:
     torch.manual_seed(0)
-    model = quantize_model(GPT(GPTConfig(vocab_size=64, n_layers=2, d_model=64, n_heads=4, context_length=32)))
+    config = GPTConfig(vocab_size=64, n_layers=2, d_model=64, n_heads=4, context_length=32)
+    model = quantize_model(GPT(config), group_size=0)  # a scale per row: fbgemm's per-vector products
     float_projections = fast_step_for(model).projections
     ids = torch.randint(0, 64, (2, 6))
     with torch.no_grad():

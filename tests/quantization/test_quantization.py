@@ -68,10 +68,11 @@ def test_gpt_every_linear_becomes_int8_and_logits_stay_close(tie) -> None:
     assert quantized.num_parameters() == model.num_parameters() + scales
 
 
-def test_decoding_with_the_cache_equals_decoding_without_it_after_quantization() -> None:
+@pytest.mark.parametrize("group_size", [0, 32])
+def test_decoding_with_the_cache_equals_decoding_without_it_after_quantization(group_size: int) -> None:
     from qkv.decoding import generate
 
-    model = quantize_model(GPT(GPTConfig(vocab_size=80, n_layers=2, **SMALL)))
+    model = quantize_model(GPT(GPTConfig(vocab_size=80, n_layers=2, **SMALL)), group_size=group_size)
     prompt = torch.randint(0, 80, (1, 5))
     cached = generate(model, prompt, max_new_tokens=12, temperature=0.0)
     uncached = generate(model, prompt, max_new_tokens=12, temperature=0.0, use_cache=False)

@@ -51,7 +51,7 @@ from qkv.decoding.fast_step import GRAPH_STEPS, CapturedStep, FastStep, fast_ste
 from qkv.decoding.native_step import NativeStep
 from qkv.decoding.prompt_lookup import Lookup, checked_step, draft_for
 from qkv.decoding.request import Request, TokenOutput
-from qkv.decoding.sampling import all_finite, penalize, sample_next
+from qkv.decoding.sampling import penalize, sample_next, scan_logits
 from qkv.errors import QkvError
 from qkv.layers.linear import onednn_rows
 from qkv.layers.softmax import log_softmax
@@ -220,39 +220,43 @@ class Engine:
             drafts = [draft_for(self, row) for row in rows] if self.mode != "recompute" else []
             if any(drafts):  # prompt lookup: drafted tokens checked in this step (qkv.decoding.prompt_lookup)
                 return checked_step(self, rows, drafts)
+            picks = None
             if self.mode == "recompute":  # no cache: every step is a forward over each row's window
                 logits = self._forward_windows([row.tokens[-self.context :] for row in rows])
             else:
-                logits = self._cached_step(rows)
+                logits, picks = self._cached_step(rows)
         except Exception as error:  # noqa: BLE001 - the step failed for everyone; the engine goes on
             del self.running[:]
             return [TokenOutput(row.request, error=error) for row in rows]
-        return self._advance(list(range(n)), logits)
+        return self._advance(list(range(n)), logits, picks)
 
-    def _cached_step(self, rows: list[_Row]) -> Tensor:
-        """The step's logits (n, V): one batched step, and a fresh prefill of each row whose window slides."""
+    def _cached_step(self, rows: list[_Row]) -> tuple[Tensor, Tensor | None]:
+        """The step's logits (n, V): one batched step, and a fresh prefill of each row whose window slides; and
+        the native step's scan of them (each row's argmax, -1 for NaN or inf), where it made one."""
         sliding = [i for i, row in enumerate(rows) if len(row.tokens) > self.context]
         if not sliding:
             return self._execute(rows)
         outs: list[Tensor | None] = (
-            [None] * len(rows) if len(sliding) == len(rows) else list(self._execute(rows).unbind(0))
+            [None] * len(rows) if len(sliding) == len(rows) else list(self._execute(rows)[0].unbind(0))
         )
         for i in sliding:  # past the context the window moves: its keys no longer hold
             outs[i] = self._prefill(i, [rows[i].tokens[-self.context :]])[0]
-        return torch.stack(cast("list[Tensor]", outs))  # every None was a sliding row, filled above
+        return torch.stack(cast("list[Tensor]", outs)), None  # every None was a sliding row, filled above
 
-    def _execute(self, rows: list[_Row]) -> Tensor:
-        """Next-token logits (n, V) of the running rows, each feeding its last token at its own position."""
+    def _execute(self, rows: list[_Row]) -> tuple[Tensor, Tensor | None]:
+        """Next-token logits (n, V) of the running rows, each feeding its last token at its own position; and in
+        the native step each row's argmax (-1: NaN or inf), from the step's own read of the logits."""
         n = len(rows)
         positions = [len(r.tokens) - 1 if len(r.tokens) <= self.context else 0 for r in rows]  # sliding rows: 0
         tokens = [r.tokens[-1] if len(r.tokens) <= self.context else 0 for r in rows]
         if self.mode == "model":
-            return self._model_step(tokens, positions)
+            return self._model_step(tokens, positions), None
         if self.mode == "native":  # one call to C for the whole step (qkv.decoding.native_step)
             position = torch.tensor(positions, dtype=torch.long)
             ids = torch.tensor(tokens, dtype=torch.long)
             native = cast(NativeStep, self._fast_step().native())  # resolve_step chose "native": it runs here
-            return native(ids, position, self.pool[:, :n])
+            picks = torch.empty(n, dtype=torch.long)
+            return native(ids, position, self.pool[:, :n], argmax=picks), picks
         if self.mode == "static":
             kv = self.pool[:, :n].unbind(0)  # (n, 2, h_kv, L, d_k) per layer: views of the first n slots
             same = all(p == positions[0] for p in positions)
@@ -260,8 +264,8 @@ class Engine:
             ids = torch.tensor(tokens, dtype=torch.long, device=self.device)
             fast = self._fast_step()
             with onednn_rows():  # a few rows: oneDNN on its own layout of the weights (qkv.layers.linear)
-                return gpt_step(self.model, fast.projections, ids, position, kv, max(positions) + 1)
-        return self._fixed_step(tokens, positions)[:n]
+                return gpt_step(self.model, fast.projections, ids, position, kv, max(positions) + 1), None
+        return self._fixed_step(tokens, positions)[:n], None
 
     def _fast_step(self) -> FastStep:
         """The model's :class:`FastStep`: looked up once after requests join (comparing every parameter with the
@@ -300,15 +304,18 @@ class Engine:
 
     # ------------------------------------------------------------------------------------- sampling
 
-    def _advance(self, slots: list[int], logits: Tensor) -> list[TokenOutput]:
-        """Choose the next token of the rows in ``slots`` from their logits (k, V); the finished rows leave."""
+    def _advance(self, slots: list[int], logits: Tensor, picks: Tensor | None = None) -> list[TokenOutput]:
+        """Choose the next token of the rows in ``slots`` from their logits (k, V) (and the step's argmaxes, if
+        it made them); the finished rows leave."""
+        chosen = None if picks is None else picks.tolist()
         outputs: dict[int, TokenOutput] = {}
         for group in _runs(
             [(id(self.running[s].request.params), id(self.running[s].request.generator)) for s in slots]
         ):  # fmt: skip  rows that share settings and a generator: one draw
             rows = [self.running[slots[i]] for i in group]
             try:
-                made = self._sample(rows, logits[group[0] : group[-1] + 1])
+                part = None if chosen is None else chosen[group[0] : group[-1] + 1]
+                made = self._sample(rows, logits[group[0] : group[-1] + 1], part)
             except Exception as error:  # noqa: BLE001 - a bad request fails alone
                 made = [TokenOutput(row.request, error=error) for row in rows]
             outputs.update({slots[i]: out for i, out in zip(group, made, strict=True)})
@@ -324,9 +331,18 @@ class Engine:
         except Exception as error:  # noqa: BLE001 - a bad request fails alone
             return TokenOutput(row.request, error=error)
 
-    def _sample(self, rows: list[_Row], logits: Tensor) -> list[TokenOutput]:
+    def _sample(self, rows: list[_Row], logits: Tensor, picks: list[int] | None = None) -> list[TokenOutput]:
+        """The rows' next tokens from their logits (k, V); ``picks``: their argmaxes (-1 for NaN or inf), if the
+        step read them already."""
         params, generator = rows[0].request.params, rows[0].request.generator
-        if not all_finite(logits):  # NaN anywhere poisons the softmax; inf is no probability
+        greedy = params.greedy and not params.penalized
+        # NaN anywhere poisons the softmax; inf is no probability. A greedy row's token comes from the same read.
+        if picks is None:
+            finite, found = scan_logits(logits, argmax=greedy)
+            picks = None if found is None else found.tolist()
+        else:
+            finite = min(picks) >= 0
+        if not finite:
             raise QkvError(
                 "the model's logits are not finite (NaN or inf): its weights hold NaN or inf values, or "
                 "overflow in this precision; check the model file, or run in float32"
@@ -337,7 +353,7 @@ class Engine:
             counts = torch.stack(cast("list[Tensor]", [row.counts for row in rows]))
             seen = torch.stack(cast("list[Tensor]", [row.seen for row in rows]))
             scored = penalize(logits, params, counts, seen)
-        tokens = sample_next(scored, params, generator=generator).tolist()
+        tokens = picks if greedy and picks is not None else sample_next(scored, params, generator=generator).tolist()
         lps: list = [None] * len(rows)
         tops: list = [()] * len(rows)
         if params.logprobs is not None:  # of the raw logits, as OpenAI reports them

@@ -4,7 +4,8 @@
 many small blocks (SmolLM2-135M: 30 blocks of width 576) dispatching them costs as much as reading the weights.
 :mod:`qkv.native`'s ``decode_step.c`` computes the same step (norms, W_q W_k W_v as one product, RoPE, the cache
 write, attention over the cache, W_o, the feed-forward plain or gated, the final norm, W_U) in one call with one
-parallel region; only the embedding lookup stays here (a table lookup, whatever the embedding's kind).
+parallel region. The embedding lookup too, where the token table is float32 or int8 (a tied int8 W_U, per row or
+in groups) and there is no positional table (Llama, Qwen2, Mistral); otherwise it stays here (:func:`embed_step`).
 
 :func:`describe` turns a model into the C structs (``Model``, ``Layer``, ``Mat``, ``Norm``: pointers into the
 model's own tensors, kept alive by the :class:`NativeStep`), or says why it cannot:
@@ -38,10 +39,11 @@ from torch import Tensor, nn
 from qkv import native
 from qkv.decoding.configs import decoder_config
 from qkv.decoding.decode_step import decoder_blocks, embed_step
-from qkv.layers.embedding import Unembedding
+from qkv.layers.embedding import TokenEmbedding, Unembedding
 from qkv.layers.feedforward import ACTIVATION_FUNCTIONS, FeedForward, GatedFeedForward
 from qkv.layers.linear import Linear
 from qkv.quantization.int4_linear import Int4Linear, unpack_nibbles
+from qkv.quantization.int8_embedding import Int8TokenEmbedding
 from qkv.quantization.int8_linear import Int8Linear
 
 if TYPE_CHECKING:
@@ -74,7 +76,8 @@ class Layer(ctypes.Structure):
 class Model(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int32) for name in ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim",
                                                      "d_ff", "vocab", "act", "rope", "rope_len")]  # fmt: skip
-    _fields_ += [("cos", P), ("sin", P), ("final_norm", Norm), ("unembed", Mat), ("layers", ctypes.POINTER(Layer))]
+    _fields_ += [("cos", P), ("sin", P), ("final_norm", Norm), ("unembed", Mat), ("layers", ctypes.POINTER(Layer)),
+                 ("embed", Mat), ("embed_scale", ctypes.c_float)]  # fmt: skip
 
 
 _handles = itertools.count()
@@ -99,8 +102,8 @@ class NativeStep:
         """Use the step of the loaded library ``lib``."""
         self._call = lib.qkv_decode_step
         self._call.restype = ctypes.c_int
-        self._call.argtypes = [ctypes.POINTER(Model), ctypes.c_int32, P, P, P, ctypes.c_int32, P, ctypes.c_int32, P,
-                               ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, P, ctypes.c_int32]  # fmt: skip
+        self._call.argtypes = [ctypes.POINTER(Model), ctypes.c_int32, P, P, P, P, ctypes.c_int32, P, ctypes.c_int32, P,
+                               ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, P, P, ctypes.c_int32]  # fmt: skip
         return self
 
     def __call__(
@@ -110,12 +113,15 @@ class NativeStep:
         kv: Tensor,
         slots: Tensor | None = None,
         outputs: Tensor | None = None,
+        argmax: Tensor | None = None,
     ) -> Tensor:
         """Logits (B, V) for ``token_ids`` (B,) at ``positions`` (B,) int64, with the cache ``kv``
         (n_layers, S, 2, h_kv, L, d_k), a view of the engine's pool: row b reads and writes cache row ``slots[b]``
         (default b). Rows may share a cache row at distinct positions (several new tokens of one text: each sees
         the keys of those before it, as if they had come one step at a time). With ``outputs`` (n,), the logits
-        (n, V) of those rows only (a prompt's last token)."""
+        (n, V) of those rows only (a prompt's last token). ``argmax``, an int64 tensor of one entry per row of
+        logits, receives each row's first largest logit, or -1 where the row holds NaN or inf: the scan of
+        :mod:`qkv.native.logit_scan`, done by the step on each part of W_U's rows as it is made."""
         batch, length = token_ids.shape[0], kv.shape[4]
         layout = (kv.shape[3] * length * kv.shape[5], length * kv.shape[5], kv.shape[5], 1)
         if kv.dtype != torch.float32 or kv.stride()[2:] != layout:
@@ -138,12 +144,24 @@ class NativeStep:
             outputs = outputs.to(torch.int64).contiguous()
             if outputs.numel() and not 0 <= int(outputs.min()) <= int(outputs.max()) < batch:
                 raise ValueError(f"outputs {outputs.tolist()} are not rows of {batch}")
-        x = embed_step(self.model.embedding, token_ids, positions).to(torch.float32).contiguous()  # (B, d_model)
+        if self.struct.embed.n:  # the C step looks the tokens up in W_E
+            token_ids = token_ids.to(torch.int64).contiguous()
+            ids = token_ids.tolist()
+            if ids and (min(ids) < 0 or max(ids) >= self.struct.embed.n):
+                raise IndexError(f"token ids {ids} are not all in the vocabulary of {self.struct.embed.n}")
+            x = None
+        else:
+            x = embed_step(self.model.embedding, token_ids, positions).to(torch.float32).contiguous()  # (B, d_model)
         logits = torch.empty(batch if outputs is None else outputs.numel(), self.struct.vocab)
-        failed = self._call(ctypes.byref(self.struct), batch, x.data_ptr(), positions.data_ptr(), slots.data_ptr(),
+        if argmax is not None and (argmax.dtype != torch.int64 or argmax.shape != logits.shape[:1]
+                                   or not argmax.is_contiguous()):  # fmt: skip
+            raise ValueError(f"argmax must be a contiguous int64 tensor of {logits.shape[0]} entries")
+        failed = self._call(ctypes.byref(self.struct), batch, None if x is None else x.data_ptr(),
+                            token_ids.data_ptr(), positions.data_ptr(), slots.data_ptr(),
                             int(shared), None if outputs is None else outputs.data_ptr(),
                             0 if outputs is None else outputs.numel(), kv.data_ptr(), kv.stride(0), kv.stride(1),
-                            length, logits.data_ptr(), torch.get_num_threads())  # fmt: skip
+                            length, logits.data_ptr(), None if argmax is None else argmax.data_ptr(),
+                            torch.get_num_threads())  # fmt: skip
         if failed:
             raise MemoryError("the native decode step could not allocate its scratch memory")
         return logits
@@ -245,7 +263,26 @@ class NativeStep:
         return Model(len(blocks), config.d_model, config.n_heads, config.n_kv_heads, config.head_dim, d_ff,
                      config.vocab_size, ACTIVATIONS[names[0]] if names else 0, int(rotary is not None),
                      tables[0].shape[0] if tables else 0, cos, sin, self._norm(model.decoder.final_norm),
-                     self._mat(model.unembedding), layers)  # fmt: skip
+                     self._mat(model.unembedding), layers, *self._embedding(model.embedding))  # fmt: skip
+
+    def _embedding(self, embedding: nn.Module) -> tuple[Mat, float]:
+        """W_E for the C step to look tokens up in, and its scale; an empty Mat where the lookup stays in Python
+        (a positional table to add, or a token embedding of another kind)."""
+        table = embedding.token_embedding
+        if embedding.positional_encoding is not None:
+            return Mat(), 1.0
+        if type(table) is Int8TokenEmbedding:  # the tied int8 W_U's matrix and scales
+            n, k = table.qweight.shape
+            group = table.group_size
+            if group and (k % group or table.weight_scale.shape != (n, k // group)):
+                return Mat(), 1.0
+            q, scale = self._ptr(table.qweight, torch.int8), self._ptr(table.weight_scale, torch.float32)
+            return Mat(MAT_I8, n, k, group, q, scale), float(table.scale)
+        plain = type(table) in (TokenEmbedding, nn.Embedding) and table.max_norm is None
+        if plain and table.weight.dtype == torch.float32:
+            n, k = table.weight.shape
+            return Mat(MAT_F32, n, k, 0, self._ptr(table.weight, torch.float32)), float(getattr(table, "scale", 1.0))
+        return Mat(), 1.0
 
 
 @torch.library.custom_op("qkv::native_decode_step", mutates_args=("kv",), device_types="cpu")

@@ -96,7 +96,7 @@ def _logits(engine, rows: list, drafts: list[list[int]]) -> list:
         slots = torch.tensor([slot for slot, tokens in enumerate(fed) for _ in tokens])
         logits = engine._fast_step().native()(ids, positions, engine.buffer[:, : len(rows)], slots)
         return list(logits.split([len(tokens) for tokens in fed]))
-    single = engine._cached_step(rows)  # the other strategies: the usual step, and the model's own forward for drafts
+    single = engine._cached_step(rows)[0]  # the other strategies: the usual step, the model's forward for drafts
     out = [single[i : i + 1] for i in range(len(rows))]
     for slot, (row, draft) in enumerate(zip(rows, drafts, strict=True)):
         if draft:

@@ -106,21 +106,19 @@ def sampling_distribution(logits: Tensor, params: SamplingParams | None = None, 
     return softmax(scaled)
 
 
-def all_finite(logits: Tensor) -> bool:
-    """Whether no logit is NaN or infinite (the softmax of anything else is a distribution): one read in C where
-    it applies (:mod:`qkv.native.logit_scan`), else a float64 sum, which finite logits of any float dtype cannot
-    overflow and NaN or inf anywhere poisons."""
+def scan_logits(logits: Tensor, argmax: bool = False) -> tuple[bool, Tensor | None]:
+    """(whether no logit is NaN or infinite, each row's argmax (B,) if ``argmax``) for ``logits`` (B, V), in one
+    read in C where it applies (:mod:`qkv.native.logit_scan`: a tenth of the time of PyTorch's passes on a 49k
+    vocabulary). Else PyTorch: a float64 sum, which finite logits of any float dtype cannot overflow and NaN or inf
+    anywhere poisons, and torch.argmax (the first of equal largest values)."""
     if logit_scan.applies(logits):
-        return logit_scan.scan(logits, argmax=False)[0]
-    return math.isfinite(float(logits.sum(dtype=torch.float64)))
+        return logit_scan.scan(logits, argmax)
+    return math.isfinite(float(logits.sum(dtype=torch.float64))), logits.argmax(dim=-1) if argmax else None
 
 
 def greedy(logits: Tensor) -> Tensor:
-    """Each row's argmax (B,) of ``logits`` (B, V), the first of equal largest values: T = 0's token. In C where
-    it applies (a tenth of the time of torch.argmax on a 49k vocabulary), else torch.argmax."""
-    if logit_scan.applies(logits):
-        return cast(Tensor, logit_scan.scan(logits)[1])
-    return logits.argmax(dim=-1)
+    """Each row's argmax (B,) of ``logits`` (B, V), the first of equal largest values: T = 0's token."""
+    return cast(Tensor, scan_logits(logits, argmax=True)[1])
 
 
 def sample_next(

@@ -63,7 +63,25 @@ typedef struct {
     Norm final_norm;
     Mat unembed;
     const Layer *layers;
+    Mat embed;                     /* W_E (vocab, d_model): MAT_F32, or MAT_I8 with scales per row or group; n == 0:
+                                      the caller embeds the tokens (positions, other tables) */
+    float embed_scale;             /* each row times this (sqrt(d_model) for the paper's scaled embeddings, else 1) */
 } Model;
+
+/* x = W_E[token] * scale, as the embedding modules compute it: int8 levels times their row's or group's scale
+   (one float32 product), then times the scale where it is not 1. */
+static void embed_row(const Mat *e, float scale, int64_t token, float *x) {
+    const int64_t d = e->k;
+    if (e->kind == MAT_F32) {
+        memcpy(x, (const float *)e->w + token * d, d * sizeof *x);
+    } else {
+        const int8_t *q = (const int8_t *)e->w + token * d;
+        const float *s = e->group ? e->scale + token * (d / e->group) : e->scale + token;
+        for (int64_t j = 0; j < d; j++) x[j] = (float)q[j] * s[e->group ? j / e->group : 0];
+    }
+    if (scale != 1.0f)
+        for (int64_t j = 0; j < d; j++) x[j] *= scale;
+}
 
 static void normalize(const Norm *n, const float *x, float *h, int64_t d) {
     if (n->kind == NORM_NONE) {
@@ -129,6 +147,17 @@ static void product_shared(const Mat *m, const Input *in, int B, float *y, int64
     int from = 0;
     int64_t n0, n1;
     while (next_rows(shares, m->n, m->n > 4096 ? 64 : 16, &from, &n0, &n1)) product_range(m, in, B, y, ldy, n0, n1, add);
+}
+
+/* The logits y (B, n) = W_U h as product_shared makes them, each share of rows then scanned (logit_scan.h) into
+   this thread's scans (B), while it is in this thread's cache. */
+static void unembed_scanned(const Mat *m, const Input *in, int B, float *y, Share *shares, Scan *scans) {
+    int from = 0;
+    int64_t n0, n1;
+    while (next_rows(shares, m->n, m->n > 4096 ? 64 : 16, &from, &n0, &n1)) {
+        product_range(m, in, B, y, m->n, n0, n1, 0);
+        for (int b = 0; b < B; b++) scan_part(y + b * m->n, n0, n1, &scans[b]);
+    }
 }
 
 /* Every thread: h = norm(x) for B rows (rows[b] of x, or row b when rows is NULL), prepared for the products
@@ -220,19 +249,23 @@ static void feed_forward_phase(const Model *m, const Layer *layer, int B, const 
 #pragma omp barrier
 }
 
-/* The step. Row b feeds the token whose embedding is x0[b] at position pos[b] of cache row slots[b]; rows may
-   share a cache row (shared != 0), at distinct positions: one text's new tokens, each seeing those before it.
-   logits (n_out, vocab) are those of rows outputs[0 .. n_out - 1] (outputs NULL: of every row, B of them). */
-int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *pos, const int64_t *slots,
-                    int32_t shared, const int64_t *outputs, int32_t n_out, float *cache, int64_t layer_stride,
-                    int64_t row_stride, int64_t L, float *logits, int32_t threads) {
+/* The step. Row b feeds the token whose embedding is x0[b] (x0 NULL: W_E's row tokens[b], m->embed) at position
+   pos[b] of cache row slots[b]; rows may share a cache row (shared != 0), at distinct positions: one text's new
+   tokens, each seeing those before it. logits (n_out, vocab) are those of rows outputs[0 .. n_out - 1] (outputs
+   NULL: of every row, B of them); argmax (n_out), unless NULL, each one's first largest logit, -1 where it holds NaN
+   or inf (logit_scan.h). */
+int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *tokens, const int64_t *pos,
+                    const int64_t *slots, int32_t shared, const int64_t *outputs, int32_t n_out, float *cache,
+                    int64_t layer_stride, int64_t row_stride, int64_t L, float *logits, int64_t *argmax,
+                    int32_t threads) {
     const int64_t d = m->d_model, dk = m->head_dim, ff = m->d_ff, group = m->n_heads / m->n_kv_heads;
     const int64_t width = d + 2 * (int64_t)m->n_kv_heads * dk;
     /* shared: x, qkv, att, gate, f, and the prepared att and f; each thread's: h, scores, q, its prepared h */
     const size_t f32 = sizeof(float), bd = lines(B * d * f32), bff = lines(B * ff * f32), bw = lines(B * width * f32);
     const size_t bscores = lines(group * L * f32), bq = lines(group * dk * f32);
     const size_t common = 2 * bd + bw + 2 * bff + input_bytes(B, d) + input_bytes(B, ff);
-    const size_t own = bd + bscores + bq + input_bytes(B, d);
+    const size_t bscan = lines(B * sizeof(Scan));
+    const size_t own = bd + bscores + bq + input_bytes(B, d) + bscan;
     char *memory = aligned_alloc(64, common + (size_t)threads * own);
     /* each product's shares of rows: SHARES_PER_LAYER per block, then the unembedding's; one per thread */
     const size_t share_bytes = ((size_t)m->n_layers * SHARES_PER_LAYER + 1) * threads * sizeof(Share);
@@ -247,13 +280,19 @@ int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *p
     char *prepared = (char *)f + bff;
     Input att_in = input_at(prepared, B, d), f_in = input_at(prepared + input_bytes(B, d), B, ff);
     att_in.x = att, att_in.ldx = d, f_in.x = f, f_in.ldx = ff;
-    memcpy(x, x0, (size_t)B * d * sizeof(float));
+    if (x0)
+        memcpy(x, x0, (size_t)B * d * sizeof(float));
+    else
+        for (int b = 0; b < B; b++) embed_row(&m->embed, m->embed_scale, tokens[b], x + b * d);
 
+    for (int t = 0; argmax && t < threads; t++)  /* each thread's scans of W_U's rows (a thread the team lacks: none) */
+        for (int b = 0; b < B; b++) ((Scan *)(memory + common + (size_t)t * own + own - bscan))[b] = SCAN_NONE;
 #pragma omp parallel num_threads(threads)
     {
         char *mem = memory + common + (size_t)omp_get_thread_num() * own;
         float *h = (float *)mem, *scores = (float *)(mem + bd), *q = (float *)((char *)scores + bscores);
         Input mine = input_at((char *)q + bq, B, d);
+        Scan *scans = (Scan *)((char *)q + bq + input_bytes(B, d));
         for (int l = 0; l < m->n_layers; l++) {
             const Layer *layer = &m->layers[l];
             Share *ours = shares + (size_t)l * SHARES_PER_LAYER * threads;
@@ -269,9 +308,21 @@ int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *p
             product_shared(&layer->down, &f_in, B, x, d, 1, ours + 3 * threads);
 #pragma omp barrier
         }
-        norm_rows(&m->final_norm, x, outputs, &mine, h, outputs ? n_out : B, d, &m->unembed, NULL);
-        product_shared(&m->unembed, &mine, outputs ? n_out : B, logits, m->vocab, 0,
-                       shares + (size_t)m->n_layers * SHARES_PER_LAYER * threads);
+        const int rows = outputs ? n_out : B;
+        Share *last = shares + (size_t)m->n_layers * SHARES_PER_LAYER * threads;
+        norm_rows(&m->final_norm, x, outputs, &mine, h, rows, d, &m->unembed, NULL);
+        if (argmax)
+            unembed_scanned(&m->unembed, &mine, rows, logits, last, scans);
+        else
+            product_shared(&m->unembed, &mine, rows, logits, m->vocab, 0, last);
+    }
+    for (int b = 0; argmax && b < (outputs ? n_out : B); b++) {  /* the threads' parts of each row, merged */
+        Scan s = SCAN_NONE;
+        for (int t = 0; t < threads; t++) {
+            const Scan *part = (const Scan *)(memory + common + (size_t)t * own + own - bscan) + b;
+            if (part->at >= 0) scan_merge(&s, part);  /* a thread that took none of W_U's rows saw nothing */
+        }
+        argmax[b] = scan_answer(&s);
     }
     free(memory), free(shares);
     return 0;

@@ -40,11 +40,11 @@ def scan(logits: Tensor, argmax: bool = True) -> tuple[bool, Tensor | None]:
     """(whether every logit is finite, each row's argmax as a (B,) long tensor or None) for ``logits`` (B, V) that
     :func:`applies` takes. The argmax of a row holding NaN is meaningless: ask whether they are finite first."""
     rows = logits.shape[0]
-    ids = torch.empty(rows, dtype=torch.long) if argmax else None
+    ids = torch.empty(rows, dtype=torch.long)  # -1 for a row with NaN or inf
     lib = library()
     assert lib is not None  # applies() asked built()
     bad = lib.qkv_scan_logits(
         pointer(logits), ctypes.c_int64(rows), ctypes.c_int64(logits.shape[1]), pointer(ids),
         ctypes.c_int32(torch.get_num_threads()),
     )  # fmt: skip
-    return not bad, ids
+    return not bad, ids if argmax else None
