@@ -51,10 +51,9 @@ from qkv.decoding.fast_step import GRAPH_STEPS, CapturedStep, FastStep, fast_ste
 from qkv.decoding.native_step import NativeStep
 from qkv.decoding.prompt_lookup import Lookup, checked_step, draft_for
 from qkv.decoding.request import Request, TokenOutput
-from qkv.decoding.sampling import penalize, sample_next, scan_logits
+from qkv.decoding.sampling import finite_picks, penalize, sample_next, token_logprobs
 from qkv.errors import QkvError
 from qkv.layers.linear import onednn_rows
-from qkv.layers.softmax import log_softmax
 from qkv.models.gpt import GPT
 from qkv.models.memory import check_kv_pool, new_tokens_error
 
@@ -335,33 +334,15 @@ class Engine:
         """The rows' next tokens from their logits (k, V); ``picks``: their argmaxes (-1 for NaN or inf), if the
         step read them already."""
         params, generator = rows[0].request.params, rows[0].request.generator
-        greedy = params.greedy and not params.penalized
-        # NaN anywhere poisons the softmax; inf is no probability. A greedy row's token comes from the same read.
-        if picks is None:
-            finite, found = scan_logits(logits, argmax=greedy)
-            picks = None if found is None else found.tolist()
-        else:
-            finite = min(picks) >= 0
-        if not finite:
-            raise QkvError(
-                "the model's logits are not finite (NaN or inf): its weights hold NaN or inf values, or "
-                "overflow in this precision; check the model file, or run in float32"
-            )
+        picks = finite_picks(logits, picks, argmax=params.greedy and not params.penalized)  # greedy: the tokens
         scored = logits
         if params.penalized:
             # a penalized request's row keeps both (_row): (k, V) each
             counts = torch.stack(cast("list[Tensor]", [row.counts for row in rows]))
             seen = torch.stack(cast("list[Tensor]", [row.seen for row in rows]))
             scored = penalize(logits, params, counts, seen)
-        tokens = picks if greedy and picks is not None else sample_next(scored, params, generator=generator).tolist()
-        lps: list = [None] * len(rows)
-        tops: list = [()] * len(rows)
-        if params.logprobs is not None:  # of the raw logits, as OpenAI reports them
-            lp = log_softmax(logits if logits.dtype in (torch.float32, torch.float64) else logits.float())  # (k, V)
-            lps = lp.gather(1, torch.tensor(tokens, device=lp.device)[:, None])[:, 0].tolist()
-            if params.logprobs:
-                values, ids = lp.topk(min(params.logprobs, lp.shape[-1]), dim=-1)
-                tops = [tuple(zip(i, v, strict=True)) for i, v in zip(ids.tolist(), values.tolist(), strict=True)]
+        tokens = picks if picks is not None else sample_next(scored, params, generator=generator).tolist()
+        lps, tops = token_logprobs(logits, tokens, params.logprobs)
         return [self._update(row, token, lp, top) for row, token, lp, top in zip(rows, tokens, lps, tops, strict=True)]
 
     def _update(self, row: _Row, token: int, logprob: float | None, top: tuple) -> TokenOutput:

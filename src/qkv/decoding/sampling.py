@@ -28,7 +28,8 @@ import torch
 from torch import Tensor
 
 from qkv.decoding.sampling_params import SamplingParams
-from qkv.layers.softmax import softmax
+from qkv.errors import QkvError
+from qkv.layers.softmax import log_softmax, softmax
 from qkv.native import logit_scan
 
 
@@ -116,6 +117,23 @@ def scan_logits(logits: Tensor, argmax: bool = False) -> tuple[bool, Tensor | No
     return math.isfinite(float(logits.sum(dtype=torch.float64))), logits.argmax(dim=-1) if argmax else None
 
 
+def finite_picks(logits: Tensor, picks: list[int] | None = None, argmax: bool = False) -> list[int] | None:
+    """Refuse logits (k, V) holding NaN (which poisons the softmax) or inf (no probability) with a QkvError, and
+    give each row's argmax if ``argmax``: ``picks`` where the step read them already (-1 for a row with NaN or
+    inf), else from one read here (:func:`scan_logits`)."""
+    if picks is None:
+        finite, found = scan_logits(logits, argmax)
+        picks = None if found is None else found.tolist()
+    else:
+        finite = min(picks) >= 0
+    if not finite:
+        raise QkvError(
+            "the model's logits are not finite (NaN or inf): its weights hold NaN or inf values, or overflow in "
+            "this precision; check the model file, or run in float32"
+        )
+    return picks if argmax else None
+
+
 def greedy(logits: Tensor) -> Tensor:
     """Each row's argmax (B,) of ``logits`` (B, V), the first of equal largest values: T = 0's token."""
     return cast(Tensor, scan_logits(logits, argmax=True)[1])
@@ -141,3 +159,16 @@ def sample_next(
         return greedy(logits)  # (B,)
     probs = sampling_distribution(logits, params)  # (B, V)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+
+
+def token_logprobs(logits: Tensor, tokens: list[int], top: int | None) -> tuple[list, list]:
+    """(log p of each row's chosen token, each row's ``top`` most likely (id, log p) pairs) under the raw logits
+    (k, V), as OpenAI's ``logprobs`` reports them; ``top`` None: neither (Nones and empty tuples), 0: no pairs."""
+    if top is None:
+        return [None] * len(tokens), [()] * len(tokens)
+    lp = log_softmax(logits if logits.dtype in (torch.float32, torch.float64) else logits.float())  # (k, V)
+    chosen = lp.gather(1, torch.tensor(tokens, device=lp.device)[:, None])[:, 0].tolist()
+    if not top:
+        return chosen, [()] * len(tokens)
+    values, ids = lp.topk(min(top, lp.shape[-1]), dim=-1)
+    return chosen, [tuple(zip(i, v, strict=True)) for i, v in zip(ids.tolist(), values.tolist(), strict=True)]

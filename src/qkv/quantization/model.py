@@ -9,11 +9,10 @@ Each ``nn.Linear`` (qkv's :class:`~qkv.layers.linear.Linear` included) and each
 :class:`~qkv.layers.embedding.Unembedding` is replaced by an :class:`~qkv.quantization.int8_linear.Int8Linear`
 holding its weights as int8 with one scale per g = ``group_size`` weights of a row (GGUF's Q8_0 for g = 32, the
 default where every layer's input width is a multiple of 32), or with g = 0 one scale per output channel (the
-default for other widths). A token
-embedding tied to the unembedding
-(W_U = W_E^T, GPT-2 and the paper) becomes an :class:`~qkv.quantization.int8_embedding.Int8TokenEmbedding`
-that reads its rows from the same int8 matrix, so the tie and its memory saving survive. Everything else
-(untied embeddings, positions, LayerNorms, biases) stays in floating point.
+default for other widths). A token embedding tied to the unembedding (W_U = W_E^T, GPT-2 and the paper) becomes
+an :class:`~qkv.quantization.int8_embedding.Int8TokenEmbedding` that reads its rows from the same int8 matrix, so
+the tie and its memory saving survive. Everything else (untied embeddings, positions, LayerNorms, biases) stays in
+floating point.
 
 With the scheme "int4" the linear layers become :class:`~qkv.quantization.int4_linear.Int4Linear` (groups of
 ``group_size`` weights with a scale and a minimum each) and the unembedding, and any layer tied to an
