@@ -61,7 +61,7 @@ P = ctypes.c_void_p
 class Mat(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int32), ("n", ctypes.c_int32), ("k", ctypes.c_int32), ("group", ctypes.c_int32),
                 ("w", P), ("scale", P), ("s16", P), ("m16", P), ("bias", P), ("lanes", P), ("lane_s", P),
-                ("lane_m", P)]  # fmt: skip
+                ("lane_m", P), ("lane_f", P), ("lane_off", P)]  # fmt: skip
 
 
 class Norm(ctypes.Structure):
@@ -193,6 +193,9 @@ class NativeStep:
                                   "the inputs)")  # fmt: skip
             q, scale = self._ptr(module.qweight, torch.int8), self._ptr(module.weight_scale, f32)
             kind = MAT_I8A8 if module.activations == "int8" and k % BLOCK == 0 else MAT_I8
+            if kind == MAT_I8A8 and n >= LANE_ROWS:
+                packed, lane_f, lane_off = self._int8_lanes(module)
+                return Mat(kind, n, k, group, q, scale, None, None, bias, packed, None, None, lane_f, lane_off)
             return Mat(kind, n, k, group, q, scale, None, None, bias)
         if type(module) is Int4Linear:
             n, k = module.out_features, module.in_features
@@ -201,6 +204,20 @@ class NativeStep:
             lanes = self._lanes(module) if kind == MAT_I4 and n >= LANE_ROWS else (None, None, None)
             return Mat(kind, n, k, module.group_size, self._ptr(module.qweight, torch.uint8), None, s, m, bias, *lanes)
         raise Unsupported(f"a {type(module).__name__} layer (the native step multiplies float32, int8 and int4 ones)")
+
+    def _int8_lanes(self, module: Int8Linear) -> tuple[int | None, ...]:
+        """An int8 layer with int8 activations repacked 16 rows to a vector (int8_lanes.h): the weights, the scales
+        per group (None: one per row), and -128 times each block's sum of weights; pointers to the copies."""
+        n, k = module.qweight.shape
+        g, rows, blocks = n // LANE_ROWS, n // LANE_ROWS * LANE_ROWS, k // BLOCK
+        q = module.qweight[:rows].reshape(g, LANE_ROWS, blocks, 8, 4)  # columns 32 c + 4 v + t
+        packed = q.permute(0, 2, 3, 1, 4)  # (g, c, v, r, t): vector v of block c holds 4 weights of each row
+        sums = q.sum(dim=(3, 4), dtype=torch.int32).mul_(-128).transpose(1, 2)  # (g, c, r)
+        scales = None
+        if module.group_size:
+            groups = module.weight_scale.shape[1]
+            scales = self._ptr(module.weight_scale[:rows].reshape(g, LANE_ROWS, groups).transpose(1, 2), torch.float32)
+        return self._ptr(packed, torch.int8), scales, self._ptr(sums, torch.int32)
 
     def _lanes(self, module: Int4Linear) -> tuple[int | None, ...]:
         """An int4 layer's levels, scales and minimums repacked 16 rows to a vector for int8 activations (the

@@ -87,6 +87,8 @@ typedef struct {
     const void *lanes;      /* MAT_I4: the levels of each 16 rows repacked (int4_lanes.h), or NULL */
     const uint16_t *lane_s; /* MAT_I4 with lanes: s and m, (n / 16, k / group, 16) */
     const uint16_t *lane_m;
+    const float *lane_f;    /* MAT_I8A8 with lanes (int8_lanes.h): the scales per group, (n / 16, k / group, 16) */
+    const int32_t *lane_off;/* MAT_I8A8 with lanes: -128 times each block's sum of weights, (n / 16, k / 32, 16) */
 } Mat;
 
 typedef struct {            /* B vectors of k <= kmax values, in every form a product reads */
@@ -220,6 +222,7 @@ INLINE void rows_float(const float *w, int64_t ldw, const int R, int64_t k, cons
 #include "int8_rows.h"
 #include "int4_rows.h"
 #include "int4_lanes.h"
+#include "int8_lanes.h"
 
 /* ------------------------------------------------------------------------------------- a slice of rows */
 
@@ -283,6 +286,10 @@ INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t
 #if HAVE_VNNI
     if (m->kind == MAT_I4 && m->lanes) {  /* the whole 16-row groups (steps of rows start at multiples of 16) */
         for (; n0 % 16 == 0 && n0 + 16 <= n1 && n0 + 16 <= m->n; n0 += 16) rows_i4_lanes(m, n0 / 16, shift, in, B, y, ldy, add);
+    }
+    if (m->kind == MAT_I8A8 && m->lanes) {  /* the same for int8 weights */
+        for (; n0 % 16 == 0 && n0 + 16 <= n1 && n0 + 16 <= m->n; n0 += 16)
+            rows_i8a8_lanes(m, n0 / 16, in, B, y, ldy, add);
     }
 #endif
     for (int64_t i = n0; i < n1; i++) {
