@@ -186,12 +186,8 @@ class NativeStep:
             return Mat(MAT_F32, n, k, 0, self._ptr(weight, f32), None, None, None, bias)
         if type(module) is Int8Linear:
             n, k = module.qweight.shape
-            group = module.group_size  # 0: a scale per row (n,); else per group of columns (n, k / group)
-            if group and (group % BLOCK or k % group or module.weight_scale.shape != (n, k // group)):
-                raise Unsupported(f"an int8 layer of {k} inputs with scales {tuple(module.weight_scale.shape)} in "
-                                  f"groups of {group} (the native step takes groups of a multiple of {BLOCK} dividing "
-                                  "the inputs)")  # fmt: skip
-            q, scale = self._ptr(module.qweight, torch.int8), self._ptr(module.weight_scale, f32)
+            group = module.group_size
+            q, scale = self._int8(module.qweight, module.weight_scale, group)
             kind = MAT_I8A8 if module.activations == "int8" and k % BLOCK == 0 else MAT_I8
             if kind == MAT_I8A8 and n >= LANE_ROWS:
                 packed, lane_f, lane_off = self._int8_lanes(module)
@@ -204,6 +200,17 @@ class NativeStep:
             lanes = self._lanes(module) if kind == MAT_I4 and n >= LANE_ROWS else (None, None, None)
             return Mat(kind, n, k, module.group_size, self._ptr(module.qweight, torch.uint8), None, s, m, bias, *lanes)
         raise Unsupported(f"a {type(module).__name__} layer (the native step multiplies float32, int8 and int4 ones)")
+
+    def _int8(self, qweight: Tensor, scales: Tensor, group: int) -> tuple[int | None, int | None]:
+        """Pointers to an int8 matrix (n, k) and its scales: (n,) with ``group`` 0, else one per ``group`` columns
+        (n, k / group), a multiple of 32 dividing k (anything else: Unsupported)."""
+        n, k = qweight.shape
+        if group and (group % BLOCK or k % group or scales.shape != (n, k // group)):
+            raise Unsupported(
+                f"an int8 layer of {k} inputs with scales {tuple(scales.shape)} in groups of {group} (the native "
+                f"step takes groups of a multiple of {BLOCK} dividing the inputs)"
+            )
+        return self._ptr(qweight, torch.int8), self._ptr(scales, torch.float32)
 
     def _int8_lanes(self, module: Int8Linear) -> tuple[int | None, ...]:
         """An int8 layer with int8 activations repacked 16 rows to a vector (int8_lanes.h): the weights, the scales
@@ -290,11 +297,8 @@ class NativeStep:
             return Mat(), 1.0
         if type(table) is Int8TokenEmbedding:  # the tied int8 W_U's matrix and scales
             n, k = table.qweight.shape
-            group = table.group_size
-            if group and (k % group or table.weight_scale.shape != (n, k // group)):
-                return Mat(), 1.0
-            q, scale = self._ptr(table.qweight, torch.int8), self._ptr(table.weight_scale, torch.float32)
-            return Mat(MAT_I8, n, k, group, q, scale), float(table.scale)
+            q, scale = self._int8(table.qweight, table.weight_scale, table.group_size)
+            return Mat(MAT_I8, n, k, table.group_size, q, scale), float(table.scale)
         plain = type(table) in (TokenEmbedding, nn.Embedding) and table.max_norm is None
         if plain and table.weight.dtype == torch.float32:
             n, k = table.weight.shape

@@ -285,14 +285,15 @@ int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *t
     else
         for (int b = 0; b < B; b++) embed_row(&m->embed, m->embed_scale, tokens[b], x + b * d);
 
+#define THREAD_SCANS(t) ((Scan *)(memory + common + (size_t)(t) * own + own - bscan))  /* the end of t's memory */
     for (int t = 0; argmax && t < threads; t++)  /* each thread's scans of W_U's rows (a thread the team lacks: none) */
-        for (int b = 0; b < B; b++) ((Scan *)(memory + common + (size_t)t * own + own - bscan))[b] = SCAN_NONE;
+        for (int b = 0; b < B; b++) THREAD_SCANS(t)[b] = SCAN_NONE;
 #pragma omp parallel num_threads(threads)
     {
         char *mem = memory + common + (size_t)omp_get_thread_num() * own;
         float *h = (float *)mem, *scores = (float *)(mem + bd), *q = (float *)((char *)scores + bscores);
         Input mine = input_at((char *)q + bq, B, d);
-        Scan *scans = (Scan *)((char *)q + bq + input_bytes(B, d));
+        Scan *scans = THREAD_SCANS(omp_get_thread_num());
         for (int l = 0; l < m->n_layers; l++) {
             const Layer *layer = &m->layers[l];
             Share *ours = shares + (size_t)l * SHARES_PER_LAYER * threads;
@@ -319,11 +320,12 @@ int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *t
     for (int b = 0; argmax && b < (outputs ? n_out : B); b++) {  /* the threads' parts of each row, merged */
         Scan s = SCAN_NONE;
         for (int t = 0; t < threads; t++) {
-            const Scan *part = (const Scan *)(memory + common + (size_t)t * own + own - bscan) + b;
+            const Scan *part = THREAD_SCANS(t) + b;
             if (part->at >= 0) scan_merge(&s, part);  /* a thread that took none of W_U's rows saw nothing */
         }
         argmax[b] = scan_answer(&s);
     }
+#undef THREAD_SCANS
     free(memory), free(shares);
     return 0;
 }

@@ -284,12 +284,11 @@ INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t
         return;
     }
 #if HAVE_VNNI
-    if (m->kind == MAT_I4 && m->lanes) {  /* the whole 16-row groups (steps of rows start at multiples of 16) */
-        for (; n0 % 16 == 0 && n0 + 16 <= n1 && n0 + 16 <= m->n; n0 += 16) rows_i4_lanes(m, n0 / 16, shift, in, B, y, ldy, add);
-    }
-    if (m->kind == MAT_I8A8 && m->lanes) {  /* the same for int8 weights */
-        for (; n0 % 16 == 0 && n0 + 16 <= n1 && n0 + 16 <= m->n; n0 += 16)
-            rows_i8a8_lanes(m, n0 / 16, in, B, y, ldy, add);
+    if (m->lanes) {  /* MAT_I4 or MAT_I8A8: the whole 16-row groups (steps of rows start at multiples of 16) */
+        for (; n0 % 16 == 0 && n0 + 16 <= n1 && n0 + 16 <= m->n; n0 += 16) {
+            if (m->kind == MAT_I4) rows_i4_lanes(m, n0 / 16, shift, in, B, y, ldy, add);
+            else rows_i8a8_lanes(m, n0 / 16, in, B, y, ldy, add);
+        }
     }
 #endif
     for (int64_t i = n0; i < n1; i++) {
