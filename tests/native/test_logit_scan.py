@@ -39,6 +39,7 @@ def test_one_nan_or_infinity_anywhere_is_found(bad: float, column: int) -> None:
         spoiled[row, column] = bad
         assert logit_scan.scan(spoiled)[0] is False
         assert sampling.scan_logits(spoiled) == (False, None)
+        assert torch.equal(sampling.greedy(spoiled), spoiled.argmax(dim=-1))  # torch's answer, NaN rows too
     assert sampling.scan_logits(logits) == (True, None)
 
 

@@ -135,8 +135,10 @@ def finite_picks(logits: Tensor, picks: list[int] | None = None, argmax: bool = 
 
 
 def greedy(logits: Tensor) -> Tensor:
-    """Each row's argmax (B,) of ``logits`` (B, V), the first of equal largest values: T = 0's token."""
-    return cast(Tensor, scan_logits(logits, argmax=True)[1])
+    """Each row's argmax (B,) of ``logits`` (B, V), the first of equal largest values: T = 0's token (torch.argmax's
+    answer for a row with NaN too, where the scan says -1)."""
+    finite, ids = scan_logits(logits, argmax=True)
+    return cast(Tensor, ids) if finite else logits.argmax(dim=-1)
 
 
 def sample_next(

@@ -1,9 +1,6 @@
 """One read of a step's logits in C (``logit_scan.h`` beside this file): whether they are all finite, and each row's
-argmax (greedy decoding's next token), where PyTorch takes two passes, the slower of them ``argmax``.
-
-On SmolLM2's 49,152 logits (2 threads) PyTorch's float64 sum and argmax took 29 + 127 us for one row and
-158 + 416 us for eight, several percent of a decoding step that takes 3-13 ms; the scan reads each row once with
-16-lane vectors.
+argmax (greedy decoding's next token), where PyTorch takes two passes, the slower of them ``argmax`` (timings:
+docs/generation.md, "A decode step in one call"). Each row is read once with 16-lane vectors.
 
 :func:`applies` says whether the library takes the logits: a float32 CPU tensor of contiguous rows (B, V), outside
 torch.compile, with the library built for AVX-512 (as the training kernels: :func:`~qkv.native.kernels.built`).
