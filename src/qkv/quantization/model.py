@@ -200,9 +200,10 @@ def int8_default_group_size(model: nn.Module, scheme: str) -> int:
 def group_sizes(scheme: str, group_size: int | None = None, int8_group_size: int | None = None) -> tuple[int, int]:
     """(the int4 layers' group size, the int8 layers' one) that ``quantize_model``'s arguments ask for.
 
-    ``group_size`` is the scheme's: int4 (default 32) or, for the int8 scheme, the int8 layers' (default 0, a
-    scale per row); ``int8_group_size`` is the int4 scheme's int8 layers' (the unembedding; default 0). Each
-    value is checked by itself here (:func:`check_group_size_fits` checks it against the layers)."""
+    ``group_size`` is the scheme's: int4 (default 32) or, for the int8 scheme, the int8 layers'; ``int8_group_size``
+    is the int4 scheme's int8 layers' (the unembedding). An int8 size not given is 0 here (nothing to check
+    against the layers): :func:`quantize_model` first fills it in for the model (:func:`int8_default_group_size`).
+    Each value is checked by itself here (:func:`check_group_size_fits` checks it against the layers)."""
     if scheme == "int8":
         if group_size is not None and int8_group_size is not None and group_size != int8_group_size:
             raise QkvError(
