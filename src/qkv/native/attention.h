@@ -38,7 +38,18 @@ static inline __attribute__((always_inline)) void attend_heads(const int DK, int
             p[j] = s * scale;
             top = p[j] > top ? p[j] : top;
         }
+#if defined(__AVX512F__)
+        __m512 sums = _mm512_setzero_ps();
+        for (int64_t j = first; j <= last; j += LANES) {
+            const __mmask16 m = lanes_left(last + 1 - j);
+            const __m512 e = exp_lanes(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + j), _mm512_set1_ps(top)));
+            _mm512_mask_storeu_ps(p + j, m, e);
+            sums = _mm512_add_ps(sums, _mm512_maskz_mov_ps(m, e));
+        }
+        total = _mm512_reduce_add_ps(sums);
+#else
         for (int64_t j = first; j <= last; j++) total += p[j] = expf(p[j] - top);
+#endif
         float *o = out + h * d;
         if (DK) {
             vf acc[DK ? DK / LANES : 1];

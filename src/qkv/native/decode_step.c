@@ -104,8 +104,29 @@ static void normalize(const Norm *n, const float *x, float *h, int64_t d) {
     }
 }
 
-/* f = act(f) (or act(g) * f, gated) over entries n0 .. n1-1 of B rows of width ff: one loop per function. */
+/* f = act(f) (or act(g) * f, gated) over entries n0 .. n1-1 of B rows of width ff: one loop per function. With
+   AVX-512, SiLU and both GELUs take 16 entries at a time: silu(v) = v sigmoid(v); GELU's tanh form is
+   0.5 v (1 + tanh(u)) = v sigmoid(2u), u = sqrt(2/pi) (v + 0.044715 v^3); erf by Abramowitz and Stegun's 7.1.26
+   (|error| < 1.5e-7). */
 static void activate_rows(int act, const float *g, float *f, int B, int64_t ff, int64_t n0, int64_t n1) {
+#if defined(__AVX512F__)
+    if (act == ACT_SILU || act == ACT_GELU || act == ACT_GELU_TANH) {
+        for (int b = 0; b < B; b++)
+            for (int64_t i = b * ff + n0; i < b * ff + n1; i += LANES) {
+                const __mmask16 m = lanes_left(b * ff + n1 - i);
+                const __m512 v = _mm512_maskz_loadu_ps(m, g ? g + i : f + i);
+                __m512 a;
+                if (act == ACT_SILU) a = _mm512_mul_ps(v, sigmoid_lanes(v));
+                else if (act == ACT_GELU_TANH) a = _mm512_mul_ps(v, sigmoid_lanes(gelu_tanh_argument(v)));
+                else a = _mm512_mul_ps(_mm512_mul_ps(v, _mm512_set1_ps(0.5f)),
+                                       _mm512_add_ps(_mm512_set1_ps(1.0f), erf_lanes(
+                                           _mm512_mul_ps(v, _mm512_set1_ps(0.70710678118654752f)))));
+                if (g) a = _mm512_mul_ps(a, _mm512_maskz_loadu_ps(m, f + i));
+                _mm512_mask_storeu_ps(f + i, m, a);
+            }
+        return;
+    }
+#endif
 #define ACTIVATE(expression)                                                                                    \
     for (int b = 0; b < B; b++)                                                                               \
         for (int64_t i = b * ff + n0; i < b * ff + n1; i++) {                                                 \

@@ -1,4 +1,4 @@
-/* One read of a step's logits before a token is chosen (included by decode_step.c after swiglu.h, whose lanes_left it
+/* One read of a step's logits before a token is chosen (included by decode_step.c with vectors.h, whose lanes_left it
    uses): by the step itself, on each share of W_U's rows while its logits are in the cache of the thread that made
    them, or afterwards (qkv_scan_logits, qkv.native.logit_scan). Per row z of n logits:
 

@@ -12,31 +12,12 @@
        m' = max(m, max_j s_j),   l = l e^(m - m') + sum_j e^(s_j - m'),   o = o e^(m - m') + sum_j e^(s_j - m') v_j,
 
    and finally o / l. The scores of a block are 8 x 32 sums of d products each: the keys are transposed first (d, Tk)
-   per key/value head, so 32 keys' entries c lie in two vectors, each multiplied by a query's entry c. e^x is a
-   polynomial of degree 6 on x - n ln 2 times 2^n: within 3 units in the last place of e^x rounded to float32
-   (2.3e-7 relative) for every float32 x in [-87, 0]. Without AVX-512 the function returns 1 and the caller uses
-   PyTorch. */
+   per key/value head, so 32 keys' entries c lie in two vectors, each multiplied by a query's entry c. e^x is
+   vectors.h's exp_lanes. Without AVX-512 the function returns 1 and the caller uses PyTorch. */
 
 #if defined(__AVX512F__)
 #define PA_ROWS 8   /* queries of a tile */
 #define PA_KEYS 32  /* keys of a block: two vectors of scores per query */
-
-/* e^x for each lane, x <= 0 (lanes below -87 give e^-87, about 1.6e-38: nothing beside a row's largest weight, 1) */
-static inline __m512 exp_lanes(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);  /* ln 2 in two parts: r = x - n ln 2 */
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
 
 /* The lanes of keys j0 .. j0 + 15 that the query at position p sees: first <= j <= p (p < tk: the keys exist). */
 static inline __mmask16 seen(int64_t j0, int64_t p, int64_t first) {

@@ -1,4 +1,4 @@
-/* RMSNorm and its gradients, each in one pass over the rows (included by decode_step.c after swiglu.h, whose
+/* RMSNorm and its gradients, each in one pass over the rows (included by decode_step.c with vectors.h, whose
    lanes_left it uses; qkv.native.rms_norm calls it for a training step's norms). Per row x of d numbers, with the
    gain g and r = 1 / sqrt(mean(x^2) + eps):
 

@@ -1,5 +1,5 @@
 /* Rotary position embedding of a training step's queries or keys, and its gradient, each in one pass (included by
-   decode_step.c after swiglu.h, whose lanes_left it uses; qkv.native.rotary calls it). Each row x of d numbers, at
+   decode_step.c with vectors.h, whose lanes_left it uses; qkv.native.rotary calls it). Each row x of d numbers, at
    position t, splits into halves x1, x2 (h = d / 2 each) that rotate by the position's angles:
 
        y1 = x1 c1 + x2 s1,   y2 = x2 c2 + x1 s2,    (c, s) = (cos, sin_signed) at t: s1 = -sin, s2 = sin

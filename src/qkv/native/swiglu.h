@@ -1,5 +1,5 @@
 /* SwiGLU's gate, h = silu(g) * u with silu(g) = g sigmoid(g), and its gradients, each in one pass over the rows
-   (included by decode_step.c after prompt_attention.h, whose exp_lanes it uses; qkv.native.swiglu calls it for a
+   (included by decode_step.c; its exponentials are vectors.h's exp_lanes; qkv.native.swiglu calls it for a
    training step's gated feed-forward). With s = sigmoid(g) = 1 / (1 + e^-g) and dh = dL/dh:
 
        dL/du = dh g s,    dL/dg = dh u s (1 + g (1 - s))
@@ -9,15 +9,32 @@
    functions return 1 and the caller uses PyTorch. */
 
 #if defined(__AVX512F__)
-/* The lanes of a vector that hold numbers when `left` of them remain: all 16, or the first `left`. */
-static inline __mmask16 lanes_left(int64_t left) {
-    return left >= LANES ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
-}
-
 static inline __m512 sigmoid_lanes(__m512 g) {
     /* e^-g for any g: exp_lanes clamps below at -87 (g > 87: s = 1) and gives +inf above 88 (g < -88: s = 0) */
     const __m512 one = _mm512_set1_ps(1.0f);
     return _mm512_div_ps(one, _mm512_add_ps(one, exp_lanes(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+}
+
+/* 2u for GELU's tanh form, u = sqrt(2/pi) (v + 0.044715 v^3): tanh(u) = 2 sigmoid(2u) - 1. */
+static inline __m512 gelu_tanh_argument(__m512 v) {
+    const __m512 v3 = _mm512_mul_ps(_mm512_mul_ps(v, v), v);
+    return _mm512_mul_ps(_mm512_set1_ps(2.0f * 0.79788456080286536f),
+                         _mm512_add_ps(v, _mm512_mul_ps(_mm512_set1_ps(0.044715f), v3)));
+}
+
+/* erf(x) = sign(x) (1 - t (a1 + t (a2 + ... + t a5)) e^-x^2), t = 1 / (1 + p |x|) (Abramowitz and Stegun 7.1.26). */
+static inline __m512 erf_lanes(__m512 x) {
+    const __m512 ax = _mm512_abs_ps(x);
+    const __m512 t = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_fmadd_ps(_mm512_set1_ps(0.3275911f), ax,
+                                                                          _mm512_set1_ps(1.0f)));
+    __m512 p = _mm512_set1_ps(1.061405429f);
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.453152027f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.421413741f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.284496736f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.254829592f));
+    const __m512 e = exp_lanes(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(ax, ax)));
+    const __m512 y = _mm512_fnmadd_ps(_mm512_mul_ps(p, t), e, _mm512_set1_ps(1.0f));
+    return _mm512_or_ps(y, _mm512_and_ps(x, _mm512_set1_ps(-0.0f)));  /* x's sign */
 }
 #endif
 
