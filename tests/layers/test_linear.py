@@ -34,6 +34,7 @@ def spy(monkeypatch) -> list[str]:
 @pytest.mark.parametrize("bias", [True, False])
 def test_split_product_equals_f_linear(threads, monkeypatch, n_threads, n_out, leading, bias) -> None:
     threads(n_threads)
+    monkeypatch.setattr(linear_module, "MKL_ON_INTEL", False)  # one vector too takes the split path
     calls = spy(monkeypatch)
     torch.manual_seed(0)
     weight = torch.randn(n_out, 256)
@@ -58,6 +59,40 @@ def test_the_split_path_is_only_for_few_vectors_without_gradients(threads, monke
     with torch.no_grad():
         linear(torch.randn(1, 256), weight, b)  # one thread: nothing to split across
     assert not taken
+
+
+@pytest.mark.parametrize("mkl_on_intel", [True, False])
+def test_one_vector_goes_to_mkls_kernel_on_intel_and_the_split_path_elsewhere(
+    threads, monkeypatch, mkl_on_intel
+) -> None:
+    threads(2)
+    monkeypatch.setattr(linear_module, "MKL_ON_INTEL", mkl_on_intel)
+    taken = spy(monkeypatch)
+    weight, b, x = torch.randn(1027, 256), torch.randn(1027), torch.randn(1, 1, 256)
+    with torch.no_grad():
+        out = linear(x, weight, b)
+        linear(torch.randn(2, 256), weight, b)  # two vectors: the split path on any CPU
+    torch.testing.assert_close(out, F.linear(x, weight, b), atol=1e-4, rtol=1e-5)
+    assert taken.count("baddbmm") == (1 if mkl_on_intel else 2)
+
+
+def test_mkl_on_intel_is_read_from_the_cpus_vendor(monkeypatch, tmp_path) -> None:
+    import builtins
+
+    for vendor, expected in (("GenuineIntel", True), ("AuthenticAMD", False)):
+        info = tmp_path / vendor
+        info.write_text(f"processor\t: 0\nvendor_id\t: {vendor}\nflags\t\t: fpu\n")
+        real_open = builtins.open
+        monkeypatch.setattr(
+            builtins,
+            "open",
+            lambda path, *a, _i=info, _o=real_open, **k: _o(_i if path == "/proc/cpuinfo" else path, *a, **k),
+        )
+        monkeypatch.setattr(linear_module.torch.backends.mkl, "is_available", lambda: True)
+        assert linear_module._mkl_on_intel() is expected
+        monkeypatch.setattr(linear_module.torch.backends.mkl, "is_available", lambda: False)
+        assert linear_module._mkl_on_intel() is False
+        monkeypatch.setattr(builtins, "open", real_open)
 
 
 def test_linear_module_keeps_nn_linear_names_and_gradients() -> None:

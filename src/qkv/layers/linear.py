@@ -7,18 +7,19 @@ speed is how fast the matrix streams from memory. Written as a batched matmul ov
 into one block per thread, every core reads at once (the measurements behind this choice are in
 docs/generation.md, "Matrix-vector products on the CPU").
 
-:func:`linear` takes the batched path on the CPU, without gradients, for at most :data:`FEW_ROWS` input
-vectors and a matrix of at least :data:`LARGE_MATRIX` weights. Inside :func:`onednn_rows` (the decoding
-engine's steps, the server's batch), 2 to :data:`BATCH_ROWS` float32 vectors (a decoding batch, beams
-included) go to oneDNN's linear instead (``torch.ops.mkldnn._linear_pointwise``), on a copy of the matrix
-reordered once into oneDNN's blocked layout (:func:`packed_weight`), which multiplies a few rows faster than
-the plain matrix, MKL's GEMM or the batched path, and up to a few hundred rows faster than MKL's GEMM
-(measured in docs/generation.md, "Products of a few rows"). The copy is made on first use and kept while the
-weight lives and is not changed in place: the float32 bytes of the matrices a batch multiplies, once more
+:func:`linear` takes the batched path on the CPU, without gradients, for at most :data:`FEW_ROWS` input vectors
+and a matrix of at least :data:`LARGE_MATRIX` weights, except one vector where torch's products are MKL's on an
+Intel CPU: there MKL's own matrix-vector kernel reads with every thread, faster still. Inside :func:`onednn_rows`
+(the decoding engine's steps, the server's batch), 2 to :data:`BATCH_ROWS` float32 vectors (a decoding batch,
+beams included) go to oneDNN's linear instead (``torch.ops.mkldnn._linear_pointwise``), on a copy of the matrix
+reordered once into oneDNN's blocked layout (:func:`packed_weight`), which multiplies a few rows faster than the
+plain matrix, MKL's GEMM or the batched path, and up to a few hundred rows faster than MKL's GEMM (measured in
+docs/generation.md, "Products of a few rows"). The copy is made on first use and kept while the weight lives and
+is not changed in place: the float32 bytes of the matrices a batch multiplies, once more
 (:func:`use_packed_weights` turns the copies off). Two rows go through as four (two of zeros), which oneDNN
 blocks better. Each output is the same dot product either way; only the rounding of the sum may differ.
-``bench/pretrained.py`` measures the effect on whole-model generation against Hugging Face ``transformers``
-and CTranslate2.
+``bench/pretrained.py`` measures the effect on whole-model generation against Hugging Face ``transformers`` and
+CTranslate2.
 """
 
 from __future__ import annotations
@@ -36,6 +37,22 @@ from torch import Tensor, nn
 FEW_ROWS = 16  # input vectors (tokens x sequences); beyond this the product is arithmetic-bound
 BATCH_ROWS = 256  # inside onednn_rows(): oneDNN's packed product beats MKL's GEMM up to here
 LARGE_MATRIX = 1 << 18  # 1 MB of float32: smaller matrices stay in cache and gain nothing
+
+
+def _mkl_on_intel() -> bool:
+    """Whether torch's products are MKL's on an Intel CPU, where its matrix-vector kernel streams a matrix with every
+    thread (2.2-2.6x the batched path's speed on a 2-core Emerald Rapids, docs/generation.md). On other CPUs MKL
+    takes generic code paths, and one vector goes through the batched path."""
+    if not torch.backends.mkl.is_available():
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("vendor_id") and "GenuineIntel" in line for line in f)
+    except OSError:
+        return False
+
+
+MKL_ON_INTEL = _mkl_on_intel()  # read once: a constant of a compiled graph
 
 
 @torch.compiler.assume_constant_result
@@ -72,7 +89,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         matrix = packed_weight(weight) if _packing_on else weight
         out = torch.ops.mkldnn._linear_pointwise(x2, matrix, bias, "none", [], "")[:rows]
         return out.view(*x.shape[:-1], n_out)  # (rows, n_out) -> (..., n_out)
-    if blocks < 2 or rows > FEW_ROWS:
+    if blocks < 2 or rows > FEW_ROWS or (rows == 1 and MKL_ON_INTEL):
         return F.linear(x, weight, bias)
     per_block = n_out // blocks
     split = blocks * per_block  # rows of W in the blocks; the n_out % blocks left over go through one mm
