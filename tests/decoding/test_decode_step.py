@@ -31,7 +31,8 @@ def _projections(model) -> list[torch.nn.Module]:
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("masked", [False, True])
-def test_gpt_step_gives_the_forward_logits_at_every_position(variant: dict, masked: bool) -> None:
+@pytest.mark.parametrize("pool", [False, True])  # the layers' caches as views, or the pool written through itself
+def test_gpt_step_gives_the_forward_logits_at_every_position(variant: dict, masked: bool, pool: bool) -> None:
     torch.manual_seed(0)
     config = GPTConfig(vocab_size=40, d_model=32, n_heads=4, n_layers=2, context_length=24, init_std=0.3, **variant)
     model = GPT(config).double().eval()
@@ -40,7 +41,7 @@ def test_gpt_step_gives_the_forward_logits_at_every_position(variant: dict, mask
         expected = model(ids)  # (B, T, V)
         cache = model.new_cache(16)
         buffer = cache.allocate(3, 4, 8, dtype=torch.float64, device=torch.device("cpu"))
-        projections, kv = _projections(model), buffer.unbind(0)
+        projections, kv = _projections(model), buffer if pool else buffer.unbind(0)
         for t in range(12):
             n_keys = None if masked else t + 1
             logits = gpt_step(model, projections, ids[:, t], torch.tensor([t]), kv, n_keys)  # (B, V)
@@ -49,8 +50,9 @@ def test_gpt_step_gives_the_forward_logits_at_every_position(variant: dict, mask
 
 @pytest.mark.parametrize("variant", VARIANTS[:3])
 @pytest.mark.parametrize(("group", "masked"), [(1, False), (3, False), (3, True)])
+@pytest.mark.parametrize("pool", [False, True])
 def test_transformer_step_gives_the_decoder_logits_with_beams_sharing_their_source(
-    variant: dict, group: int, masked: bool
+    variant: dict, group: int, masked: bool, pool: bool
 ) -> None:
     torch.manual_seed(0)
     config = TransformerConfig(
@@ -76,7 +78,8 @@ def test_transformer_step_gives_the_decoder_logits_with_beams_sharing_their_sour
         cross = cross_attention_keys(model, memory, padding, group=group, pad_to=16 if masked else None, fixed=masked)
         assert cross.keys[0].shape == (2, 4, 16 if masked else 7, 8)  # per sentence, not per beam
         cache = model.new_cache(12)
-        kv = cache.allocate(2 * group, 4, 8, dtype=torch.float64, device=torch.device("cpu")).unbind(0)
+        buffer = cache.allocate(2 * group, 4, 8, dtype=torch.float64, device=torch.device("cpu"))
+        kv = buffer if pool else buffer.unbind(0)
         projections = _projections(model)
         for t in range(9):
             n_keys = None if masked else t + 1
@@ -121,8 +124,9 @@ def _per_row_model(kind: str) -> GPT:
 
 @pytest.mark.parametrize("kind", ["learned", "rope", "llama"])
 @pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("pool", [False, True])
 def test_a_step_with_a_position_per_row_gives_each_row_the_forward_logits_at_its_own_position(
-    kind: str, masked: bool
+    kind: str, masked: bool, pool: bool
 ) -> None:
     """Continuous batching: three texts started at different times step together, each at its own position,
     over cache rows that hold another text's leftovers past that position (which the mask must hide)."""
@@ -140,7 +144,7 @@ def test_a_step_with_a_position_per_row_gives_each_row_the_forward_logits_at_its
             kv = buffer[:, row : row + 1].unbind(0)
             for t in range(start):
                 gpt_step(model, projections, ids[row : row + 1, t], torch.tensor([t]), kv, t + 1)
-        kv = buffer.unbind(0)
+        kv = buffer if pool else buffer.unbind(0)
         for step in range(8):
             position = torch.tensor([start + step for start in starts])  # (B,)
             n_keys = None if masked else int(position.max()) + 1

@@ -18,7 +18,9 @@ matrix products, and with the same shapes at every position:
 - W_q, W_k, W_v run as one product (:func:`qkv.layers.fused.fuse_linears`) of width d_model + 2 h_kv d_k,
   whose output holds q, then k and v, head by head: its last 2 h_kv d_k values, viewed as
   (B, 2, h_kv, 1, d_k), are written into the cache (:meth:`qkv.layers.kv_cache.KVCache.allocate`, laid
-  out (B, 2, h_kv, L, d_k) per layer) with one ``index_copy_``, no reshape or transpose;
+  out (B, 2, h_kv, L, d_k) per layer) with one ``index_copy_``, no reshape or transpose; given the whole pool
+  instead (:class:`PoolLayer`, as :class:`qkv.decoding.fast_step.FastStep` gives it), with one ``index_put_`` on
+  the pool itself, which ``torch.compile`` does in place (a write through a layer's view made it copy the pool);
 - with grouped-query attention (h_kv < h key/value heads) q is viewed as (B, h_kv, h / h_kv, d_k): the
   query heads that share a key/value head become that head's h / h_kv "positions", so one ordinary
   attention call serves them all and no key or value is copied per query head;
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -116,19 +118,27 @@ def embed_step(embedding: InputEmbedding, token_ids: Tensor, position: Tensor) -
     return x
 
 
+class PoolLayer(NamedTuple):
+    """Layer ``layer`` of the whole KV pool (n_layers, B, 2, h_kv, L, d_k), written through the pool itself."""
+
+    pool: Tensor
+    layer: int
+
+
 def self_attention_step(
     h: Tensor,
     attn: MultiHeadAttention,
     projection: nn.Module,
-    kv: Tensor,
+    kv: Tensor | PoolLayer,
     position: Tensor,
     n_keys: int | None,
     mask: Tensor | None,
     rotary: tuple[Tensor, Tensor] | None,
 ) -> Tensor:
     """Causal self-attention of one new token per row. ``h`` (B, d_model); ``kv`` (B, 2, h_kv, L, d_k) is
-    this layer's cache, written at ``position`` (1,) or at each row's own position (B,); ``projection``
-    computes [q, k, v] in one product; ``rotary`` is (cos, sin), each (1 or B, 1, 1, d_k)."""
+    this layer's cache, or a :class:`PoolLayer` of the whole pool, written at ``position`` (1,) or at each row's
+    own position (B,); ``projection`` computes [q, k, v] in one product; ``rotary`` is
+    (cos, sin), each (1 or B, 1, 1, d_k)."""
     batch, d_model = h.shape[0], attn.d_model
     qkv = projection(h)  # (B, d_model + 2 h_kv d_k)
     q = qkv[:, :d_model].view(batch, attn.n_kv_heads, attn.group, attn.head_dim)  # (B, h_kv, h / h_kv, d_k)
@@ -136,7 +146,10 @@ def self_attention_step(
     keys = new_kv[:, 0] if rotary is None else apply_rotary(new_kv[:, 0], *rotary)  # (B, h_kv, 1, d_k)
     if rotary is not None:
         q = apply_rotary(q, *rotary)  # every query head of the token at p: the same angles
-    if position.numel() > 1:  # row b at its own position p[b]: kv[b, :, :, p[b]] = its key and value
+    if isinstance(kv, PoolLayer):  # one write into the whole pool (below), then this layer's part read
+        _write_into_pool(kv.pool, kv.layer, position, keys[:, :, 0], new_kv[:, 1, :, 0])
+        kv = kv.pool[kv.layer]
+    elif position.numel() > 1:  # row b at its own position p[b]: kv[b, :, :, p[b]] = its key and value
         rows = torch.arange(batch, device=kv.device)
         kv[rows, 0, :, position] = keys[:, :, 0]  # (B, h_kv, d_k)
         kv[rows, 1, :, position] = new_kv[:, 1, :, 0]
@@ -148,6 +161,24 @@ def self_attention_step(
     keys, values = (kv if n_keys is None else kv[:, :, :, :n_keys]).unbind(1)  # (B, h_kv, L or n_keys, d_k)
     out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, h_kv, h / h_kv, d_k)
     return attn.out_proj(out.reshape(batch, d_model))  # heads side by side: (B, d_model)
+
+
+def _write_into_pool(pool: Tensor, layer: int, position: Tensor, keys: Tensor, values: Tensor) -> None:
+    """pool[layer, b, :, :, p[b]] = (key, value) of row b, (B, h_kv, d_k) each, by one ``index_put_`` on the pool
+    itself. Under ``torch.compile`` a write through a view of a graph input (``pool.unbind(0)[layer]``) becomes a
+    copy of the whole pool (functionalization rebuilds the base from the written view), 30 layers x 30 copies of
+    SmolLM2's pool a step; a write into the input itself is done in place."""
+    batch, h_kv = keys.shape[0], keys.shape[1]
+    device = pool.device
+    rows = torch.arange(batch, device=device)[:, None, None]  # indices broadcast to (B, 2, h_kv)
+    index = (
+        torch.full((1, 1, 1), layer, device=device),
+        rows,
+        torch.arange(2, device=device)[None, :, None],
+        torch.arange(h_kv, device=device)[None, None, :],
+        position.expand(batch)[:, None, None],
+    )
+    pool.index_put_(index, torch.stack((keys, values), 1))  # (B, 2, h_kv, d_k)
 
 
 def cross_attention_step(
@@ -173,14 +204,16 @@ def decoder_stack_step(
     stack: DecoderStack,
     projections: Sequence[nn.Module],
     x: Tensor,
-    kv: Sequence[Tensor],
+    kv: Sequence[Tensor] | Tensor,
     position: Tensor,
     n_keys: int | None,
     rotary: tuple[Tensor, Tensor] | None,
     cross: CrossAttention | None,
 ) -> Tensor:
-    """The decoder blocks and the final norm for one token per row: (B, d_model) -> (B, d_model)."""
+    """The decoder blocks and the final norm for one token per row: (B, d_model) -> (B, d_model). ``kv``: each
+    layer's cache, or the whole pool (n_layers, B, 2, h_kv, L, d_k), each layer written through it."""
     masks: dict[int | None, Tensor | None] = {}  # one per attention window (None: plain causal)
+    pool = kv if isinstance(kv, Tensor) else None  # the whole pool (n_layers, B, 2, h_kv, L, d_k)
     for i, block in enumerate(decoder_blocks(stack)):
         window = block.self_attn.window
         if window not in masks:
@@ -191,7 +224,7 @@ def decoder_stack_step(
             self_attention_step,
             block.self_attn,
             projections[i],
-            kv[i],
+            kv[i] if pool is None else PoolLayer(pool, i),
             position,
             n_keys,
             masks[window],
@@ -240,7 +273,7 @@ def gpt_step(
     projections: Sequence[nn.Module],
     token_ids: Tensor,
     position: Tensor,
-    kv: Sequence[Tensor],
+    kv: Sequence[Tensor] | Tensor,
     n_keys: int | None = None,
 ) -> Tensor:
     """Next-token logits (B, vocab_size) of a GPT for new tokens (B,) at ``position`` (1,), or each row at
@@ -256,7 +289,7 @@ def transformer_step(
     projections: Sequence[nn.Module],
     token_ids: Tensor,
     position: Tensor,
-    kv: Sequence[Tensor],
+    kv: Sequence[Tensor] | Tensor,
     cross: CrossAttention,
     n_keys: int | None = None,
 ) -> Tensor:

@@ -131,12 +131,13 @@ class FastStep:
         if cross is None and token_ids.device.type == "cpu" and isinstance(self._native, NativeStep):
             positions = position.expand(token_ids.shape[0])  # one position per row
             return native_decode_step(token_ids, positions, buffer, self._native.handle)  # the step as one op
-        kv = buffer.unbind(0)
+        # the pool itself, not its layers as views: written in place under torch.compile (decode_step._write_into_pool)
         if cross is None:
-            return gpt_step(cast(GPT, self.model), self.projections, token_ids, position, kv, n_keys)  # "causal"
+            return gpt_step(cast(GPT, self.model), self.projections, token_ids, position, buffer, n_keys)  # "causal"
         keys, values, mask, empty = cross
         state = CrossAttention(keys, values, mask, group, empty)
-        return transformer_step(cast(Transformer, self.model), self.projections, token_ids, position, kv, state, n_keys)
+        model = cast(Transformer, self.model)
+        return transformer_step(model, self.projections, token_ids, position, buffer, state, n_keys)
 
     def native(self) -> NativeStep | str:
         """The model's step in C (:mod:`qkv.decoding.native_step`), or the sentence saying why there is none."""
