@@ -18,7 +18,6 @@ from qkv.decoding.fast_step import fast_step_for, resolve_step
 from qkv.decoding.native_step import int8_in_bfloat16, native_product
 from qkv.errors import QkvError
 from qkv.models import GPT, GPTConfig, LlamaConfig
-from qkv.models.config import ACTIVATIONS
 from qkv.models.llama import Llama
 from qkv.quantization import Int4Linear, Int8Linear, quantize_model, set_activations
 from qkv.quantization.activation_blocks import round_blocks
@@ -228,41 +227,6 @@ def test_the_native_step_computes_the_python_steps_numbers(name: str, scheme: st
     scale, tolerance = theirs.abs().max().item(), 3e-2 if scheme in ROUNDED else 1e-2 if in_bfloat16 else 2e-5
     assert (ours.double() - theirs).abs().max().item() <= tolerance * scale
     assert torch.allclose(cache.double(), theirs_cache, atol=tolerance * 10, rtol=tolerance)  # keys, values
-
-
-@pytest.mark.parametrize("feed_forward", ["mlp", "glu"])
-@pytest.mark.parametrize("activation", ACTIVATIONS)
-def test_every_activation_in_the_c_step_is_pytorchs(activation: str, feed_forward: str) -> None:
-    """SiLU and both GELUs are computed 16 at a time in C (sigmoid by exp_lanes, erf by a polynomial); the rest one
-    at a time. Weights of std 1 put the activations' inputs far into both tails (|v| up to ~20), and a width of 72
-    leaves a part-filled vector at the end of each row. The float32 step keeps within float32's rounding."""
-    torch.manual_seed(5)
-    config = GPTConfig(
-        vocab_size=61, d_model=32, n_heads=2, d_ff=72, n_layers=1, context_length=16, positional="rope",
-        activation=activation, feed_forward=feed_forward, init_std=1.0,
-    )  # fmt: skip
-    model = GPT(config).eval()
-    reference = float64_reference(model)
-    cache = torch.randn(1, 2, 2, 2, 16, 16)
-    tokens, positions = torch.tensor([5, 60]), torch.tensor([0, 9])
-    with torch.no_grad():
-        theirs = gpt_step(reference, fast_step_for(reference).projections, tokens, positions, cache.double().unbind(0))
-        ours = fast_step_for(model).native()(tokens, positions, cache)
-    assert (ours.double() - theirs).abs().max().item() <= 2e-6 * theirs.abs().max().item()  # seen: 1.7-3.5e-7
-
-
-def test_the_c_step_looks_the_tokens_up_where_no_positional_table_is_added() -> None:
-    """W_E's rows (float32, or the tied int8 matrix per row or in groups) are read by the C step itself; a model
-    with learned positions embeds in Python. Either way the numbers are the test above's; here, who does it."""
-    for name, in_c in (("rope, gated", True), ("rope, scaled embeddings", True), ("learned positions", False)):
-        for scheme in ("float32", "int8", "int8 g32", "int4"):
-            step = fast_step_for(make(name, scheme)).native()
-            assert bool(step.struct.embed.n) == in_c, (name, scheme)
-    step = fast_step_for(make("rope, gated", "int8")).native()
-    cache = torch.zeros(2, 1, 2, 2, 16, 16)
-    for bad in (97, -1):
-        with pytest.raises(IndexError, match=r"token ids \[\d+, -?\d+\] are not all in the vocabulary of 97"):
-            step(torch.tensor([3, bad]), torch.tensor([0, 0]), cache.expand(2, 2, 2, 2, 16, 16).contiguous())
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])

@@ -5,7 +5,8 @@ many small blocks (SmolLM2-135M: 30 blocks of width 576) dispatching them costs 
 :mod:`qkv.native`'s ``decode_step.c`` computes the same step (norms, W_q W_k W_v as one product, RoPE, the cache
 write, attention over the cache, W_o, the feed-forward plain or gated, the final norm, W_U) in one call with one
 parallel region. The embedding lookup too, where the token table is float32 or int8 (a tied int8 W_U, per row or
-in groups) and there is no positional table (Llama, Qwen2, Mistral); otherwise it stays here (:func:`embed_step`).
+in groups), with the rows of a learned or sinusoidal positional table added (GPT-2); otherwise it stays here
+(:func:`embed_step`).
 
 :func:`describe` turns a model into the C structs (``Model``, ``Layer``, ``Mat``, ``Norm``: pointers into the
 model's own tensors, kept alive by the :class:`NativeStep`), or says why it cannot:
@@ -42,6 +43,7 @@ from qkv.decoding.decode_step import decoder_blocks, embed_step
 from qkv.layers.embedding import TokenEmbedding, Unembedding
 from qkv.layers.feedforward import ACTIVATION_FUNCTIONS, FeedForward, GatedFeedForward
 from qkv.layers.linear import Linear
+from qkv.layers.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from qkv.quantization.int4_linear import Int4Linear, unpack_nibbles
 from qkv.quantization.int8_embedding import Int8TokenEmbedding
 from qkv.quantization.int8_linear import Int8Linear
@@ -77,7 +79,7 @@ class Model(ctypes.Structure):
     _fields_ = [(name, ctypes.c_int32) for name in ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim",
                                                      "d_ff", "vocab", "act", "rope", "rope_len")]  # fmt: skip
     _fields_ += [("cos", P), ("sin", P), ("final_norm", Norm), ("unembed", Mat), ("layers", ctypes.POINTER(Layer)),
-                 ("embed", Mat), ("embed_scale", ctypes.c_float)]  # fmt: skip
+                 ("embed", Mat), ("embed_scale", ctypes.c_float), ("positions", P)]  # fmt: skip
 
 
 _handles = itertools.count()
@@ -132,7 +134,7 @@ class NativeStep:
             raise ValueError(f"{batch} tokens need {batch} positions and slots")
         pairs = slots.tolist(), positions.tolist()
         if (
-            max(pairs[1]) >= min(length, self.rope_len)
+            max(pairs[1]) >= min(length, self.position_limit)
             or min(pairs[1]) < 0
             or not 0 <= min(pairs[0]) <= max(pairs[0]) < kv.shape[1]
         ):
@@ -281,7 +283,7 @@ class NativeStep:
         self._keep.append(layers)
         rotary = model.rotary
         tables = None if rotary is None else (cast(Tensor, rotary.cos), cast(Tensor, rotary.sin))  # buffers (L, d_k)
-        self.rope_len = tables[0].shape[0] if tables is not None else 1 << 62
+        self.position_limit = tables[0].shape[0] if tables is not None else 1 << 62  # and a positional table's
         cos, sin = (self._ptr(tables[0], torch.float32), self._ptr(tables[1], torch.float32)) if tables else (0, 0)
         d_ff = blocks[0].feed_forward.linear1.out_features if len(blocks) else 0
         return Model(len(blocks), config.d_model, config.n_heads, config.n_kv_heads, config.head_dim, d_ff,
@@ -289,21 +291,28 @@ class NativeStep:
                      tables[0].shape[0] if tables else 0, cos, sin, self._norm(model.decoder.final_norm),
                      self._mat(model.unembedding), layers, *self._embedding(model.embedding))  # fmt: skip
 
-    def _embedding(self, embedding: nn.Module) -> tuple[Mat, float]:
-        """W_E for the C step to look tokens up in, and its scale; an empty Mat where the lookup stays in Python
-        (a positional table to add, or a token embedding of another kind)."""
+    def _embedding(self, embedding: nn.Module) -> tuple[Mat, float, int | None]:
+        """W_E for the C step to look tokens up in, its scale, and the positional table it adds (learned or
+        sinusoidal rows, float32; None: none); an empty Mat where the lookup stays in Python (a token embedding of
+        another kind, or positions without a float32 table)."""
         table = embedding.token_embedding
-        if embedding.positional_encoding is not None:
-            return Mat(), 1.0
+        positional, positions = embedding.positional_encoding, None
+        if positional is not None:
+            rows = {LearnedPositionalEncoding: "weight", SinusoidalPositionalEncoding: "table"}.get(type(positional))
+            tensor = getattr(positional, rows) if rows else None
+            if not isinstance(tensor, Tensor) or tensor.dtype != torch.float32:
+                return Mat(), 1.0, None
+            positions, self.position_limit = self._ptr(tensor, torch.float32), min(self.position_limit, len(tensor))
         if type(table) is Int8TokenEmbedding:  # the tied int8 W_U's matrix and scales
             n, k = table.qweight.shape
             q, scale = self._int8(table.qweight, table.weight_scale, table.group_size)
-            return Mat(MAT_I8, n, k, table.group_size, q, scale), float(table.scale)
-        plain = type(table) in (TokenEmbedding, nn.Embedding) and table.max_norm is None
-        if plain and table.weight.dtype == torch.float32:
-            n, k = table.weight.shape
-            return Mat(MAT_F32, n, k, 0, self._ptr(table.weight, torch.float32)), float(getattr(table, "scale", 1.0))
-        return Mat(), 1.0
+            return Mat(MAT_I8, n, k, table.group_size, q, scale), float(table.scale), positions
+        plain = cast(nn.Embedding, table) if type(table) in (TokenEmbedding, nn.Embedding) else None
+        if plain is not None and plain.max_norm is None and plain.weight.dtype == torch.float32:
+            n, k = plain.weight.shape
+            weight = self._ptr(plain.weight, torch.float32)
+            return Mat(MAT_F32, n, k, 0, weight), float(getattr(plain, "scale", 1.0)), positions
+        return Mat(), 1.0, None
 
 
 @torch.library.custom_op("qkv::native_decode_step", mutates_args=("kv",), device_types="cpu")

@@ -66,6 +66,8 @@ typedef struct {
     Mat embed;                     /* W_E (vocab, d_model): MAT_F32, or MAT_I8 with scales per row or group; n == 0:
                                       the caller embeds the tokens (positions, other tables) */
     float embed_scale;             /* each row times this (sqrt(d_model) for the paper's scaled embeddings, else 1) */
+    const float *positions;        /* a table added to the embedded rows, (positions, d_model): row pos[b] (GPT-2's
+                                      learned positions); NULL: none */
 } Model;
 
 /* x = W_E[token] * scale, as the embedding modules compute it: int8 levels times their row's or group's scale
@@ -83,18 +85,26 @@ static void embed_row(const Mat *e, float scale, int64_t token, float *x) {
         for (int64_t j = 0; j < d; j++) x[j] *= scale;
 }
 
+/* sum_j (x_j - shift) (squares 0) or sum_j (x_j - shift)^2 (squares 1): 16 chains of sums, then the rest. */
+static float row_sum(const float *x, int64_t d, float shift, int squares) {
+    vf acc = {0};
+    int64_t j = 0;
+    for (; j + LANES <= d; j += LANES) {
+        const vf v = load_f(x + j) - shift;
+        acc = squares ? fmadd(v, v, acc) : acc + v;
+    }
+    float sum = hsum(acc);
+    for (; j < d; j++) sum += squares ? (x[j] - shift) * (x[j] - shift) : x[j] - shift;
+    return sum;
+}
+
 static void normalize(const Norm *n, const float *x, float *h, int64_t d) {
     if (n->kind == NORM_NONE) {
         memcpy(h, x, d * sizeof *x);
         return;
     }
-    float mean = 0.0f;
-    if (n->kind == NORM_LAYER) {
-        for (int64_t j = 0; j < d; j++) mean += x[j];
-        mean /= (float)d;
-    }
-    float sq = 0.0f;
-    for (int64_t j = 0; j < d; j++) sq += (x[j] - mean) * (x[j] - mean);
+    const float mean = n->kind == NORM_LAYER ? row_sum(x, d, 0.0f, 0) / (float)d : 0.0f;
+    const float sq = row_sum(x, d, mean, 1);
     float inv = 1.0f / sqrtf(sq / (float)d + n->eps);
     for (int64_t j = 0; j < d; j++) {
         float v = (x[j] - mean) * inv;
@@ -304,7 +314,11 @@ int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *t
     if (x0)
         memcpy(x, x0, (size_t)B * d * sizeof(float));
     else
-        for (int b = 0; b < B; b++) embed_row(&m->embed, m->embed_scale, tokens[b], x + b * d);
+        for (int b = 0; b < B; b++) {
+            embed_row(&m->embed, m->embed_scale, tokens[b], x + b * d);
+            if (m->positions)
+                for (int64_t j = 0; j < d; j++) x[b * d + j] += m->positions[pos[b] * d + j];
+        }
 
 #define THREAD_SCANS(t) ((Scan *)(memory + common + (size_t)(t) * own + own - bscan))  /* the end of t's memory */
     for (int t = 0; argmax && t < threads; t++)  /* each thread's scans of W_U's rows (a thread the team lacks: none) */
