@@ -72,3 +72,23 @@ def test_a_positional_tables_row_is_added_in_c_as_pytorch_adds_it(positional: st
         theirs = gpt_step(reference, fast_step_for(reference).projections, tokens, positions, cache.double().unbind(0))
         ours = step(tokens, positions, cache)
     assert (ours.double() - theirs).abs().max().item() <= 2e-6 * theirs.abs().max().item()
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_a_width_that_is_not_a_multiple_of_16_is_normed_to_its_last_value(norm: str) -> None:
+    """The norms sum 16 values at a time, then the rest one by one: a width of 40 leaves 8 of them."""
+    torch.manual_seed(2)
+    config = GPTConfig(vocab_size=61, d_model=40, n_heads=2, n_layers=1, context_length=16, positional="rope",
+                       norm=norm, init_std=0.5)  # fmt: skip
+    model = GPT(config).eval()
+    with torch.no_grad():
+        for param_name, p in model.named_parameters():  # gains and biases other than 1 and 0
+            if param_name.endswith(("norm.weight", "bias")):
+                p.uniform_(0.5, 1.5)
+    reference = float64_reference(model)
+    cache = torch.randn(1, 2, 2, 2, 16, 20)
+    tokens, positions = torch.tensor([5, 60]), torch.tensor([3, 15])
+    with torch.no_grad():
+        theirs = gpt_step(reference, fast_step_for(reference).projections, tokens, positions, cache.double().unbind(0))
+        ours = fast_step_for(model).native()(tokens, positions, cache)
+    assert (ours.double() - theirs).abs().max().item() <= 2e-6 * theirs.abs().max().item()
