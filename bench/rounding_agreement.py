@@ -1,6 +1,6 @@
 """How much of SmolLM2's next-token agreement each rounding costs alone: the weights rounded to int8 (per row, or
 per block of 32 as llama.cpp's Q8_0), and each linear layer's input x rounded to bfloat16 or to int8 or 16-bit
-integers in blocks of 32 (as W8A8, W4A8 and llama.cpp's Q8 products round it to int8).
+integers in blocks of 32 (as W8A8, W4A8 and llama.cpp's Q8 products round it to int8), and to int8 in smaller blocks.
 
     python bench/rounding_agreement.py                # 4 windows of 512 tokens (about a minute on 2 cores)
     python bench/rounding_agreement.py --windows 1 --length 64    # a quick look
@@ -48,6 +48,18 @@ def inputs_int16_blocks(x: torch.Tensor) -> torch.Tensor:
     return torch.where(step > 0, (blocks / step).round() * step, blocks).reshape(x.shape)
 
 
+def inputs_int8_blocks_of(size: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """x rounded to int8 in blocks of ``size`` (32: what :func:`round_blocks` does), each on its own step max|x| / 127:
+    smaller blocks, less of a block spoiled by one large value, more scales to apply (no qkv kernel does this)."""
+
+    def rounding(x: torch.Tensor) -> torch.Tensor:
+        blocks = x.reshape(*x.shape[:-1], -1, size)
+        step = blocks.abs().amax(-1, keepdim=True) / 127
+        return torch.where(step > 0, (blocks / step).round() * step, blocks).reshape(x.shape)
+
+    return rounding
+
+
 def inputs_bfloat16(x: torch.Tensor) -> torch.Tensor:
     return x.bfloat16().float()
 
@@ -63,6 +75,9 @@ CASES: list[tuple[str, str, Rounding, Rounding]] = [
     ("int8 blocks of 32", "bfloat16", weights_int8_blocks, inputs_bfloat16),
     ("int8 blocks of 32", "int8 blocks of 32", weights_int8_blocks, round_blocks),
     ("int8 blocks of 32", "16-bit blocks of 32", weights_int8_blocks, inputs_int16_blocks),
+    ("float32", "int8 blocks of 16", None, inputs_int8_blocks_of(16)),
+    ("int8 blocks of 32", "int8 blocks of 16", weights_int8_blocks, inputs_int8_blocks_of(16)),
+    ("int8 blocks of 32", "int8 blocks of 8", weights_int8_blocks, inputs_int8_blocks_of(8)),
 ]
 
 

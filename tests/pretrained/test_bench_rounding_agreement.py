@@ -27,7 +27,7 @@ def test_each_rounding_gets_its_agreement(smollm2, monkeypatch, capsys) -> None:
         torch.set_num_threads(threads)
     out = capsys.readouterr().out
     rows = {(w, x): float(p) for w, x, p in re.findall(r"\| ([^|]+?) \| ([^|]+?) \| ([\d.]+)% \|", out)}
-    assert len(rows) == 10, out
+    assert len(rows) == 13, out
     assert all(0 <= p <= 100 for p in rows.values()), out
     assert rows[("float32", "16-bit blocks of 32")] >= rows[("float32", "int8 blocks of 32")], out
     assert rows[("float32", "16-bit blocks of 32")] > 90, out  # 47 positions: a rounding of 2^-15 moves few
