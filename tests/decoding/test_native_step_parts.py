@@ -13,6 +13,18 @@ from qkv.models.config import ACTIVATIONS
 from tests.decoding.test_native_step import _library, float64_reference, make  # noqa: F401 (the autouse fixture)
 
 
+def step_error(model: GPT, head_dim: int, positions: tuple[int, int]) -> float:
+    """The C step's largest difference from the Python step on the float64 arithmetic, relative to the largest
+    logit, for two rows (tokens 5 and 60) at ``positions`` over a random cache of 16 positions."""
+    reference = float64_reference(model)  # before the native step: a model holding one cannot be copied
+    cache = torch.randn(1, 2, 2, 2, 16, head_dim)
+    tokens, at = torch.tensor([5, 60]), torch.tensor(positions)
+    with torch.no_grad():
+        theirs = gpt_step(reference, fast_step_for(reference).projections, tokens, at, cache.double().unbind(0))
+        ours = fast_step_for(model).native()(tokens, at, cache)
+    return (ours.double() - theirs).abs().max().item() / theirs.abs().max().item()
+
+
 @pytest.mark.parametrize("feed_forward", ["mlp", "glu"])
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_every_activation_in_the_c_step_is_pytorchs(activation: str, feed_forward: str) -> None:
@@ -24,14 +36,7 @@ def test_every_activation_in_the_c_step_is_pytorchs(activation: str, feed_forwar
         vocab_size=61, d_model=32, n_heads=2, d_ff=72, n_layers=1, context_length=16, positional="rope",
         activation=activation, feed_forward=feed_forward, init_std=1.0,
     )  # fmt: skip
-    model = GPT(config).eval()
-    reference = float64_reference(model)
-    cache = torch.randn(1, 2, 2, 2, 16, 16)
-    tokens, positions = torch.tensor([5, 60]), torch.tensor([0, 9])
-    with torch.no_grad():
-        theirs = gpt_step(reference, fast_step_for(reference).projections, tokens, positions, cache.double().unbind(0))
-        ours = fast_step_for(model).native()(tokens, positions, cache)
-    assert (ours.double() - theirs).abs().max().item() <= 2e-6 * theirs.abs().max().item()  # seen: 1.7-3.5e-7
+    assert step_error(GPT(config).eval(), 16, (0, 9)) <= 2e-6  # seen: 1.7-3.5e-7
 
 
 def test_the_c_step_looks_the_tokens_up_and_adds_a_positional_tables_row() -> None:
@@ -63,15 +68,8 @@ def test_a_positional_tables_row_is_added_in_c_as_pytorch_adds_it(positional: st
     model = GPT(config).eval()
     if positional == "learned":  # rows other than zeros
         torch.nn.init.normal_(model.embedding.positional_encoding.weight)
-    reference = float64_reference(model)
-    step = fast_step_for(model).native()
-    assert step.struct.positions
-    cache = torch.randn(1, 2, 2, 2, 16, 16)
-    tokens, positions = torch.tensor([5, 60]), torch.tensor([3, 15])
-    with torch.no_grad():
-        theirs = gpt_step(reference, fast_step_for(reference).projections, tokens, positions, cache.double().unbind(0))
-        ours = step(tokens, positions, cache)
-    assert (ours.double() - theirs).abs().max().item() <= 2e-6 * theirs.abs().max().item()
+    assert step_error(model, 16, (3, 15)) <= 2e-6
+    assert fast_step_for(model).native().struct.positions  # added in C
 
 
 @pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
@@ -85,10 +83,4 @@ def test_a_width_that_is_not_a_multiple_of_16_is_normed_to_its_last_value(norm: 
         for param_name, p in model.named_parameters():  # gains and biases other than 1 and 0
             if param_name.endswith(("norm.weight", "bias")):
                 p.uniform_(0.5, 1.5)
-    reference = float64_reference(model)
-    cache = torch.randn(1, 2, 2, 2, 16, 20)
-    tokens, positions = torch.tensor([5, 60]), torch.tensor([3, 15])
-    with torch.no_grad():
-        theirs = gpt_step(reference, fast_step_for(reference).projections, tokens, positions, cache.double().unbind(0))
-        ours = fast_step_for(model).native()(tokens, positions, cache)
-    assert (ours.double() - theirs).abs().max().item() <= 2e-6 * theirs.abs().max().item()
+    assert step_error(model, 20, (3, 15)) <= 2e-6
