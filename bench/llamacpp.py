@@ -127,7 +127,9 @@ def speed(qkv: Peer, llama: Peer, files: dict, prompts: list[list[int]], long: l
     widths = [("qkv", w) for w, _ in pairs if w] + [("llama.cpp", k) for k in dict.fromkeys(k for _, k in pairs)]
     runs: dict = {}
     for r in range(args.rounds):
-        runs.setdefault("read GB/s", []).append(qkv.ask(op="bandwidth")["gbps"])
+        read = qkv.ask(op="bandwidth")
+        runs.setdefault("read GB/s", []).append(read["gbps"])
+        runs["read with"] = read["kind"]
         for batch in (1, 8):
             for engine, width in widths if r % 2 == 0 else widths[::-1]:
                 peer, key = (qkv, "width") if engine == "qkv" else (llama, "file")
@@ -160,13 +162,14 @@ def speed_table(runs: dict, pairs: list) -> list[str]:
 
 def bandwidth_line(runs: dict, weight_bytes: int, threads: int) -> str:
     """fp32's batch-1 step against the memory: the bytes of its weights (each read once a token) times its tokens/s,
-    as a share of what the same threads read alone (torch.sum of 512 MiB, each round)."""
+    as a share of what the same threads read alone (512 MiB read by bench/read_memory.c's loop, or torch.sum without
+    a C compiler, each round: qkv_peer.read_bandwidth)."""
     streamed = weight_bytes * statistics.median(runs[("qkv", "fp32", 1)]["rates"]) / 1e9
-    plain = statistics.median(runs["read GB/s"])
+    plain, reader = statistics.median(runs["read GB/s"]), runs.get("read with", "torch.sum")
     return (
         f"\nfp32 at batch 1 reads {weight_bytes / 1e6:.0f} MB of weights a token: {streamed:.1f} GB/s, "
-        f"{streamed / plain:.0%} of a plain read's {spread(runs['read GB/s'])} GB/s (torch.sum of 512 MiB, {threads} "
-        "threads)"
+        f"{streamed / plain:.0%} of a plain read's {spread(runs['read GB/s'])} GB/s ({reader} over 512 MiB, "
+        f"{threads} threads)"
     )
 
 
@@ -237,7 +240,9 @@ def main(argv: list[str] | None = None) -> None:
         same = agreement(runs[("qkv", "fp32", 8)]["ids"], runs[("llama.cpp", "F32", 8)]["ids"])
         print(f"\ngreedy tokens, qkv fp32 vs llama.cpp F32 at batch 8: {same:.1%} equal; qkv's step: "
               f"{runs[('qkv', 'fp32', 1)]['mode']}")  # fmt: skip
-        report["speed"] = {" ".join(map(str, key)): value["rates"] for key, value in runs.items() if key != "read GB/s"}
+        report["speed"] = {
+            " ".join(map(str, key)): value["rates"] for key, value in runs.items() if isinstance(key, tuple)
+        }
         report["read GB/s"] = runs["read GB/s"]
     if args.only != "speed":
         lines = quality(qkv, llama, files, windows, pairs)
