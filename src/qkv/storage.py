@@ -46,8 +46,11 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 
 
 def _model_kind(model: nn.Module) -> str:
+    """The kind a qkv model's config names ("gpt", ...); any other module's class name."""
+    from qkv.models.config import ModelConfig  # qkv.models reads and writes through this module
+
     config = getattr(model, "config", None)
-    return getattr(config, "kind", type(model).__name__)
+    return config.kind if isinstance(config, ModelConfig) else type(model).__name__
 
 
 def shared_groups(state: dict[str, Tensor]) -> list[list[str]]:

@@ -108,6 +108,7 @@ def test_a_models_head_equals_its_own_weights_and_its_layer_output(gpt, layer: i
     name = f"decoder.blocks.{layer}.self_attn"
     np.testing.assert_allclose(e.weights, acts[f"{name}.weights"][0, head].double().numpy(), atol=1e-6)
     assert e.model_difference < 1e-6 and e.causal and e.query == 6
+    assert any(" after LayerNorm times" in n for n in e.notes) and not any("RoPE" in n for n in e.notes)
     np.testing.assert_allclose(e.queries, acts[f"{name}.q"][0, head].double().numpy())
     np.testing.assert_allclose(e.embeddings, acts["embedding.tokens"][0].double().numpy())
     np.testing.assert_allclose(e.positions + e.embeddings, acts["embedding.output"][0].double().numpy(), atol=1e-6)
@@ -132,6 +133,9 @@ def test_a_translators_cross_attention_has_target_queries_and_source_keys(transl
     e = explain_model(translator, "the fox", part="cross", layer=1, head=1, target="over")
     assert e.query_tokens == ["<bos>", "o", "v", "e", "r"] and e.key_tokens == ["t", "h", "e", "␣", "f", "o", "x"]
     assert e.weights.shape == (5, 7) and not e.causal and e.model_difference < 1e-6
+    # post-LN: Q reads the block's input itself
+    self_attention = explain_model(translator, "the fox", part="decoder", layer=1, target="over")
+    assert any("the output of block 0 times" in n for n in self_attention.notes)
     with pytest.raises(QkvError, match="no causal mask"):
         explain_model(translator, "the fox", part="cross", causal=True, target="over")
 

@@ -71,6 +71,8 @@ def test_explain_one_head(llama) -> None:
     e = explain_model(llama, TEXT, layer=1, head=3)
     assert e.model_difference < 1e-5  # the recomputed weights are the model's own
     assert e.embeddings.shape == (len(TEXT), 32) and e.positions is None  # rotary: no position vectors added
+    assert any("through RoPE" in n for n in e.notes)
+    assert any("block 0 after RMSNorm times" in n for n in e.notes)  # pre-norm, and Llama's norm by its name
 
 
 def test_next_token_is_the_models_last_distribution(llama) -> None:

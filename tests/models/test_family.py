@@ -144,3 +144,38 @@ def test_the_encoder_says_what_its_first_block_reads():
     assert note is not None and "as in BERT" in (note(config.replace(embedding_norm=True)) or "")
     assert note(config) is None
     assert all(f.embedding_note is None for n, f in families().items() if n != "encoder")
+
+
+VARIANTS = [{}, {"positional": "rope"}, {"positional": "sinusoidal", "norm_first": False}, {"norm": "rmsnorm"},
+            {"positional": "none"}]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(families()))
+@pytest.mark.parametrize("variant", range(len(VARIANTS)))
+def test_the_description_of_positions_and_norms_is_what_the_model_builds(name, variant):
+    """context_length, positions and block_input_norm, read from a config, against the modules it builds."""
+    from qkv.layers.positional import LearnedPositionalEncoding, RotaryEmbedding, SinusoidalPositionalEncoding
+
+    family = families()[name]
+    config = small_config(family)
+    fields = {f.name for f in dataclasses.fields(family.config)}
+    changes = {k: v for k, v in VARIANTS[variant].items() if k in fields}
+    if name == "llama" and "positional" in changes or (variant and not changes):
+        pytest.skip("this family's config has no such choice")
+    config = dataclasses.replace(config, **changes)
+    modules = list(build_model(config).modules())
+    kinds = {"rope": RotaryEmbedding, "learned": LearnedPositionalEncoding, "sinusoidal": SinusoidalPositionalEncoding}
+    built = [p for p, kind in kinds.items() if any(isinstance(m, kind) for m in modules)]
+    assert built == ([] if family.positions(config) == "none" else [family.positions(config)])
+    assert family.has("positions") or family.positions(config) == "none"
+    tables = [m for m in modules if isinstance(m, (LearnedPositionalEncoding, SinusoidalPositionalEncoding))]
+    for table in tables:  # a table has a row for every position of the context
+        rows = table.weight if isinstance(table, LearnedPositionalEncoding) else table.table
+        assert rows.shape[0] == family.context_length(config)
+    assert (family.context_length(config) is None) == (name == "word2vec")
+    sublayers = [m for m in modules if hasattr(m, "norm_first") and hasattr(m, "norm")]
+    norm = family.block_input_norm(config)
+    if norm is None:
+        assert all(not m.norm_first for m in sublayers)
+    else:
+        assert sublayers and all(m.norm_first and type(m.norm).__name__.endswith(norm) for m in sublayers)

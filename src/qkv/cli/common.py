@@ -157,6 +157,6 @@ def check_answer_tokens(bundle: ModelBundle, target: str, token: str | None, foi
     ids = {what: one_token(vocabulary, text, what=what) for what, text in given if text is not None}
     if len(ids) == 2 and ids["--token"] == ids["--foil"]:
         raise QkvError("--foil is the same token as --token: give two different tokens")
-    limit = getattr(bundle.config, "context_length", None)
+    limit = family.context_length(bundle.config)
     if target and limit is not None and len(vocabulary.encode(target)) + 1 > limit:
         raise QkvError(f"--target is longer than the model's {limit} positions: shorten it")

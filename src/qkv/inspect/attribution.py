@@ -159,7 +159,7 @@ class _Readout:
             u_bias = float(b[target] - (b[foil] if foil is not None else 0.0))
         norm = final_norm(model)
         self.centre = isinstance(norm, nn.LayerNorm)  # LayerNorm subtracts the mean; RMSNorm does not
-        self.layer_norm = self.centre or type(norm).__name__ == "RMSNorm"  # nn.RMSNorm or qkv's own
+        self.layer_norm = self.centre or isinstance(norm, nn.RMSNorm)  # qkv's RMSNorm is an nn.RMSNorm
         if self.layer_norm:
             x = final_stream.double()
             x = x - x.mean() if self.centre else x

@@ -203,7 +203,7 @@ def positional_table(bundle: ModelBundle | None, *, length: int = 64, d_model: i
     encoding = cast(nn.Module, module.positional_encoding)
     limit = getattr(encoding, "max_len", None) or length
     length = min(length, limit)
-    positional = getattr(bundle.config, "positional", "none")
+    positional = family.positions(bundle.config)
     width = cast(nn.Embedding, module.token_embedding).embedding_dim  # d_model
     if positional == "sinusoidal":
         table = cast(Tensor, encoding.table)[:length]

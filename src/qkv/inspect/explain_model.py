@@ -107,11 +107,11 @@ def _add_notes(explanation: Explanation, bundle: ModelBundle, traced: Trace, spe
         )
     if window is not None and len(explanation.key_tokens) > window:
         notes.append(f"The model slides a window of {window} positions: each token sees the last {window} only.")
-    if getattr(bundle.config, "positional", "") == "rope":
-        notes.append("Positions enter through RoPE: Q and K are rotated by their position's angle (no PE is added).")
-    pre_ln = getattr(bundle.config, "norm_first", False)
-    source = "the embeddings" if layer == 0 else f"the output of block {layer - 1}"
     family = family_of(bundle.model)
+    if family.positions(bundle.config) == "rope":
+        notes.append("Positions enter through RoPE: Q and K are rotated by their position's angle (no PE is added).")
+    input_norm = family.block_input_norm(bundle.config)
+    source = "the embeddings" if layer == 0 else f"the output of block {layer - 1}"
     note = family.embedding_note(bundle.config) if family.embedding_note is not None else None
     if layer == 0 and note is not None:
         source = note
@@ -123,5 +123,5 @@ def _add_notes(explanation: Explanation, bundle: ModelBundle, traced: Trace, spe
             f"K, V = the encoder output (memory) times W_k, W_v; {columns}."
         )
     else:
-        after = " after LayerNorm" if pre_ln else ""
+        after = f" after {input_norm}" if input_norm else ""
         notes.append(f"Q, K, V = {source}{after} times this layer's W_q, W_k, W_v (+ bias), {columns}.")

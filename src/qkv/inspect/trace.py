@@ -146,10 +146,10 @@ def _parts(family: Family, acts: dict[str, Tensor]) -> dict[str, Part]:
 
 
 def context_length(config: ModelConfig) -> int:
-    """The positions ``config``'s model attends over: every family with a context has ``context_length``
-    (Word2Vec has none, and every view that reads a text refuses it first)."""
-    length = getattr(config, "context_length", None)
-    assert isinstance(length, int), f"a {config.kind} model has no context length"
+    """The positions ``config``'s model attends over, as its family describes them (Word2Vec has none, and every
+    view that reads a text refuses it first)."""
+    length = family_of(config).context_length(config)
+    assert length is not None, f"a {config.kind} model has no context length"
     return length
 
 

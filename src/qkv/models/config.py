@@ -19,6 +19,7 @@ from qkv.errors import QkvError
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu", "relu2")
 POSITIONALS = ("sinusoidal", "learned", "rope", "none")
 NORMS = ("layernorm", "rmsnorm")
+NORM_TITLES = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}  # how the views name them
 FEED_FORWARDS = ("mlp", "glu")
 
 

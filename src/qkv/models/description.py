@@ -131,6 +131,12 @@ class Family:
     # The projections `qkv train --lora` may adapt, by their PEFT names, and those it adapts by default (PEFT's).
     lora_targets: dict[str, LoRATarget] = field(default_factory=dict)
     lora_default: tuple[str, ...] = ()
+    # What a config says of its model's positions and norms, for the checks and views that read a text: the
+    # positions it attends over; how positions enter ("rope", "learned", "sinusoidal", "none"); the norm each
+    # block applies to its input ("LayerNorm", "RMSNorm"; None when post-LN). None: the family has no such thing.
+    context: Callable[[Any], int] | None = None
+    positional: Callable[[Any], str] | None = None
+    input_norm: Callable[[Any], str | None] | None = None
 
     def __post_init__(self) -> None:
         if self.decode_step not in (None, *DECODE_STEPS):
@@ -161,6 +167,21 @@ class Family:
         if "self-attention heads" not in self.capabilities:
             return ()
         return tuple(self.streams)
+
+    def context_length(self, config: Any) -> int | None:
+        """The positions a model of ``config`` attends over; None for a family without a context (Word2Vec)."""
+        return self.context(config) if self.context is not None else None
+
+    def positions(self, config: Any) -> str:
+        """How positions enter a model of ``config``: "rope", "learned", "sinusoidal", or "none" (its GRUs read the
+        tokens in order, or it reads no sequence)."""
+        return self.positional(config) if self.positional is not None else "none"
+
+    def block_input_norm(self, config: Any) -> str | None:
+        """The norm each block of a model of ``config`` applies to its input before attention ("LayerNorm" in
+        GPT-2's pre-LN, "RMSNorm" in Llama's); None when blocks normalise their output (the paper's post-LN) or
+        the family has no such blocks."""
+        return self.input_norm(config) if self.input_norm is not None else None
 
     def side(self, part: str) -> str:
         """The token stream that ``part``'s positions are: "target" for a translator's decoder, which reads

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from qkv.models.config import NORM_TITLES
 from qkv.models.description import ENCODER, Family
 from qkv.models.encoder import huggingface
 from qkv.models.encoder.config import EncoderConfig
@@ -34,4 +35,7 @@ FAMILY = Family(
     hf_architectures=("BertModel", "BertForMaskedLM"),
     hf_model_types=("bert",),
     hf_conversion=huggingface,
+    context=lambda config: config.context_length,
+    positional=lambda config: config.positional,
+    input_norm=lambda config: NORM_TITLES[config.norm] if config.norm_first else None,
 )

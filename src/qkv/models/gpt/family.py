@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from qkv.models.config import NORM_TITLES
 from qkv.models.description import LANGUAGE_MODEL, Family, LoRATarget
 from qkv.models.gpt import gguf, huggingface
 from qkv.models.gpt.config import GPTConfig
@@ -39,4 +40,7 @@ FAMILY = Family(
     gguf=gguf,
     lora_targets=LORA_TARGETS,
     lora_default=("c_attn",),
+    context=lambda config: config.context_length,
+    positional=lambda config: config.positional,
+    input_norm=lambda config: NORM_TITLES[config.norm] if config.norm_first else None,
 )

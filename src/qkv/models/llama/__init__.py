@@ -26,7 +26,8 @@ To add a family:
 7. ``family.py``: its description, ``FAMILY``, a :class:`~qkv.models.description.Family`: role,
    capabilities the views may use, streams, ``decode_step`` (the fast step of :mod:`qkv.decoding` that may
    run it, or None), presets, ``train_defaults``, the Hugging Face architectures and model types and the
-   conversion module, and its ``gguf`` module. Llama: ``replace(GPT's FAMILY, ...)`` with what differs.
+   conversion module, its ``gguf`` module, and how a config says its context, positions and block norm
+   (``context``, ``positional``, ``input_norm``). Llama: ``replace(GPT's FAMILY, ...)`` with what differs.
 8. One line in :data:`qkv.models.family.ROOMS` (the one place that lists the families) and the re-exports
    in :mod:`qkv.models`.
 9. Tests in ``tests/models/<family>/``: the config, the model against a reference we did not write

@@ -36,4 +36,5 @@ FAMILY = Family(
     # the recipe it trains best with: AdamW throughout (docs/rnnsearch.md)
     train_defaults=dict(preset="rnnsearch-small", optimizer="adamw"),
     summary=summary,
+    context=lambda config: config.context_length,
 )

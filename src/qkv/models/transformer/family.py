@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from qkv.models.config import NORM_TITLES
 from qkv.models.description import TRANSLATOR, Family
 from qkv.models.transformer import huggingface
 from qkv.models.transformer.config import TransformerConfig
@@ -42,4 +43,7 @@ FAMILY = Family(
     hf_architectures=("MarianMTModel",),
     hf_model_types=("marian",),
     hf_conversion=huggingface,
+    context=lambda config: config.context_length,
+    positional=lambda config: config.positional,
+    input_norm=lambda config: NORM_TITLES[config.norm] if config.norm_first else None,
 )
