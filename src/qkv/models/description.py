@@ -135,6 +135,7 @@ class Family:
     # positions it attends over; how positions enter ("rope", "learned", "sinusoidal", "none"); the norm each
     # block applies to its input ("LayerNorm", "RMSNorm"; None when post-LN). None: the family has no such thing.
     context: Callable[[Any], int] | None = None
+    width: Callable[[Any], int] = lambda config: config.d_model  # the vectors it passes (the paper's d_model)
     positional: Callable[[Any], str] | None = None
     input_norm: Callable[[Any], str | None] | None = None
 
@@ -171,6 +172,11 @@ class Family:
     def context_length(self, config: Any) -> int | None:
         """The positions a model of ``config`` attends over; None for a family without a context (Word2Vec)."""
         return self.context(config) if self.context is not None else None
+
+    def model_width(self, config: Any) -> int:
+        """The width of the vectors a model of ``config`` passes from layer to layer: d_model, or RNNSearch's GRU
+        state (the paper's learning-rate schedule scales by its inverse square root)."""
+        return self.width(config)
 
     def positions(self, config: Any) -> str:
         """How positions enter a model of ``config``: "rope", "learned", "sinusoidal", or "none" (its GRUs read the

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from qkv.errors import QkvError
 from qkv.models.eval_mode import eval_mode
+from qkv.models.family import family_of
 from qkv.training.checkpoint import all_finite, latest_checkpoint, load_training_checkpoint, save_training_checkpoint
 from qkv.training.config import TrainConfig
 from qkv.training.device import Precision
@@ -79,6 +80,7 @@ class Trainer:
         evaluate_first: bool = False,
     ) -> None:
         self.model, self.task, self.config = model, task, config
+        self.width = family_of(model).model_width(model.config)  # d_model, which the paper's schedule scales by
         # What a checkpoint holds: the model, or (LoRA) a module of the trained adapters alone.
         self.checkpointed = model if checkpointed is None else checkpointed
         self.evaluate_first = evaluate_first  # fine-tuning: the validation loss before the first step
@@ -171,7 +173,6 @@ class Trainer:
     def _set_lr(self) -> float:
         cfg = self.config
         assert cfg.min_lr is not None  # TrainConfig.__post_init__ sets lr / 10 for none
-        d_model = getattr(getattr(self.model, "config", None), "d_model", 512)
         lr = learning_rate(
             self.state.step,
             schedule=cfg.schedule,
@@ -179,7 +180,7 @@ class Trainer:
             min_lr=cfg.min_lr,
             warmup=cfg.warmup_steps if self.state.schedule_warmup is None else self.state.schedule_warmup,
             total=self.state.schedule_steps or cfg.steps,
-            d_model=d_model,
+            d_model=self.width,
         )
         for group in self.optimizer.param_groups:
             group["lr"] = lr * group.get("lr_scale", 1.0)  # Muon's groups run at a larger rate than AdamW's

@@ -84,3 +84,16 @@ def test_rnnsearch_trains_with_the_same_trainer_and_resumes_exactly(tmp_path) ->
     a = load_file(str(latest_checkpoint(whole.run_dir) / "model.safetensors"))
     b = load_file(str(latest_checkpoint(config.out_dir) / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_papers_schedule_scales_by_each_familys_width(tmp_path) -> None:
+    """noam: lr = scale d^-0.5 min(n^-0.5, n warmup^-1.5), d the family's width (RNNSearch: its GRU state)."""
+    from qkv.training.schedule import noam
+
+    rnn = {"d_embedding": 16, "d_hidden": 12, "d_attention": 8, "d_readout": 16}
+    for name, arch, model, width in (("t", "transformer", {}, 32), ("r", "rnnsearch", rnn, 12)):
+        extra = {"model": model} if model else {}
+        config = tiny(tmp_path, name, arch=arch, schedule="noam", lr=1.0, steps=3, eval_interval=3, **extra)
+        run = train_translator(config, quiet=True).run_dir
+        rates = [r["lr"] for r in read_metrics(run) if "lr" in r]
+        assert rates and rates == [noam(s, d_model=width, warmup=2) for s in range(len(rates))]

@@ -37,4 +37,5 @@ FAMILY = Family(
     train_defaults=dict(preset="rnnsearch-small", optimizer="adamw"),
     summary=summary,
     context=lambda config: config.context_length,
+    width=lambda config: config.d_hidden,  # the GRU state the decoder passes
 )
