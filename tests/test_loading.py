@@ -76,6 +76,13 @@ def test_a_quantized_folder_and_quantizing_as_it_loads(tmp_path, tokenizer, gpt)
     assert quantization_scheme(load(tmp_path / "float", quantize="int4").model) == "int4"
     with pytest.raises(QkvError, match="'int3' is not a quantization scheme"):
         load(tmp_path / "float", quantize="int3")
+    rows = load(tmp_path / "float", quantize="int8", group_size=0).model.decoder.blocks[0].self_attn.query
+    groups = load(tmp_path / "float", quantize="int8").model.decoder.blocks[0].self_attn.query
+    assert (rows.group_size, groups.group_size) == (0, 32) and rows.weight_scale.shape == (32,)
+    with pytest.raises(QkvError, match="group_size=32 is for quantizing on load: add quantize="):
+        load(tmp_path / "float", group_size=32)
+    with pytest.raises(QkvError, match="int8 group size 20"):
+        load(tmp_path / "float", quantize="int8", group_size=20)
 
 
 def test_activations_set_every_int8_and_int4_layer_and_need_one(tmp_path, tokenizer, gpt) -> None:

@@ -46,6 +46,7 @@ class AdapterConfig:
     base: str
     settings: LoRASettings
     base_quantization: str | None = None  # "int8": the base the adapters were trained over (train_config.json)
+    base_group_size: int | None = None  # its int8 scales' group (0: per row; None: not recorded, the default)
 
 
 def is_adapter_dir(directory: str | Path) -> bool:
@@ -110,16 +111,20 @@ def read_adapter_config(directory: str | Path) -> AdapterConfig:
         )
     except (TypeError, ValueError) as error:
         raise QkvError(f"{path} is damaged ({error}): save the adapter again") from None
-    return AdapterConfig(base, settings, _base_quantization(directory))
+    return AdapterConfig(base, settings, *_base_quantization(directory))
 
 
-def _base_quantization(directory: Path) -> str | None:
-    """The quantization of the base a qkv run trained its adapters over (its train_config.json), if any."""
+def _base_quantization(directory: Path) -> tuple[str | None, int | None]:
+    """The quantization of the base a qkv run trained its adapters over and its group size, as its
+    train_config.json records them (None: a float base, or a run from before qkv recorded the group)."""
     path = directory / TRAIN_CONFIG_FILE
     if not path.is_file():
-        return None
+        return None, None
     train = read_json(path, what="training settings").get("train", {})
-    return train.get("quantize_base") if isinstance(train, dict) else None
+    if not isinstance(train, dict):
+        return None, None
+    group = train.get("base_group_size")
+    return train.get("quantize_base"), group if isinstance(group, int) and not isinstance(group, bool) else None
 
 
 def load_adapter(model: nn.Module, directory: str | Path, *, checkpoint: str | Path | None = None) -> nn.Module:

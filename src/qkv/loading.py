@@ -31,7 +31,7 @@ from qkv.model_dir import CONFIG_FILE, ModelBundle, load_model_dir, read_chat_te
 from qkv.models.lora import has_lora, merge_lora
 from qkv.pretrained.loader import load_pretrained
 from qkv.quantization import check_scheme, is_quantized, quantize_model, set_activations
-from qkv.quantization.model import check_activations
+from qkv.quantization.model import check_activations, group_sizes
 from qkv.run_dir import latest_checkpoint
 from qkv.storage import MODEL_FILE
 
@@ -41,6 +41,7 @@ def load(
     *,
     device: str | torch.device = "cpu",
     quantize: str | None = None,
+    group_size: int | None = None,
     merge_adapters: bool = False,
     dequantize: bool = False,
     activations: str | None = None,
@@ -51,7 +52,8 @@ def load(
     folder written by ``qkv quantize``, a Hugging Face folder (a config.json with a ``model_type``), a GGUF
     file (recognised by its first bytes, :func:`qkv.pretrained.gguf.load_gguf`), or, when online, a Hub name such as
     ``gpt2`` or ``Helsinki-NLP/opus-mt-en-fr``. ``quantize="int8"`` (or "int4")
-    quantizes the loaded weights (:func:`qkv.quantization.quantize_model`). A GGUF file's Q4_0, Q4_1, Q4_K and
+    quantizes the loaded weights (:func:`qkv.quantization.quantize_model`), in groups of ``group_size`` weights
+    (None: the scheme's default; int8's 0 is a scale per row). A GGUF file's Q4_0, Q4_1, Q4_K and
     Q8_0 matrices load as qkv's int4 and int8 layers; ``dequantize=True`` makes every tensor float32 instead. A LoRA
     adapter folder (a ``qkv train --lora`` run, :mod:`qkv.adapter_dir`) opens as its base with the adapters (a GGUF
     base in float32, as it was trained); ``merge_adapters=True`` folds them into the float base instead
@@ -62,13 +64,19 @@ def load(
     device = resolve_device(device, flag="device")  # "banana", or cuda without a GPU: one line, before the load
     if activations is not None:
         check_activations(activations)  # before the load
-        bundle = load(path, device=device, quantize=quantize, merge_adapters=merge_adapters, dequantize=dequantize)
+        bundle = load(
+            path, device=device, quantize=quantize, group_size=group_size, merge_adapters=merge_adapters,
+            dequantize=dequantize,
+        )  # fmt: skip
         return with_activations(bundle, activations, path)
     if quantize is not None:
         check_scheme(quantize)  # before the (slow) load
+        group_sizes(quantize, group_size)  # the size itself (quantize_model checks it against the layers)
         bundle = load(path, device=device, merge_adapters=merge_adapters, dequantize=True)  # from float weights
-        quantize_model(bundle.model, quantize)
+        quantize_model(bundle.model, quantize, group_size=group_size)
         return bundle
+    if group_size is not None:
+        raise QkvError(f"group_size={group_size} is for quantizing on load: add quantize='int8' or 'int4'")
     if not isinstance(path, str | Path) or not str(path).strip():
         raise QkvError(
             f"{path!r} is not a model path: give a run folder, a Hugging Face folder, a .gguf file or a Hub name"
@@ -146,7 +154,9 @@ def _load_lora(folder: Path, device: str | torch.device, *, merge: bool) -> Mode
             f"{folder}'s adapters adapt {base} (adapter_config.json's base_model_name_or_path), which does not "
             "exist: put the base model back there, or write its new path into adapter_config.json"
         )
-    bundle = load(base, device=device, quantize=None if merge else config.base_quantization, dequantize=True)
+    quantize = None if merge else config.base_quantization
+    group_size = config.base_group_size if quantize else None  # as the run trained over (None: the default)
+    bundle = load(base, device=device, quantize=quantize, group_size=group_size, dequantize=True)
     if has_lora(bundle.model):  # the base is itself a LoRA run: its adapters merged into it first
         merge_lora(bundle.model)
     checkpoint = None

@@ -77,6 +77,25 @@ def test_lora_over_an_int8_base_trains(tiny_llama_dir, tmp_path) -> None:
     bundle = qkv.load(result.run_dir)  # reopened over the int8 base, as trained
     layer = bundle.model.decoder.blocks[0].self_attn.query
     assert isinstance(layer, LoRALinear) and isinstance(layer.base, Int8Linear)
+    trained = json.loads((result.run_dir / "train_config.json").read_text())["train"]
+    assert trained["base_group_size"] == layer.base.group_size == 32  # the default, recorded
+
+
+def test_an_int8_base_reopens_with_the_group_size_it_trained_over(tiny_llama_dir, tmp_path) -> None:
+    config = settings(tmp_path, tiny_llama_dir, "rows", quantize_base="int8", base_group_size=0, steps=4)
+    result = train_language_model(config, quiet=True)
+    adapted, merged = qkv.load(result.run_dir), qkv.load(result.run_dir, merge_adapters=True)
+    layer = adapted.model.decoder.blocks[0].self_attn.query
+    assert layer.base.group_size == 0 and layer.base.weight_scale.dim() == 1  # a scale per row, as trained
+    ids = torch.randint(0, merged.config.vocab_size, (1, 12))
+    with torch.no_grad():  # int8 base + adapters against the float base + adapters: close, not equal
+        torch.testing.assert_close(adapted.model(ids), merged.model(ids), atol=0.1, rtol=0.1)
+    # A run from before the group was recorded reopens with the default, 32.
+    path = result.run_dir / "train_config.json"
+    data = json.loads(path.read_text())
+    del data["train"]["base_group_size"]
+    path.write_text(json.dumps(data))
+    assert qkv.load(result.run_dir).model.decoder.blocks[0].self_attn.query.base.group_size == 32
 
 
 def test_full_fine_tuning_saves_the_whole_model_and_its_chat_template(tiny_llama_dir, tmp_path) -> None:
@@ -124,6 +143,8 @@ def test_chat_data_trains_on_the_assistant_tokens(tiny_llama_dir, tmp_path) -> N
         (dict(init_from=None), "--lora, --lora-dropout adapt a pretrained model: add --from MODEL"),
         (dict(lora=0, quantize_base="int8"), "--quantize-base set up LoRA: add --lora RANK"),
         (dict(quantize_base="int4"), "--quantize-base 'int4' is unknown"),
+        (dict(quantize_base="int8", base_group_size=20), "--base-group-size 20 must be 0 .* or a multiple of 32"),
+        (dict(base_group_size=0), "--base-group-size 0 sizes the groups of an int8 base: add --quantize-base int8"),
         (dict(strategy="fsdp"), "--strategy fsdp shards every weight for full fine-tuning"),
         (dict(optimizer="muon"), "LoRA's low-rank factors train with AdamW"),
         (dict(task="translate"), "--from fine-tunes language models"),

@@ -39,6 +39,8 @@ TRAIN_HELP = {
     "v_proj, o_proj, gate_proj, up_proj, down_proj; gpt: c_attn, attn.c_proj, c_fc, mlp.c_proj), or all "
     "(default: q_proj,v_proj; gpt: c_attn)",
     "quantize_base": "LoRA: hold the frozen base in int8 (a quarter of its float memory, as QLoRA)",
+    "base_group_size": "with --quantize-base: a scale per this many weights, or 0 for one per row (default: 32 "
+    "where every layer's width allows; the run records the one it used)",
     "seq_len": "tokens per training sequence (default: the model's context; with --from at most 256)",
     "tokenizer": "char, word or bpe (trained on the data)",
     "vocab_size": "vocabulary size for word/bpe tokenizers",
@@ -94,7 +96,7 @@ TRAIN_HELP = {
 METAVARS = {"init_from": "MODEL", "lora": "RANK", "lora_targets": "NAMES", "quantize_base": "int8"}
 
 # Settings that choose the model a run trains: a resumed run keeps them.
-MODEL_SETTINGS = ("init_from", "lora", "lora_alpha", "lora_targets", "quantize_base")
+MODEL_SETTINGS = ("init_from", "lora", "lora_alpha", "lora_targets", "quantize_base", "base_group_size")
 
 # Flags read by their own function: durations take units.
 FLAG_CONVERT = {"max_time": minutes}
@@ -109,6 +111,7 @@ FLAG_TYPES = {
     "lora_alpha": float,
     "lora_targets": str,
     "quantize_base": str,
+    "base_group_size": int,
     "seq_len": int,
     "out_dir": str,
     "arch": str,

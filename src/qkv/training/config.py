@@ -70,6 +70,7 @@ class TrainConfig:
     lora_dropout: float = 0.0  # dropout on the adapters' input
     lora_targets: str | None = None  # PEFT's names, comma-separated (q_proj,v_proj), or all; default: the family's
     quantize_base: str | None = None  # int8: LoRA over the frozen base in int8 (a quarter of its float memory)
+    base_group_size: int | None = None  # that base's scales: one per this many weights (0: per row); run records it
     seq_len: int | None = None  # tokens per training sequence; default: the context (with --from: at most 256)
     # word2vec
     window: int = 5  # word2vec: context words on each side (a random reduced window 1..window per word)

@@ -29,7 +29,7 @@ FINETUNE_DEFAULTS: dict[str, Any] = dict(
 LORA_DEFAULTS: dict[str, Any] = dict(lr=5e-4)
 DEFAULT_SEQ_LEN = 256  # tokens per sequence with --from unless --seq-len says (a model's context may be 8192)
 BASE_QUANTIZATIONS = ("int8",)
-LORA_FIELDS = ("lora_alpha", "lora_dropout", "lora_targets", "quantize_base")
+LORA_FIELDS = ("lora_alpha", "lora_dropout", "lora_targets", "quantize_base", "base_group_size")
 SHAPE_FIELDS = ("preset", "arch", "tokenizer", "vocab_size")
 
 
@@ -95,6 +95,18 @@ def _check_lora(config: Any) -> None:
             f"{n('quantize_base', config.quantize_base, bad=True)} is unknown: the frozen base can be int8 "
             f"({n('quantize_base', 'int8')})"
         )
+    if config.base_group_size is not None:
+        if config.quantize_base is None:
+            raise QkvError(
+                f"{n('base_group_size', config.base_group_size)} sizes the groups of an int8 base: add "
+                f"{n('quantize_base', 'int8')}"
+            )
+        group = config.base_group_size
+        if isinstance(group, bool) or not isinstance(group, int) or group < 0 or group % 32:
+            raise QkvError(
+                f"{n('base_group_size', group, bad=True)} must be 0 (a scale per row) or a multiple of 32 (32 is "
+                f"GGUF's Q8_0 block): e.g. {n('base_group_size', 32)}"
+            )
     if config.strategy == "fsdp":
         raise QkvError(
             f"{n('strategy', 'fsdp')} shards every weight for full fine-tuning; LoRA's adapters are small: drop "

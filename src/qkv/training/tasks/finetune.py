@@ -32,6 +32,7 @@ from qkv.model_dir import QUANTIZATION_FILE, ModelBundle, save_model_dir
 from qkv.models.family import LANGUAGE_MODEL, family_of
 from qkv.models.gpt import GPTConfig
 from qkv.models.lora import AdapterWeights, LoRASettings, adapted_targets, apply_lora, has_lora, merge_lora
+from qkv.quantization.int8_linear import Int8Linear
 from qkv.training.config import TrainConfig
 from qkv.training.finetune_settings import DEFAULT_SEQ_LEN, lora_alpha, lora_target_names
 from qkv.training.launch import Prepared
@@ -45,8 +46,11 @@ def open_base(config: TrainConfig, device: torch.device) -> ModelBundle:
     """The model to fine-tune, on ``device``: every weight trainable, or (``config.lora``) frozen, in int8 if
     asked, with LoRA adapters added. A LoRA run given as the base has its adapters merged first."""
     assert config.init_from is not None  # fine-tuning is the task of runs given --from
-    bundle = load(config.init_from, device=device, quantize=config.quantize_base, dequantize=True)  # GGUF: float32
+    group = config.base_group_size if config.quantize_base else None
+    bundle = load(config.init_from, device=device, quantize=config.quantize_base, group_size=group, dequantize=True)
     model = bundle.model
+    if config.quantize_base and group is None:  # the run records the default it got, to reopen the same base
+        config.base_group_size = next((m.group_size for m in model.modules() if isinstance(m, Int8Linear)), None)
     family_of(model).require_role(LANGUAGE_MODEL, "--from (fine-tuning)")
     if has_lora(model):
         merge_lora(model)
@@ -82,7 +86,8 @@ def prepare_finetune(
         if config.lora
         else "every weight"
     )
-    base = " over an int8 base" if config.quantize_base else ""
+    scales = f"a scale per {config.base_group_size} weights" if config.base_group_size else "a scale per row"
+    base = f" over an int8 base ({scales})" if config.quantize_base else ""
     return Prepared(
         model,
         task,
