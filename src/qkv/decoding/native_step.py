@@ -283,13 +283,23 @@ class NativeStep:
         self._keep.append(layers)
         rotary = model.rotary
         tables = None if rotary is None else (cast(Tensor, rotary.cos), cast(Tensor, rotary.sin))  # buffers (L, d_k)
-        self.position_limit = tables[0].shape[0] if tables is not None else 1 << 62  # and a positional table's
+        self.position_limit = self._position_limit(model)
         cos, sin = (self._ptr(tables[0], torch.float32), self._ptr(tables[1], torch.float32)) if tables else (0, 0)
         d_ff = blocks[0].feed_forward.linear1.out_features if len(blocks) else 0
         return Model(len(blocks), config.d_model, config.n_heads, config.n_kv_heads, config.head_dim, d_ff,
                      config.vocab_size, ACTIVATIONS[names[0]] if names else 0, int(rotary is not None),
                      tables[0].shape[0] if tables else 0, cos, sin, self._norm(model.decoder.final_norm),
                      self._mat(model.unembedding), layers, *self._embedding(model.embedding))  # fmt: skip
+
+    @staticmethod
+    def _position_limit(model: GPT) -> int:
+        """The positions a step may be asked for: the rows of RoPE's tables and of a positional table (no limit
+        without either), checked in Python before C could read past them."""
+        limits = [cast(Tensor, model.rotary.cos).shape[0]] if model.rotary is not None else []
+        positional = model.embedding.positional_encoding
+        if isinstance(positional, LearnedPositionalEncoding | SinusoidalPositionalEncoding):
+            limits.append(positional.max_len)
+        return min(limits, default=1 << 62)
 
     def _embedding(self, embedding: nn.Module) -> tuple[Mat, float, int | None]:
         """W_E for the C step to look tokens up in, its scale, and the positional table it adds (learned or
@@ -302,7 +312,7 @@ class NativeStep:
             tensor = getattr(positional, rows) if rows else None
             if not isinstance(tensor, Tensor) or tensor.dtype != torch.float32:
                 return Mat(), 1.0, None
-            positions, self.position_limit = self._ptr(tensor, torch.float32), min(self.position_limit, len(tensor))
+            positions = self._ptr(tensor, torch.float32)
         if type(table) is Int8TokenEmbedding:  # the tied int8 W_U's matrix and scales
             n, k = table.qweight.shape
             q, scale = self._int8(table.qweight, table.weight_scale, table.group_size)
