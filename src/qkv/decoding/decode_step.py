@@ -18,9 +18,9 @@ matrix products, and with the same shapes at every position:
 - W_q, W_k, W_v run as one product (:func:`qkv.layers.fused.fuse_linears`) of width d_model + 2 h_kv d_k,
   whose output holds q, then k and v, head by head: its last 2 h_kv d_k values, viewed as
   (B, 2, h_kv, 1, d_k), are written into the cache (:meth:`qkv.layers.kv_cache.KVCache.allocate`, laid
-  out (B, 2, h_kv, L, d_k) per layer) with one ``index_copy_``, no reshape or transpose; given the whole pool
-  instead (:class:`PoolLayer`, as :class:`qkv.decoding.fast_step.FastStep` gives it), with one ``index_put_`` on
-  the pool itself, which ``torch.compile`` does in place (a write through a layer's view made it copy the pool);
+  out (B, 2, h_kv, L, d_k) per layer) with one ``index_put_`` (:func:`write_kv`), no reshape or transpose; given
+  the whole pool instead (:class:`PoolLayer`, as :class:`qkv.decoding.fast_step.FastStep` gives it), into the pool
+  itself, which ``torch.compile`` does in place (a write through a layer's view made it copy the pool);
 - with grouped-query attention (h_kv < h key/value heads) q is viewed as (B, h_kv, h / h_kv, d_k): the
   query heads that share a key/value head become that head's h / h_kv "positions", so one ordinary
   attention call serves them all and no key or value is copied per query head;
@@ -146,39 +146,27 @@ def self_attention_step(
     keys = new_kv[:, 0] if rotary is None else apply_rotary(new_kv[:, 0], *rotary)  # (B, h_kv, 1, d_k)
     if rotary is not None:
         q = apply_rotary(q, *rotary)  # every query head of the token at p: the same angles
-    if isinstance(kv, PoolLayer):  # one write into the whole pool (below), then this layer's part read
-        _write_into_pool(kv.pool, kv.layer, position, keys[:, :, 0], new_kv[:, 1, :, 0])
-        kv = kv.pool[kv.layer]
-    elif position.numel() > 1:  # row b at its own position p[b]: kv[b, :, :, p[b]] = its key and value
-        rows = torch.arange(batch, device=kv.device)
-        kv[rows, 0, :, position] = keys[:, :, 0]  # (B, h_kv, d_k)
-        kv[rows, 1, :, position] = new_kv[:, 1, :, 0]
-    elif rotary is None:
-        kv.index_copy_(3, position, new_kv)  # keys and values at once, into position p
-    else:
-        kv[:, 0].index_copy_(2, position, keys)
-        kv[:, 1].index_copy_(2, position, new_kv[:, 1])
+    layer = kv.layer if isinstance(kv, PoolLayer) else None
+    cache = kv.pool if isinstance(kv, PoolLayer) else kv
+    write_kv(cache, layer, position, keys[:, :, 0], new_kv[:, 1, :, 0])
+    kv = cache if layer is None else cache[layer]
     keys, values = (kv if n_keys is None else kv[:, :, :, :n_keys]).unbind(1)  # (B, h_kv, L or n_keys, d_k)
     out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)  # (B, h_kv, h / h_kv, d_k)
     return attn.out_proj(out.reshape(batch, d_model))  # heads side by side: (B, d_model)
 
 
-def _write_into_pool(pool: Tensor, layer: int, position: Tensor, keys: Tensor, values: Tensor) -> None:
-    """pool[layer, b, :, :, p[b]] = (key, value) of row b, (B, h_kv, d_k) each, by one ``index_put_`` on the pool
-    itself. Under ``torch.compile`` a write through a view of a graph input (``pool.unbind(0)[layer]``) becomes a
-    copy of the whole pool (functionalization rebuilds the base from the written view), 30 layers x 30 copies of
-    SmolLM2's pool a step; a write into the input itself is done in place."""
-    batch, h_kv = keys.shape[0], keys.shape[1]
-    device = pool.device
-    rows = torch.arange(batch, device=device)[:, None, None]  # indices broadcast to (B, 2, h_kv)
-    index = (
-        torch.full((1, 1, 1), layer, device=device),
-        rows,
-        torch.arange(2, device=device)[None, :, None],
-        torch.arange(h_kv, device=device)[None, None, :],
-        position.expand(batch)[:, None, None],
-    )
-    pool.index_put_(index, torch.stack((keys, values), 1))  # (B, 2, h_kv, d_k)
+def write_kv(cache: Tensor, layer: int | None, position: Tensor, keys: Tensor, values: Tensor) -> None:
+    """cache[b, :, :, p[b]] = (key, value) of row b, (B, h_kv, d_k) each, at ``position`` (1,) shared or (B,) one
+    per row, by one ``index_put_``: into a layer's cache (B, 2, h_kv, L, d_k), or (``layer`` given) into the whole
+    pool (n_layers, B, 2, h_kv, L, d_k) with the layer as an index tensor too. Under ``torch.compile`` a write
+    through a view of a graph input (``pool[layer]``) becomes a copy of the whole pool (functionalization rebuilds
+    the base from the written view), 30 layers x 30 copies of SmolLM2's pool a step; a write into the input itself
+    is done in place. In eager mode both cost what ``index_copy_`` does."""
+    rows = torch.arange(keys.shape[0], device=cache.device)
+    where: tuple[Tensor | slice, ...] = (rows, slice(None), slice(None), position)  # broadcast to (B,)
+    if layer is not None:
+        where = (torch.full((1,), layer, dtype=torch.long, device=cache.device), *where)
+    cache[where] = torch.stack((keys, values), 1)  # (B, 2, h_kv, d_k)
 
 
 def cross_attention_step(

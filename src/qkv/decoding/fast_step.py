@@ -131,7 +131,7 @@ class FastStep:
         if cross is None and token_ids.device.type == "cpu" and isinstance(self._native, NativeStep):
             positions = position.expand(token_ids.shape[0])  # one position per row
             return native_decode_step(token_ids, positions, buffer, self._native.handle)  # the step as one op
-        # the pool itself, not its layers as views: written in place under torch.compile (decode_step._write_into_pool)
+        # the pool itself, not its layers as views: written in place under torch.compile (decode_step.write_kv)
         if cross is None:
             return gpt_step(cast(GPT, self.model), self.projections, token_ids, position, buffer, n_keys)  # "causal"
         keys, values, mask, empty = cross
