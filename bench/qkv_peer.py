@@ -4,9 +4,10 @@ bench/llamacpp_peer.py): the same requests, answered by qkv's decoding engine.
 Widths, each made once from the shipped Q4_1 file and kept:
 
 - ``fp32``: ``qkv.load(file, dequantize=True)``, the file's numbers in float32 (llama.cpp's F32 file holds the same);
-- ``int8``, ``w8a8``: fp32 quantized by ``quantize_model(model, "int8", group_size=0)`` (a scale per output channel),
-  weight-only and with int8 activations (``set_activations(model, "int8")``); ``int8-g32``, ``w8a8-g32``: a scale
-  per group of 32 weights (``group_size=32``, the default of ``quantize_model`` here), as llama.cpp's Q8_0 blocks;
+- ``int8``, ``w8a8``: fp32 quantized by ``qkv.load(file, quantize="int8", group_size=0)`` (a scale per output
+  channel), weight-only and with int8 activations (``activations="int8"``, which first smooths the inputs' large
+  channels into the weights, as ``qkv quantize --activations int8`` does); ``int8-g32``, ``w8a8-g32``: a scale per
+  group of 32 weights (``group_size=32``, the default here), as llama.cpp's Q8_0 blocks;
 - ``int4``: ``qkv.load(file)``, the file's own Q4_1 blocks as int4 layers (the same numbers as llama.cpp's Q4_1),
   weight-only: x stays float;
 - ``int4-q4_0``: ``qkv.load`` of the Q4_0 file llama.cpp's quantizer made;
@@ -54,14 +55,14 @@ class Widths:
     def __getitem__(self, width: str) -> torch.nn.Module:
         if width not in self.models:
             import qkv
-            from qkv.quantization import quantize_model, set_activations
+            from qkv.quantization import set_activations
 
             if width == "fp32":
                 model = self.fp32().model
             elif width.startswith(("int8", "w8a8")):  # per row, or -g32: a scale per 32 weights (as Q8_0)
                 group = 32 if width.endswith("-g32") else 0
-                model = quantize_model(qkv.load(self.files["int4"], dequantize=True).model, "int8", group_size=group)
-                set_activations(model, "int8" if width.startswith("w8a8") else "float")
+                x = "int8" if width.startswith("w8a8") else "float"
+                model = qkv.load(self.files["int4"], quantize="int8", group_size=group, activations=x).model
             else:  # int4, int4-q4_0 (weight-only), w4a8, w4a8-q4_0 (x rounded to int8 too)
                 model = qkv.load(self.files[width.replace("w4a8", "int4")]).model
                 set_activations(model, "int8" if width.startswith("w4a8") else "float")

@@ -53,28 +53,32 @@ def load(
     file (recognised by its first bytes, :func:`qkv.pretrained.gguf.load_gguf`), or, when online, a Hub name such as
     ``gpt2`` or ``Helsinki-NLP/opus-mt-en-fr``. ``quantize="int8"`` (or "int4")
     quantizes the loaded weights (:func:`qkv.quantization.quantize_model`), in groups of ``group_size`` weights
-    (None: the scheme's default; int8's 0 is a scale per row). A GGUF file's Q4_0, Q4_1, Q4_K and
-    Q8_0 matrices load as qkv's int4 and int8 layers; ``dequantize=True`` makes every tensor float32 instead. A LoRA
-    adapter folder (a ``qkv train --lora`` run, :mod:`qkv.adapter_dir`) opens as its base with the adapters (a GGUF
-    base in float32, as it was trained); ``merge_adapters=True`` folds them into the float base instead
-    (W + (alpha / r) B A: plain layers, what ``qkv merge`` saves). ``activations`` ("float" or "int8") sets how the
-    int8 and int4 layers treat their inputs (:func:`qkv.quantization.set_activations`; None: as the folder says,
+    (None: the scheme's default; int8's 0 is a scale per row); with ``activations="int8"`` too, the inputs' large
+    channels are first moved into the weights (:func:`qkv.quantization.save.smoothing_feed`). A GGUF file's Q4_0,
+    Q4_1, Q4_K and Q8_0 matrices load as qkv's int4 and int8 layers; ``dequantize=True`` makes every tensor float32
+    instead. A LoRA adapter folder (a ``qkv train --lora`` run, :mod:`qkv.adapter_dir`) opens as its base with the
+    adapters (a GGUF base in float32, as it was trained); ``merge_adapters=True`` folds them into the float base
+    instead (W + (alpha / r) B A: plain layers, what ``qkv merge`` saves). ``activations`` ("float" or "int8") sets
+    how the int8 and int4 layers treat their inputs (:func:`qkv.quantization.set_activations`; None: as the folder says,
     float for a GGUF). Every problem with the path or its files is a one-line :class:`~qkv.errors.QkvError`.
     """
     device = resolve_device(device, flag="device")  # "banana", or cuda without a GPU: one line, before the load
     if activations is not None:
         check_activations(activations)  # before the load
-        bundle = load(
-            path, device=device, quantize=quantize, group_size=group_size, merge_adapters=merge_adapters,
-            dequantize=dequantize,
-        )  # fmt: skip
-        return with_activations(bundle, activations, path)
     if quantize is not None:
         check_scheme(quantize)  # before the (slow) load
         group_sizes(quantize, group_size)  # the size itself (quantize_model checks it against the layers)
         bundle = load(path, device=device, merge_adapters=merge_adapters, dequantize=True)  # from float weights
-        quantize_model(bundle.model, quantize, group_size=group_size)
+        from qkv.quantization.save import smoothing_feed  # it runs the model as training and the views do
+
+        feed = smoothing_feed(bundle) if activations == "int8" and quantize == "int8" else None  # as `qkv quantize`
+        quantize_model(
+            bundle.model, quantize, group_size=group_size, activations=activations or "float", smoothing=feed
+        )
         return bundle
+    if activations is not None:
+        bundle = load(path, device=device, merge_adapters=merge_adapters, dequantize=dequantize)
+        return with_activations(bundle, activations, path)
     if group_size is not None:
         raise QkvError(f"group_size={group_size} is for quantizing on load: add quantize='int8' or 'int4'")
     if not isinstance(path, str | Path) or not str(path).strip():

@@ -15,6 +15,7 @@ from qkv.model_dir import QUANTIZATION_FILE, save_model_dir
 from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig, LlamaConfig, Transformer, TransformerConfig
 from qkv.models.llama import Llama
 from qkv.quantization import Int4Linear, Int8Linear, is_quantized, quantize_model, set_activations
+from qkv.quantization.save import smoothing_feed
 from qkv.tokenizers import CharTokenizer
 
 TEXT = "the quick brown fox jumps over the lazy dog. a man is eating food. the girl carries a baby.\n"
@@ -107,10 +108,17 @@ def test_quantize_with_int8_activations_saves_and_loads_that_mode(runs, capsys) 
     loaded = load(str(out)).model
     layers = [m for m in loaded.modules() if isinstance(m, Int8Linear)]
     assert layers and all(m.activations == "int8" for m in layers)
-    reference = set_activations(quantize_model(copy.deepcopy(load(runs["decoder"]).model)), "int8")
+    bundle = load(runs["decoder"])  # smoothed first on Python's documentation (the default), as in Python:
+    reference = quantize_model(bundle.model, activations="int8", smoothing=smoothing_feed(bundle))
     ids = torch.tensor([[3, 5, 7, 2, 9]])
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids), reference(ids), rtol=0, atol=1e-6)
+    plain = runs["root"] / "gpt-w8a8-plain"
+    assert main(["quantize", runs["decoder"], "--out", str(plain), "--activations", "int8", "--smooth", "off"]) == 0
+    unsmoothed = set_activations(quantize_model(load(runs["decoder"]).model), "int8")
+    with torch.no_grad():
+        torch.testing.assert_close(load(str(plain)).model(ids), unsmoothed(ids), rtol=0, atol=1e-6)
+        assert not torch.allclose(loaded(ids), unsmoothed(ids), atol=1e-4)  # smoothing moved some weights
     assert len(output(capsys, "generate", str(out), "--prompt", "the ", "--max-new-tokens", "8")) > len("the ")
     info = json.loads((out / QUANTIZATION_FILE).read_text())
     (out / QUANTIZATION_FILE).write_text(json.dumps({**info, "activations": "int4"}))

@@ -55,6 +55,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "is quantized too and the sums run in int8 (W8A8, W4A8: CTranslate2's and llama.cpp's arithmetic; faster "
         "decoding on x86 CPUs, a little more rounding). Saved in the folder",
     )
+    parser.add_argument(
+        "--smooth",
+        choices=("on", "off"),
+        default="on",
+        help="with --activations int8: on (default) first moves each layer's large input channels into its weights "
+        "(SmoothQuant; the ranges read on --calibrate's text, else on a page of Python's documentation), which "
+        "keeps more of the float model's answers; off rounds the inputs as they are",
+    )
 
 
 def _bits(text: str) -> int | str:
@@ -85,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         calibration_text=calibration_text,
         activations=args.activations,
         group_size=args.group_size,
+        smooth=args.smooth == "on",
     )
     after = weight_bytes(bundle.model)
     size = (quantization_info(bundle.model) or {}).get("int8_group_size", 0)

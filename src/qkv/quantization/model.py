@@ -46,6 +46,7 @@ from qkv.quantization.int4_linear import GROUP_SIZE, Int4Linear, check_group_siz
 from qkv.quantization.int8_embedding import Int8TokenEmbedding
 from qkv.quantization.int8_linear import ACTIVATIONS, Int8Linear
 from qkv.quantization.int8_linear import check_group_size as check_int8_group_size
+from qkv.quantization.smoothing import smooth_model
 
 SCHEMES = ("int8", "int4")
 INT8_GROUP_SIZE = 32  # int8 layers' default group size where every int8 layer's input width is a multiple of it
@@ -262,6 +263,7 @@ def quantize_model(
     activations: str = "float",
     group_size: int | None = None,
     int8_group_size: int | None = None,
+    smoothing: Callable[[nn.Module], object] | None = None,
 ) -> nn.Module:
     """Quantize every linear layer and the unembedding of ``model`` in place (see the module docstring).
 
@@ -273,7 +275,9 @@ def quantize_model(
     default, 64, 128 or 256), or int8's (0: a scale per output row; else a multiple of 32), dividing the input
     width of every layer it applies to; ``int8_group_size`` is the int4 scheme's int8 layers' (the unembedding).
     Where no int8 size is given, it is 32 if every int8 layer's width is a multiple of 32, else 0
-    (:func:`int8_default_group_size`).
+    (:func:`int8_default_group_size`). ``smoothing``, a feed like ``calibration``, first moves the large input
+    channels into the weights (SmoothQuant, :mod:`qkv.quantization.smoothing`), for int8 activations over int8
+    weights; int4 weights are left as they are (their 16 levels cannot take the inputs' range).
     """
     check_scheme(scheme)
     check_activations(activations)
@@ -281,6 +285,8 @@ def quantize_model(
     check_group_size_fits(model, scheme, group_size, int8_group_size)
     int4, int8 = group_sizes(scheme, group_size, int8_group_size)
     names = _float_linears(model)
+    if smoothing is not None and names and scheme == "int8":  # int4's 16 levels cannot take the inputs' range
+        smooth_model(model, smoothing, group_size=int8)
     hessians = input_hessians(model.eval(), names, calibration) if calibration is not None and names else {}
     with torch.no_grad():
         for name in names:

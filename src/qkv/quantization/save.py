@@ -114,6 +114,22 @@ def text_calibration(bundle: Any, text: str) -> Callable[[nn.Module], object]:
     )
 
 
+SMOOTHING_CHARACTERS = 8000
+"""How much of the built-in corpus (Python's documentation) smoothing reads when no calibration text is given:
+about 2,000 tokens of SmolLM2's vocabulary, a few seconds of a small model's forward."""
+
+
+def smoothing_feed(bundle: Any, text: str | None = None) -> Callable[[nn.Module], object] | None:
+    """The feed that SmoothQuant reads the inputs' ranges on (:mod:`qkv.quantization.smoothing`): ``text``, else
+    the start of the built-in corpus, run as ``bundle``'s model reads text (:func:`text_calibration`); None for a
+    family that reads no running text or sentences (translators, whose post-LN blocks have little to fold)."""
+    from qkv.data.builtin import builtin_corpus
+
+    if family_of(bundle.model).role not in (LANGUAGE_MODEL, ENCODER):
+        return None
+    return text_calibration(bundle, text if text is not None else builtin_corpus()[:SMOOTHING_CHARACTERS])
+
+
 def save_quantized(
     bundle: Any,
     out_dir: str | Path,
@@ -123,6 +139,7 @@ def save_quantized(
     activations: str = "float",
     group_size: int | None = None,
     int8_group_size: int | None = None,
+    smooth: bool = True,
 ) -> Path:
     """Quantize ``bundle.model`` (a :class:`~qkv.model_dir.ModelBundle`) in place and save it as a model folder.
 
@@ -134,6 +151,8 @@ def save_quantized(
     ``scheme`` "int4" makes the linear layers int4 in groups of ``group_size`` weights (default 32; the unembedding
     int8, per row unless ``int8_group_size``); with "int8", ``group_size`` > 0 gives the int8 layers a scale per
     group of that many weights (default 0: per row). Recorded in quantization.json (:mod:`qkv.quantization.format`).
+    With int8 activations and ``smooth``, the inputs' large channels are first moved into the weights
+    (:func:`smoothing_feed`).
     """
     check_scheme(scheme)
     group_sizes(scheme, group_size, int8_group_size)  # the values themselves, before anything is read
@@ -156,6 +175,7 @@ def save_quantized(
         activations=activations,
         group_size=group_size,
         int8_group_size=int8_group_size,
+        smoothing=smoothing_feed(bundle, calibration_text) if smooth and activations == scheme == "int8" else None,
     )
     save_model_dir(out, bundle.model, bundle.tokenizer, bundle.target_tokenizer, chat_template=bundle.chat_template)
     copy_sentence_head(bundle.path, out)

@@ -1,0 +1,204 @@
+"""SmoothQuant (Xiao et al., 2023): a linear layer's large input channels moved into its weights before int8
+activations round them.
+
+With int8 activations (W8A8) every input vector x of a linear layer is rounded to int8 in blocks of 32, each
+on its own step max|x| / 127 (:mod:`qkv.quantization.activation_blocks`): one large channel coarsens the 31
+others of its block. For any factors s_j > 0, one per input channel,
+
+    y = x W^T = (x / s) (W diag(s))^T,
+
+so dividing x's channel j by s_j and multiplying W's column j by s_j leaves the float model's output as it was,
+while x's large channels shrink; the weights, rounded in groups with scales of their own, take them on. The
+factor balances the two ranges,
+
+    s_j = max|x_j|^alpha / max_i |W_ij|^(1 - alpha),    alpha = 0.5 (the paper's),
+
+with max|x_j| read on calibration text and alpha, how much of the range moves, chosen for each input from
+:data:`ALPHAS` as the one whose rounded product (x / s in int8 blocks of 32, W s in int8 rows or groups) is
+nearest the float product on calibration inputs; 0 (nothing moved) is among them, so smoothing never makes that
+error larger. Dividing x by s costs nothing at run time: it is folded into what
+writes x,
+
+- a pre-LN block's norm, which writes the input of W_q, W_k and W_v (of W_1 and the gate): gamma / s, beta / s;
+- W_v's rows, which write the input of W_o (the heads' outputs are weighted sums of V's rows): rows / s. Query
+  heads that share a key/value head (grouped-query attention) read its rows, so they share its factors;
+- a gated feed-forward's W_1 (up), which writes silu(gate) * up, the input of W_2: rows / s.
+
+A post-LN block's norm writes the residual stream, not a layer's input, and a plain feed-forward's activation is
+not linear, so those inputs are left as they are. The tied unembedding reads the final norm, whose gain is also
+the rows of W_E: left too.
+
+    smooth_model(model, calibration)      # then quantize_model(model, "int8", activations="int8")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+import torch
+from torch import Tensor, nn
+
+from qkv.models.family import family_of
+from qkv.quantization.activation_blocks import round_blocks
+from qkv.quantization.int8_linear import dequantize, quantize_per_channel, quantize_per_group
+
+ALPHAS = tuple(i / 10 for i in range(11))
+"""The strengths tried for each input, every tenth from 0 (nothing moves) to 1 (all of x's range; SmoothQuant's
+default is 0.5, AWQ searches such a grid)."""
+SAMPLE_ROWS = 512  # input vectors kept per input to compare the strengths on
+
+
+@dataclass(frozen=True)
+class Fold:
+    """Layers that read one input (``readers``) and the module that writes it (``writer``: a norm, whose gain and
+    bias are divided by s, or a linear layer, whose output rows are); ``heads`` = (h, h_kv) where the readers read
+    h heads of which each group of h / h_kv shares one of the writer's h_kv key/value heads."""
+
+    readers: tuple[Any, ...]  # nn.Linear
+    writer: nn.Module
+    heads: tuple[int, int] | None = None
+
+
+def fold_points(model: nn.Module) -> list[Fold]:
+    """Every input of ``model``'s linear layers that a factor can be folded into (see the module docstring)."""
+    folds: list[Fold] = []
+    for _, stack in family_of(model).streams.values():
+        for block in getattr(model.get_submodule(stack), "blocks", []):
+            folds += _block_folds(block)
+    return [fold for fold in folds if _applies(fold)]
+
+
+def _applies(fold: Fold) -> bool:
+    """Float linear readers, and a writer that is a float linear layer or a norm with a gain."""
+    weight = getattr(fold.writer, "weight", None)
+    writes = isinstance(fold.writer, nn.Linear) or isinstance(weight, Tensor) and weight.dim() == 1
+    return writes and all(isinstance(r, nn.Linear) and r.weight.is_floating_point() for r in fold.readers)
+
+
+SUBLAYERS = {"self_attn": ("self_attn_sublayer", "attn_sublayer"), "cross_attn": ("cross_attn_sublayer",)}
+"""Each attention of a block and the residual sublayer around it (a decoder's, an encoder's)."""
+
+
+def _block_folds(block: Any) -> list[Fold]:
+    folds = []
+    for attention, sublayers in SUBLAYERS.items():
+        attn = getattr(block, attention, None)
+        around = next((getattr(block, name) for name in sublayers if hasattr(block, name)), None)
+        if attn is None or around is None:
+            continue
+        readers = (attn.query, attn.key, attn.value) if attention == "self_attn" else (attn.query,)
+        if around.norm_first and getattr(around.norm, "weight", None) is not None:
+            folds.append(Fold(readers, around.norm))
+        folds.append(Fold((attn.out_proj,), attn.value, (attn.n_heads, attn.n_kv_heads)))
+    ffn, around = block.feed_forward, block.ffn_sublayer
+    gate = getattr(ffn, "gate", None)
+    if around.norm_first and getattr(around.norm, "weight", None) is not None:
+        folds.append(Fold((ffn.linear1,) if gate is None else (ffn.linear1, gate), around.norm))
+    if gate is not None:  # act(gate(x)) * linear1(x): linear in linear1's rows
+        folds.append(Fold((ffn.linear2,), ffn.linear1))
+    return folds
+
+
+def input_maxima(
+    model: nn.Module, layers: list[nn.Module], calibration: Callable[[nn.Module], object]
+) -> tuple[dict[nn.Module, Tensor], dict[nn.Module, Tensor]]:
+    """max |x_j| over every input vector each of ``layers`` reads while ``calibration(model)`` runs, (d_in,) each,
+    and up to :data:`SAMPLE_ROWS` of those vectors, spread over the calibration, (n, d_in) each."""
+    maxima: dict[nn.Module, Tensor] = {}
+    samples: dict[nn.Module, list[Tensor]] = {}
+
+    def record(module: nn.Module, args: tuple) -> None:
+        rows = args[0].detach().reshape(-1, args[0].shape[-1]).float()
+        x = rows.abs().amax(0)
+        maxima[module] = x if module not in maxima else torch.maximum(maxima[module], x)
+        step = max(1, rows.shape[0] // 64)  # a few rows of every call, the whole calibration sampled
+        samples.setdefault(module, []).append(rows[::step][:64])
+
+    hooks = [layer.register_forward_pre_hook(record) for layer in layers]
+    try:
+        with torch.no_grad():
+            calibration(model.eval())
+    finally:
+        for hook in hooks:
+            hook.remove()
+    kept = {}
+    for module, parts in samples.items():
+        rows = torch.cat(parts)
+        kept[module] = rows[torch.linspace(0, rows.shape[0] - 1, min(SAMPLE_ROWS, rows.shape[0])).long()]
+    return maxima, kept
+
+
+def smooth_model(
+    model: nn.Module, calibration: Callable[[nn.Module], object], group_size: int = 32, alphas: tuple = ALPHAS
+) -> dict[str, float]:
+    """Fold SmoothQuant's factors into ``model`` (float, in place), its inputs read while ``calibration(model)``
+    runs; the model computes what it did, up to float rounding. ``group_size``: the int8 weights' (0: a scale per
+    row), which the rounded products of each strength in ``alphas`` use. Returns the strength chosen for each
+    input, by the name of its first reader (0: left as it was; none: a post-LN stack, nothing to fold into)."""
+    folds = fold_points(model)
+    maxima, samples = input_maxima(model, [fold.readers[0] for fold in folds], calibration)
+    names = {module: name for name, module in model.named_modules()}
+    chosen = {}
+    with torch.no_grad():
+        for fold in reversed(folds):  # a fold divides its writer's rows: the one before it reads them after
+            x = maxima.get(fold.readers[0])
+            if x is None:  # never reached by the calibration (a cross-attention the feed does not run)
+                continue
+            w = torch.stack([r.weight.detach().abs().amax(0).float() for r in fold.readers]).amax(0)
+            factors = {alpha: _factors(x, w, alpha, fold.heads) for alpha in alphas}
+            alpha = min(factors, key=lambda a: _rounding_error(fold, samples[fold.readers[0]], factors[a], group_size))
+            chosen[names[fold.readers[0]]] = alpha
+            if alpha == 0:
+                continue
+            s = factors[alpha]
+            for reader in fold.readers:
+                reader.weight.mul_(s.to(reader.weight.dtype))
+            _divide_writer(fold, s)
+    return chosen
+
+
+def _rounding_error(fold: Fold, x: Tensor, s: Tensor, group_size: int) -> float:
+    """sum over the readers of |round(x / s) round(W s)^T - x W^T|^2 on the sample ``x`` (n, d_in): x in int8
+    blocks of 32, W s in int8 rows or groups, as W8A8 multiplies them."""
+    xq = round_blocks(x / s) if x.shape[-1] % 32 == 0 else x / s
+    error = 0.0
+    for reader in fold.readers:
+        w = reader.weight.detach().float()
+        scaled = w * s
+        q = quantize_per_group(scaled, group_size) if group_size else quantize_per_channel(scaled)
+        error += float((xq @ dequantize(*q, dtype=torch.float32).T - x @ w.T).pow(2).sum())
+    return error
+
+
+def _factors(x: Tensor, w: Tensor, alpha: float, heads: tuple[int, int] | None) -> Tensor:
+    """s_j = max|x_j|^alpha / max|W_j|^(1 - alpha), 1 where a channel never carried a value. With ``heads``
+    (h, h_kv), the channels of the query heads that share a key/value head take that group's largest ranges, so
+    that one factor per key/value channel serves them all."""
+    if heads is not None:
+        h, h_kv = heads
+        x, w = (t.view(h_kv, h // h_kv, -1).amax(1) for t in (x, w))  # (h_kv, d_k): head j reads head j // group
+    s = x.clamp(min=1e-5).pow(alpha) / w.clamp(min=1e-5).pow(1 - alpha)
+    s = torch.where((x > 0) & (w > 0), s, torch.ones_like(s)).clamp(1e-4, 1e4)
+    if heads is not None:
+        h, h_kv = heads
+        s = s[:, None, :].expand(h_kv, h // h_kv, s.shape[-1]).reshape(-1)  # back to the h heads' channels
+    return s
+
+
+def _divide_writer(fold: Fold, s: Tensor) -> None:
+    """What writes the readers' input, divided by s channel by channel: a norm's gain and bias, or a layer's rows
+    (one per key/value channel when heads share them)."""
+    if fold.heads is not None:
+        h, h_kv = fold.heads
+        s = s.view(h_kv, h // h_kv, -1)[:, 0].reshape(-1)  # one factor per key/value channel
+    writer = fold.writer
+    weight = cast(Tensor, writer.weight)
+    if weight.dim() == 1:  # a norm's gain
+        weight.div_(s.to(weight.dtype))
+    else:
+        weight.div_(s.to(weight.dtype)[:, None])
+    bias = getattr(writer, "bias", None)
+    if isinstance(bias, Tensor):
+        bias.div_(s.to(bias.dtype))
