@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from qkv.adapter_dir import ADAPTER_FILE, is_adapter_dir, load_adapter, read_adapter_config
+from qkv.data.builtin import calibration_sample
 from qkv.devices import resolve_device
 from qkv.errors import QkvError
 from qkv.io import check_readable
@@ -32,6 +33,7 @@ from qkv.models.lora import has_lora, merge_lora
 from qkv.pretrained.loader import load_pretrained
 from qkv.quantization import check_scheme, is_quantized, quantize_model, set_activations
 from qkv.quantization.model import check_activations, group_sizes
+from qkv.quantization.smoothing import smoothing_feed
 from qkv.run_dir import latest_checkpoint
 from qkv.storage import MODEL_FILE
 
@@ -54,7 +56,7 @@ def load(
     ``gpt2`` or ``Helsinki-NLP/opus-mt-en-fr``. ``quantize="int8"`` (or "int4")
     quantizes the loaded weights (:func:`qkv.quantization.quantize_model`), in groups of ``group_size`` weights
     (None: the scheme's default; int8's 0 is a scale per row); with ``activations="int8"`` too, the inputs' large
-    channels are first moved into the weights (:func:`qkv.quantization.save.smoothing_feed`). A GGUF file's Q4_0,
+    channels are first moved into the weights (:func:`qkv.quantization.smoothing.smoothing_feed`). A GGUF file's Q4_0,
     Q4_1, Q4_K and Q8_0 matrices load as qkv's int4 and int8 layers; ``dequantize=True`` makes every tensor float32
     instead. A LoRA adapter folder (a ``qkv train --lora`` run, :mod:`qkv.adapter_dir`) opens as its base with the
     adapters (a GGUF base in float32, as it was trained); ``merge_adapters=True`` folds them into the float base
@@ -69,9 +71,9 @@ def load(
         check_scheme(quantize)  # before the (slow) load
         group_sizes(quantize, group_size)  # the size itself (quantize_model checks it against the layers)
         bundle = load(path, device=device, merge_adapters=merge_adapters, dequantize=True)  # from float weights
-        from qkv.quantization.save import smoothing_feed  # it runs the model as training and the views do
-
-        feed = smoothing_feed(bundle) if activations == "int8" and quantize == "int8" else None  # as `qkv quantize`
+        feed = (
+            smoothing_feed(bundle, calibration_sample()) if activations == quantize == "int8" else None
+        )  # as `qkv quantize`
         quantize_model(
             bundle.model, quantize, group_size=group_size, activations=activations or "float", smoothing=feed
         )

@@ -46,11 +46,10 @@ def unwrap_model(model: nn.Module) -> nn.Module:
 
 
 def _model_kind(model: nn.Module) -> str:
-    """The kind a qkv model's config names ("gpt", ...); any other module's class name."""
-    from qkv.models.config import ModelConfig  # qkv.models reads and writes through this module
-
-    config = getattr(model, "config", None)
-    return config.kind if isinstance(config, ModelConfig) else type(model).__name__
+    """The kind a qkv model's config names ("gpt", ...: every config class has one, ``ModelConfig.kind``); any other
+    module's (an adapter's) class name. This module sits below :mod:`qkv.models`, which saves through it."""
+    kind = getattr(getattr(model, "config", None), "kind", None)
+    return kind if isinstance(kind, str) else type(model).__name__
 
 
 def shared_groups(state: dict[str, Tensor]) -> list[list[str]]:

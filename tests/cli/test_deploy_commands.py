@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from qkv.cli import main
+from qkv.data.builtin import calibration_sample
 from qkv.loading import load
 from qkv.model_dir import QUANTIZATION_FILE, save_model_dir
 from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig, LlamaConfig, Transformer, TransformerConfig
 from qkv.models.llama import Llama
 from qkv.quantization import Int4Linear, Int8Linear, is_quantized, quantize_model, set_activations
-from qkv.quantization.save import smoothing_feed
+from qkv.quantization.smoothing import smoothing_feed
 from qkv.tokenizers import CharTokenizer
 
 TEXT = "the quick brown fox jumps over the lazy dog. a man is eating food. the girl carries a baby.\n"
@@ -109,7 +110,7 @@ def test_quantize_with_int8_activations_saves_and_loads_that_mode(runs, capsys) 
     layers = [m for m in loaded.modules() if isinstance(m, Int8Linear)]
     assert layers and all(m.activations == "int8" for m in layers)
     bundle = load(runs["decoder"])  # smoothed first on Python's documentation (the default), as in Python:
-    reference = quantize_model(bundle.model, activations="int8", smoothing=smoothing_feed(bundle))
+    reference = quantize_model(bundle.model, activations="int8", smoothing=smoothing_feed(bundle, calibration_sample()))
     ids = torch.tensor([[3, 5, 7, 2, 9]])
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids), reference(ids), rtol=0, atol=1e-6)

@@ -124,3 +124,25 @@ def test_int4_weights_are_left_as_they_are() -> None:
         plain = quantize_model(copy.deepcopy(model), "int4", activations="int8")(ids)
         asked = quantize_model(model, "int4", activations="int8", smoothing=feed())(ids)
     torch.testing.assert_close(asked, plain, rtol=0, atol=0)
+
+
+def test_the_feed_runs_the_text_in_windows_of_the_context() -> None:
+    from types import SimpleNamespace
+
+    from qkv.quantization.smoothing import smoothing_feed
+    from qkv.tokenizers import train_tokenizer
+
+    text = "the quick brown fox jumps over the lazy dog " * 3  # 132 characters
+    tokenizer = train_tokenizer("char", text)
+    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, d_model=32, n_heads=2, n_layers=1, context_length=50))
+    bundle = SimpleNamespace(model=model, tokenizer=tokenizer, config=model.config)
+    lengths = []
+    hook = model.register_forward_pre_hook(lambda _, args: lengths.append(args[0].shape[-1]))
+    with torch.no_grad():
+        smoothing_feed(bundle, text)(model)
+    hook.remove()
+    assert lengths == [50, 50, 32]
+    assert smoothing_feed(bundle, "") is None
+    config = TransformerConfig(src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, d_model=32, n_heads=2)
+    translator = Transformer(config)
+    assert smoothing_feed(SimpleNamespace(model=translator, tokenizer=tokenizer, config=config), text) is None

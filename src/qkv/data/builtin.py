@@ -31,3 +31,12 @@ def builtin_corpus() -> str:
     from pydoc_data.topics import topics  # imported here: a 0.5 MB module nobody else needs
 
     return "\n\n".join(topics[name].strip("\n") for name in sorted(topics)) + "\n"
+
+
+CALIBRATION_CHARACTERS = 8000
+
+
+def calibration_sample() -> str:
+    """The start of the built-in corpus, what quantizing calibrates on when given no text of its own
+    (:func:`qkv.quantization.smoothing.smoothing_feed`): about 1,800 tokens of SmolLM2's vocabulary."""
+    return builtin_corpus()[:CALIBRATION_CHARACTERS]

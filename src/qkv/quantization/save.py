@@ -34,6 +34,7 @@ from qkv.model_dir import (
 from qkv.models.family import ENCODER, LANGUAGE_MODEL, WORD_VECTORS, family_of
 from qkv.pretrained.sentences import copy_sentence_head, embed_sentences
 from qkv.quantization.model import check_group_size_fits, check_scheme, group_sizes, is_quantized, quantize_model
+from qkv.quantization.smoothing import smoothing_feed
 from qkv.training.perplexity import token_log_probs
 
 if TYPE_CHECKING:
@@ -114,20 +115,11 @@ def text_calibration(bundle: Any, text: str) -> Callable[[nn.Module], object]:
     )
 
 
-SMOOTHING_CHARACTERS = 8000
-"""How much of the built-in corpus (Python's documentation) smoothing reads when no calibration text is given:
-about 2,000 tokens of SmolLM2's vocabulary, a few seconds of a small model's forward."""
+def _smoothing(bundle: Any, text: str | None) -> Callable[[nn.Module], object] | None:
+    """SmoothQuant's feed: the calibration text, else a page of the built-in corpus."""
+    from qkv.data.builtin import calibration_sample
 
-
-def smoothing_feed(bundle: Any, text: str | None = None) -> Callable[[nn.Module], object] | None:
-    """The feed that SmoothQuant reads the inputs' ranges on (:mod:`qkv.quantization.smoothing`): ``text``, else
-    the start of the built-in corpus, run as ``bundle``'s model reads text (:func:`text_calibration`); None for a
-    family that reads no running text or sentences (translators, whose post-LN blocks have little to fold)."""
-    from qkv.data.builtin import builtin_corpus
-
-    if family_of(bundle.model).role not in (LANGUAGE_MODEL, ENCODER):
-        return None
-    return text_calibration(bundle, text if text is not None else builtin_corpus()[:SMOOTHING_CHARACTERS])
+    return smoothing_feed(bundle, calibration_sample() if text is None else text)
 
 
 def save_quantized(
@@ -175,7 +167,7 @@ def save_quantized(
         activations=activations,
         group_size=group_size,
         int8_group_size=int8_group_size,
-        smoothing=smoothing_feed(bundle, calibration_text) if smooth and activations == scheme == "int8" else None,
+        smoothing=_smoothing(bundle, calibration_text) if smooth and activations == scheme == "int8" else None,
     )
     save_model_dir(out, bundle.model, bundle.tokenizer, bundle.target_tokenizer, chat_template=bundle.chat_template)
     copy_sentence_head(bundle.path, out)

@@ -40,7 +40,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from qkv.models.family import family_of
+from qkv.models.family import ENCODER, LANGUAGE_MODEL, family_of
 from qkv.quantization.activation_blocks import round_blocks
 from qkv.quantization.int8_linear import dequantize, quantize_per_channel, quantize_per_group
 
@@ -48,6 +48,7 @@ ALPHAS = tuple(i / 10 for i in range(11))
 """The strengths tried for each input, every tenth from 0 (nothing moves) to 1 (all of x's range; SmoothQuant's
 default is 0.5, AWQ searches such a grid)."""
 SAMPLE_ROWS = 512  # input vectors kept per input to compare the strengths on
+WINDOW = 2048  # tokens per calibration window at most (a model's context may be far longer)
 
 
 @dataclass(frozen=True)
@@ -202,3 +203,24 @@ def _divide_writer(fold: Fold, s: Tensor) -> None:
     bias = getattr(writer, "bias", None)
     if isinstance(bias, Tensor):
         bias.div_(s.to(bias.dtype))
+
+
+def smoothing_feed(bundle: Any, text: str) -> Callable[[nn.Module], object] | None:
+    """What :func:`smooth_model` reads the inputs' ranges on, for the model of ``bundle`` (a ModelBundle): ``text``
+    (callers without one give :func:`qkv.data.builtin.calibration_sample`), tokenized and cut into windows of the
+    model's context (at most :data:`WINDOW` tokens), each run through the model's forward. None where there is
+    nothing to run it on: a translator (two vocabularies; its post-LN blocks have little to fold), or no tokens."""
+    family = family_of(bundle.model)
+    if family.role not in (LANGUAGE_MODEL, ENCODER):
+        return None
+    ids = torch.tensor(bundle.tokenizer.encode(text), dtype=torch.long)
+    if ids.numel() == 0:
+        return None
+    length = min(family.context_length(bundle.config) or WINDOW, WINDOW)
+    windows = list(ids.split(length))
+
+    def feed(model: nn.Module) -> object:
+        device = next(model.parameters()).device
+        return [model(window[None].to(device)) for window in windows]
+
+    return feed
