@@ -68,16 +68,7 @@ def load(
     if activations is not None:
         check_activations(activations)  # before the load
     if quantize is not None:
-        check_scheme(quantize)  # before the (slow) load
-        group_sizes(quantize, group_size)  # the size itself (quantize_model checks it against the layers)
-        bundle = load(path, device=device, merge_adapters=merge_adapters, dequantize=True)  # from float weights
-        feed = (
-            smoothing_feed(bundle, calibration_sample()) if activations == quantize == "int8" else None
-        )  # as `qkv quantize`
-        quantize_model(
-            bundle.model, quantize, group_size=group_size, activations=activations or "float", smoothing=feed
-        )
-        return bundle
+        return _load_quantized(path, device, quantize, group_size, activations, merge_adapters)
     if activations is not None:
         bundle = load(path, device=device, merge_adapters=merge_adapters, dequantize=dequantize)
         return with_activations(bundle, activations, path)
@@ -102,6 +93,19 @@ def load(
     if name.count("/") <= 1 and not name.startswith((".", "/", "~")) and not first.exists():
         return load_pretrained(name, device=device)  # a Hub name
     return _load_run(folder, device)  # says that the path does not exist
+
+
+def _load_quantized(
+    path: str | Path, device: torch.device, scheme: str, group_size: int | None, activations: str | None, merge: bool
+) -> ModelBundle:
+    """The float model at ``path`` quantized as it loads; smoothed first for int8 activations over int8 weights,
+    on a page of the built-in corpus (as ``qkv quantize`` without --calibrate)."""
+    check_scheme(scheme)  # before the (slow) load
+    group_sizes(scheme, group_size)  # the size itself (quantize_model checks it against the layers)
+    bundle = load(path, device=device, merge_adapters=merge, dequantize=True)  # from float weights
+    feed = smoothing_feed(bundle, calibration_sample()) if activations == scheme == "int8" else None
+    quantize_model(bundle.model, scheme, group_size=group_size, activations=activations or "float", smoothing=feed)
+    return bundle
 
 
 def with_activations(bundle: ModelBundle, activations: str, path: str | Path) -> ModelBundle:
