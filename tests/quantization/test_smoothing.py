@@ -71,36 +71,35 @@ def test_fold_points_follow_the_architecture() -> None:
     assert len(folds) == 3 and all(f.heads is not None for f in folds)  # encoder self, decoder self and cross
 
 
-def test_at_one_half_the_ranges_of_x_and_w_meet() -> None:
-    """s = sqrt(max|x| / max|W|): after folding, max|x_j / s_j| = max_i |W_ij s_j| = sqrt(max|x_j| max|W_j|), read
-    here from the smoothed model itself (its W_q, W_k, W_v and their input)."""
-    model = perturbed(llama(n_layers=1))
+def smoothed_input_range(layer_name: str):
+    """A one-layer Llama smoothed at alpha 0.5, its attention, and the largest |x_j| of ``layer_name``'s input
+    afterwards, read from the smoothed model on the calibration text."""
+    model = perturbed(llama(n_layers=1))  # 4 query heads, 2 key/value heads
     smooth_model(model, feed(), alphas=(0.5,))
     attn = model.decoder.blocks[0].self_attn
     seen = {}
-    hook = attn.query.register_forward_pre_hook(lambda _, args: seen.update(x=args[0].abs().flatten(0, -2).amax(0)))
+    layer = getattr(attn, layer_name)
+    hook = layer.register_forward_pre_hook(lambda _, args: seen.update(x=args[0].abs().flatten(0, -2).amax(0)))
     with torch.no_grad():
         feed()(model)
     hook.remove()
+    return attn, seen["x"]
+
+
+def test_at_one_half_the_ranges_of_x_and_w_meet() -> None:
+    """s = sqrt(max|x| / max|W|): after folding, max|x_j / s_j| = max_i |W_ij s_j| = sqrt(max|x_j| max|W_j|), read
+    here from the smoothed model itself (its W_q, W_k, W_v and their input)."""
+    attn, x = smoothed_input_range("query")
     w = torch.stack([m.weight.detach().abs().amax(0) for m in (attn.query, attn.key, attn.value)]).amax(0)
-    torch.testing.assert_close(seen["x"], w, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(x, w, rtol=1e-4, atol=1e-6)
 
 
 def test_query_heads_that_share_a_key_value_head_share_its_factors() -> None:
     """W_o's input, head j read from key/value head j // group: its ranges meet per key/value channel, the
     largest over the group's heads on each side."""
-    model = perturbed(llama(n_layers=1))  # 4 query heads, 2 key/value heads
-    smooth_model(model, feed(), alphas=(0.5,))
-    attn = model.decoder.blocks[0].self_attn
-    seen = {}
-    hook = attn.out_proj.register_forward_pre_hook(lambda _, args: seen.update(x=args[0].abs().flatten(0, -2).amax(0)))
-    with torch.no_grad():
-        feed()(model)
-    hook.remove()
+    attn, x = smoothed_input_range("out_proj")
     per_kv = lambda t: t.view(2, 2, -1).amax(1)  # noqa: E731  (h_kv, group, d_k) -> (h_kv, d_k)
-    torch.testing.assert_close(
-        per_kv(seen["x"]), per_kv(attn.out_proj.weight.detach().abs().amax(0)), rtol=1e-4, atol=1e-6
-    )
+    torch.testing.assert_close(per_kv(x), per_kv(attn.out_proj.weight.detach().abs().amax(0)), rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("group_size", [32, 0])
