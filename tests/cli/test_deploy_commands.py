@@ -16,6 +16,7 @@ from qkv.model_dir import QUANTIZATION_FILE, save_model_dir
 from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig, LlamaConfig, Transformer, TransformerConfig
 from qkv.models.llama import Llama
 from qkv.quantization import Int4Linear, Int8Linear, is_quantized, quantize_model, set_activations
+from qkv.quantization.format import quantization_info
 from qkv.quantization.smoothing import smoothing_feed
 from qkv.tokenizers import CharTokenizer
 
@@ -103,8 +104,12 @@ def test_calibration_bad_inputs_are_one_line(runs, capsys) -> None:
 def test_quantize_with_int8_activations_saves_and_loads_that_mode(runs, capsys) -> None:
     out = runs["root"] / "gpt-w8a8"
     assert main(["quantize", runs["decoder"], "--out", str(out), "--activations", "int8"]) == 0
-    assert "int8 activations" in capsys.readouterr().err
-    assert json.loads((out / QUANTIZATION_FILE).read_text())["activations"] == "int8"
+    said = capsys.readouterr().err
+    assert "int8 activations" in said
+    written = json.loads((out / QUANTIZATION_FILE).read_text())
+    assert written["activations"] == "int8" and written["smoothed_inputs"] > 0
+    assert f"{written['smoothed_inputs']} inputs smoothed" in said
+    assert quantization_info(load(str(out)).model)["smoothed_inputs"] == written["smoothed_inputs"]  # saved again
     assert json.loads((runs["root"] / "gpt-int8" / QUANTIZATION_FILE).read_text())["activations"] == "float"
     loaded = load(str(out)).model
     layers = [m for m in loaded.modules() if isinstance(m, Int8Linear)]
@@ -116,6 +121,7 @@ def test_quantize_with_int8_activations_saves_and_loads_that_mode(runs, capsys) 
         torch.testing.assert_close(loaded(ids), reference(ids), rtol=0, atol=1e-6)
     plain = runs["root"] / "gpt-w8a8-plain"
     assert main(["quantize", runs["decoder"], "--out", str(plain), "--activations", "int8", "--smooth", "off"]) == 0
+    assert "smoothed_inputs" not in json.loads((plain / QUANTIZATION_FILE).read_text())
     unsmoothed = set_activations(quantize_model(load(runs["decoder"]).model), "int8")
     with torch.no_grad():
         torch.testing.assert_close(load(str(plain)).model(ids), unsmoothed(ids), rtol=0, atol=1e-6)

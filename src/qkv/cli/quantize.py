@@ -96,11 +96,13 @@ def run(args: argparse.Namespace) -> int:
         smooth=args.smooth == "on",
     )
     after = weight_bytes(bundle.model)
-    size = (quantization_info(bundle.model) or {}).get("int8_group_size", 0)
+    info = quantization_info(bundle.model) or {}
+    size, smoothed = info.get("int8_group_size", 0), info.get("smoothed_inputs", 0)
     groups = "" if scheme != "int8" else f" in groups of {size}" if size else " with a scale per row"
     print(
         f"qkv quantize: wrote {out} ({scheme} weights{groups}: {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB, "
-        f"{before / after:.1f}x smaller{', int8 activations' if args.activations == 'int8' else ''})",
+        f"{before / after:.1f}x smaller{', int8 activations' if args.activations == 'int8' else ''}"
+        f"{f', {smoothed} inputs smoothed' if smoothed else ''})",
         file=sys.stderr,
     )
     return 0

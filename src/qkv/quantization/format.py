@@ -24,6 +24,11 @@ alike (one size for all of a model's int8 layers)::
 
 Without ``int8_group_size`` (older folders) the int8 layers have one scale per output row.
 
+A model whose inputs were smoothed before int8 activations (:mod:`qkv.quantization.smoothing`) says how many of
+its layers' inputs had channels moved into the weights (the weights carry it: loading needs nothing more)::
+
+    {..., "activations": "int8", "smoothed_inputs": 118}
+
 :func:`quantization_info` writes it for a quantized model; :func:`apply_quantization` gives a freshly built
 float model the int8 and int4 layers it names, so that their weights load into it without the original model.
 """
@@ -70,6 +75,9 @@ def quantization_info(model: nn.Module) -> dict[str, Any] | None:
     }
     if int8_group_size:
         info["int8_group_size"] = int8_group_size
+    smoothed = getattr(model, "smoothed_inputs", 0)  # set by quantize_model(..., smoothing=)
+    if smoothed:
+        info["smoothed_inputs"] = smoothed
     if int4:
         sizes = {module.group_size for module in int4.values()}
         if len(sizes) > 1:
@@ -111,6 +119,9 @@ def apply_quantization(model: nn.Module, info: Any, where: str = "quantization.j
                     f"{where} names a layer {name} that the model in config.json does not have: "
                     "the files come from different runs; quantize the original run again"
                 ) from None
+    smoothed = info.get("smoothed_inputs", 0)
+    if isinstance(smoothed, int) and smoothed > 0:
+        model.__dict__["smoothed_inputs"] = smoothed  # kept if the model is saved again
     activations = info.get("activations", "float")
     if activations not in ACTIVATIONS:
         raise QkvError(

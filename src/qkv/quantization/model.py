@@ -286,7 +286,8 @@ def quantize_model(
     int4, int8 = group_sizes(scheme, group_size, int8_group_size)
     names = _float_linears(model)
     if smoothing is not None and names and scheme == "int8":  # int4's 16 levels cannot take the inputs' range
-        smooth_model(model, smoothing, group_size=int8)
+        strengths = smooth_model(model, smoothing, group_size=int8)
+        model.__dict__["smoothed_inputs"] = sum(alpha > 0 for alpha in strengths.values())  # quantization.json says
     hessians = input_hessians(model.eval(), names, calibration) if calibration is not None and names else {}
     with torch.no_grad():
         for name in names:
