@@ -144,3 +144,20 @@ def test_the_real_file_keeps_its_q4_1_blocks(smollm2) -> None:
         ours, theirs = kept.model(ids)[0, -1], exact(ids)[0, -1]
     assert ours.argmax() == theirs.argmax()
     assert (ours - theirs).abs().max() <= 0.05 * theirs.abs().max()  # bfloat16 x, the int8 embedding
+
+
+def test_qkv_quantize_requantizes_a_gguf_from_its_numbers(tmp_path, capsys) -> None:
+    """A .gguf's blocks are quantized already; `qkv quantize` reads its numbers in float32 and quantizes those, as
+    `qkv.load(file, quantize=...)` does (W8A8 smoothed first, the same way)."""
+    from qkv.cli import main
+
+    path = mixed_file(tmp_path)
+    out = tmp_path / "w8a8"
+    assert main(["quantize", "--model", str(path), "--out", str(out), "--activations", "int8"]) == 0
+    assert "inputs smoothed" in capsys.readouterr().err
+    saved = qkv.load(out).model
+    assert all(isinstance(m, Int8Linear) for m in (saved.decoder.blocks[0].feed_forward.linear2, saved.unembedding))
+    ids = torch.tensor([[5, 9, 40, 17, 3, 250]])
+    with torch.no_grad():
+        expected = qkv.load(path, quantize="int8", activations="int8").model(ids)
+        torch.testing.assert_close(saved(ids), expected, rtol=0, atol=1e-6)

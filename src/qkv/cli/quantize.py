@@ -4,7 +4,8 @@ is a multiple of 32, else one scale per output channel (--group-size G chooses).
 int4 in groups of --group-size weights with a scale and a minimum each (the unembedding int8). Weight-only by
 default: the activations stay float (--activations int8 quantizes each input vector too: W8A8, W4A8). The copy is
 an ordinary model folder plus quantization.json: generate, translate, embed, eval and serve load it without the
-original, with about a quarter (int8) or a sixth (int4) of the weight memory. The original is left as it is."""
+original, with about a quarter (int8) or a sixth (int4) of the weight memory. The original is left as it is. A .gguf
+file's blocks are read as float32 numbers and quantized from those."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     scheme = scheme_for_bits(args.bits)
     group_sizes(scheme, args.group_size)  # the value itself, before loading the model
     calibration_text = None if args.calibrate is None else read_text(args.calibrate, what="calibration text")
-    bundle = load(model_path(args), device=use_device(args))
+    bundle = load(model_path(args), device=use_device(args), dequantize=True)  # a GGUF: its numbers, requantized
     note_unknown(bundle.tokenizer, calibration_text or "", what="the calibration text")
     before = weight_bytes(bundle.model)
     out = save_quantized(
