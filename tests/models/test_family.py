@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from qkv.errors import QkvError
+from qkv.layers.blocks import DecoderBlock
 from qkv.models.config import CONFIG_CLASSES
 from qkv.models.family import CAPABILITIES, ROLES, build_model, families, family_of
 
@@ -45,6 +46,8 @@ def test_a_description_matches_the_model_it_builds(name):
     for part, (embedding, stack) in family.streams.items():
         assert embedding in modules and stack in modules, part
         assert len(modules[stack].blocks) > 0
+        assert (part in family.masked) == isinstance(modules[stack].blocks[0], DecoderBlock), part
+    assert family.masked <= set(family.streams)
     if family.embedding is not None:
         assert family.embedding in modules or hasattr(model, family.embedding)
     assert family.has("unembedding") == hasattr(model, "unembedding") or family.name == "rnnsearch"

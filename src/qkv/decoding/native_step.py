@@ -44,6 +44,7 @@ from qkv.layers.embedding import TokenEmbedding, Unembedding
 from qkv.layers.feedforward import ACTIVATION_FUNCTIONS, FeedForward, GatedFeedForward
 from qkv.layers.linear import Linear
 from qkv.layers.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from qkv.models.family import family_of
 from qkv.quantization.int4_linear import Int4Linear, unpack_nibbles
 from qkv.quantization.int8_embedding import Int8TokenEmbedding
 from qkv.quantization.int8_linear import Int8Linear
@@ -258,8 +259,6 @@ class NativeStep:
         raise Unsupported(f"a {type(module).__name__} norm")
 
     def _layer(self, block: DecoderBlock, projection: nn.Module) -> Layer:
-        if getattr(block, "cross_attn", None) is not None:
-            raise Unsupported("a block with cross-attention")
         if not (block.self_attn_sublayer.norm_first and block.ffn_sublayer.norm_first):
             raise Unsupported("post-LN blocks (the native step is written for pre-LN ones)")
         ffn = block.feed_forward
@@ -275,6 +274,8 @@ class NativeStep:
         config, blocks = decoder_config(model), decoder_blocks(model.decoder)
         if next(model.parameters()).device.type != "cpu":
             raise Unsupported("the model is not on the CPU")
+        if family_of(model).has("cross-attention"):
+            raise Unsupported("blocks with cross-attention")
         activation = blocks[0].feed_forward.activation if len(blocks) else None
         names = [name for name, fn in ACTIVATION_FUNCTIONS.items() if fn is activation]
         if len(blocks) and not names:

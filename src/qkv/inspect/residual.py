@@ -103,7 +103,7 @@ def stream(model: nn.Module, part: str) -> Stream:
     family = family_of(model)
     embedding, stack = family.streams[part]
     config = cast("BaseConfig", model.config)  # a model with a residual stream is a Transformer's kind
-    if part == "decoder":  # a decoder block, with cross-attention in the middle when it reads an encoder
+    if part in family.masked:  # a decoder block, with cross-attention in the middle when it reads an encoder
         sublayers = TRANSLATOR_SUBLAYERS if family.has("cross-attention") else GPT_SUBLAYERS
     else:  # an encoder block: self-attention, then the feed-forward net
         sublayers = ENCODER_SUBLAYERS

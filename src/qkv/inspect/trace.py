@@ -117,14 +117,14 @@ def check_range(title: str, n_layers: int, n_heads: int, layer: int | None, head
 
 def self_attention_title(family: Family, part: str) -> str:
     """How the views name ``part``'s self-attention: "masked self-attention", "encoder self-attention", ..."""
-    title = "masked self-attention" if part == "decoder" else "self-attention"
+    title = "masked self-attention" if part in family.masked else "self-attention"
     return f"{part} {title}" if len(family.self_attention_parts) > 1 else title
 
 
 def _parts(family: Family, acts: dict[str, Tensor]) -> dict[str, Part]:
     """Every kind of attention the family has, in the order the model runs them."""
     specs = [  # (name, title, stack, attention module, one per block, causal, queries, keys)
-        (part, self_attention_title(family, part), family.streams[part][1], "self_attn", True, part == "decoder",
+        (part, self_attention_title(family, part), family.streams[part][1], "self_attn", True, part in family.masked,
          family.side(part), family.side(part))
         for part in family.self_attention_parts
     ]  # fmt: skip

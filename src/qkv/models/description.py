@@ -114,6 +114,9 @@ class Family:
     # What the first block reads, for a config (None: "the embeddings"), as the views say it.
     embedding_note: Callable[[Any], str | None] | None = None
     streams: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # The streams whose blocks are decoder blocks: self-attention under a causal mask (then cross-attention, in a
+    # family that has it); the others' blocks attend both ways (an encoder's).
+    masked: frozenset[str] = frozenset()
     output: str | None = None
     embedding: str | None = None  # the module holding W_E (its ``weight`` rows are the token vectors)
     target_embedding: str | None = None  # a translator's target-side W_E (None: one vocabulary)

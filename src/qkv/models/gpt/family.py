@@ -30,6 +30,7 @@ FAMILY = Family(
     attention_notes={"decoder": "causal self-attention: each token looks at itself and the tokens before it"},
     instead="use a translator for cross-attention",
     streams={"decoder": ("embedding", "decoder")},
+    masked=frozenset({"decoder"}),
     output="decoder",
     embedding="embedding.token_embedding",
     decode_step="causal",

@@ -34,6 +34,7 @@ FAMILY = Family(
     },
     instead="use `qkv translate`",
     streams={"encoder": ("src_embedding", "encoder"), "decoder": ("tgt_embedding", "decoder")},
+    masked=frozenset({"decoder"}),
     output="decoder",
     embedding="src_embedding.token_embedding",
     target_embedding="tgt_embedding.token_embedding",

@@ -93,7 +93,7 @@ def prepare_language_model(
             "prepared": str(data.folder),
         },
         summary=[
-            f"model: {type(model).__name__}, {model.num_parameters():,} parameters ({model_config.n_layers} "
+            f"model: {family_of(model).name}, {model.num_parameters():,} parameters ({model_config.n_layers} "
             f"layers, d_model {model_config.d_model}, {_heads(model_config)}, context {model_config.context_length})",
             f"data: {source['name']}, {batches.n_train_tokens:,} training / {batches.n_val_tokens:,} validation "
             f"tokens, mapped from {data.folder}",
