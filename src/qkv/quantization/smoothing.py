@@ -149,7 +149,9 @@ def smooth_model(
                 continue
             w = torch.stack([r.weight.detach().abs().amax(0).float() for r in fold.readers]).amax(0)
             factors = {alpha: _factors(x, w, alpha, fold.heads) for alpha in alphas}
-            alpha = min(factors, key=lambda a: _rounding_error(fold, samples[fold.readers[0]], factors[a], group_size))
+            sample = samples[fold.readers[0]]
+            exact = [sample @ r.weight.detach().float().T for r in fold.readers]  # the float products, once
+            alpha = min(factors, key=lambda a: _rounding_error(fold, sample, exact, factors[a], group_size))
             chosen[names[fold.readers[0]]] = alpha
             if alpha == 0:
                 continue
@@ -160,16 +162,15 @@ def smooth_model(
     return chosen
 
 
-def _rounding_error(fold: Fold, x: Tensor, s: Tensor, group_size: int) -> float:
-    """sum over the readers of |round(x / s) round(W s)^T - x W^T|^2 on the sample ``x`` (n, d_in): x in int8
-    blocks of 32, W s in int8 rows or groups, as W8A8 multiplies them."""
+def _rounding_error(fold: Fold, x: Tensor, exact: list[Tensor], s: Tensor, group_size: int) -> float:
+    """sum over the readers of |round(x / s) round(W s)^T - x W^T|^2 on the sample ``x`` (n, d_in), ``exact``
+    holding each reader's x W^T: x in int8 blocks of 32, W s in int8 rows or groups, as W8A8 multiplies them."""
     xq = round_blocks(x / s) if x.shape[-1] % 32 == 0 else x / s
     error = 0.0
-    for reader in fold.readers:
-        w = reader.weight.detach().float()
-        scaled = w * s
+    for reader, product in zip(fold.readers, exact, strict=True):
+        scaled = reader.weight.detach().float() * s
         q = quantize_per_group(scaled, group_size) if group_size else quantize_per_channel(scaled)
-        error += float((xq @ dequantize(*q, dtype=torch.float32).T - x @ w.T).pow(2).sum())
+        error += float((xq @ dequantize(*q, dtype=torch.float32).T - product).pow(2).sum())
     return error
 
 
