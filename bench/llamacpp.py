@@ -18,6 +18,7 @@ in ``$QKV_CACHE/bench/llamacpp``. The pairs compared:
 | int8-g32, w8a8-g32 | Q8_0 | both: fp32 rounded per block of 32 |
 | int4 (the file's Q4_1 blocks), weight-only; w4a8: x in int8 blocks | Q4_1 | the same numbers |
 | int4 (the Q4_0 file's blocks), weight-only; w4a8-q4_0 | Q4_0 | the same numbers |
+| w8a8x2, w8a8x2-g32, w4a8x2, w4a8x2-q4_0: x rounded twice (``activations="int8x2"``) | as above | as above |
 | - | F16 | |
 
 1. Decode: B prompts of 32 tokens (B = 1 and 8; llama.cpp's 8 are 8 sequences of one ``llama_decode`` batch),
@@ -52,7 +53,8 @@ AMX_HINT = (
     "pip install --force-reinstall --no-deps --no-cache-dir llama-cpp-python"
 )
 PAIRS = [("fp32", "F32"), ("int8", "Q8_0"), ("int8-g32", "Q8_0"), ("w8a8", "Q8_0"), ("w8a8-g32", "Q8_0"),
-         ("int4", "Q4_1"), ("w4a8", "Q4_1"), ("int4-q4_0", "Q4_0"), ("w4a8-q4_0", "Q4_0"), (None, "F16")]  # fmt: skip
+         ("w8a8x2", "Q8_0"), ("w8a8x2-g32", "Q8_0"), ("int4", "Q4_1"), ("w4a8", "Q4_1"), ("w4a8x2", "Q4_1"),
+         ("int4-q4_0", "Q4_0"), ("w4a8-q4_0", "Q4_0"), ("w4a8x2-q4_0", "Q4_0"), (None, "F16")]  # fmt: skip
 
 
 class Peer:

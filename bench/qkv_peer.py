@@ -12,7 +12,9 @@ Widths, each made once from the shipped Q4_1 file and kept:
   weight-only: x stays float;
 - ``int4-q4_0``: ``qkv.load`` of the Q4_0 file llama.cpp's quantizer made;
 - ``w4a8``, ``w4a8-q4_0``: the same layers with ``set_activations(model, "int8")``: x rounded to int8 in blocks of
-  32, as llama.cpp's Q4 x Q8 products do.
+  32, as llama.cpp's Q4 x Q8 products do;
+- ``w8a8x2``, ``w8a8x2-g32``, ``w4a8x2``, ``w4a8x2-q4_0``: as w8a8 and w4a8 with ``activations="int8x2"``, x rounded
+  twice (what the first rounding missed, rounded again; not smoothed).
 
 Requests (one JSON object per line) as bench/llamacpp_peer.py's, with ``width`` instead of ``file``, plus
 ``{"op": "export", "file": OUT, "type": "f32" | "f16"}`` (qkv's ``export_gguf`` of fp32) and
@@ -57,15 +59,15 @@ class Widths:
             import qkv
             from qkv.quantization import set_activations
 
+            x = "float" if width.startswith(("int", "fp")) else "int8x2" if "a8x2" in width else "int8"
             if width == "fp32":
                 model = self.fp32().model
             elif width.startswith(("int8", "w8a8")):  # per row, or -g32: a scale per 32 weights (as Q8_0)
                 group = 32 if width.endswith("-g32") else 0
-                x = "int8" if width.startswith("w8a8") else "float"
                 model = qkv.load(self.files["int4"], quantize="int8", group_size=group, activations=x).model
-            else:  # int4, int4-q4_0 (weight-only), w4a8, w4a8-q4_0 (x rounded to int8 too)
-                model = qkv.load(self.files[width.replace("w4a8", "int4")]).model
-                set_activations(model, "int8" if width.startswith("w4a8") else "float")
+            else:  # int4, int4-q4_0 (weight-only), w4a8(x2), w4a8(x2)-q4_0 (x rounded to int8 too)
+                model = qkv.load(self.files[width.replace("w4a8x2", "int4").replace("w4a8", "int4")]).model
+                set_activations(model, x)
             self.models[width] = model
         return self.models[width]
 

@@ -60,9 +60,10 @@ def load(
     Q4_1, Q4_K and Q8_0 matrices load as qkv's int4 and int8 layers; ``dequantize=True`` makes every tensor float32
     instead. A LoRA adapter folder (a ``qkv train --lora`` run, :mod:`qkv.adapter_dir`) opens as its base with the
     adapters (a GGUF base in float32, as it was trained); ``merge_adapters=True`` folds them into the float base
-    instead (W + (alpha / r) B A: plain layers, what ``qkv merge`` saves). ``activations`` ("float" or "int8") sets
-    how the int8 and int4 layers treat their inputs (:func:`qkv.quantization.set_activations`; None: as the folder says,
-    float for a GGUF). Every problem with the path or its files is a one-line :class:`~qkv.errors.QkvError`.
+    instead (W + (alpha / r) B A: plain layers, what ``qkv merge`` saves). ``activations`` ("float", "int8" or
+    "int8x2") sets how the int8 and int4 layers treat their inputs (:func:`qkv.quantization.set_activations`; None:
+    as the folder says, float for a GGUF). Every problem with the path or its files is a one-line
+    :class:`~qkv.errors.QkvError`.
     """
     device = resolve_device(device, flag="device")  # "banana", or cuda without a GPU: one line, before the load
     if activations is not None:
@@ -110,10 +111,10 @@ def _load_quantized(
 
 def with_activations(bundle: ModelBundle, activations: str, path: str | Path) -> ModelBundle:
     """``bundle`` with its int8 and int4 layers set to ``activations`` (int8 on a model without them: refused)."""
-    if activations == "int8" and not is_quantized(bundle.model):
+    if activations != "float" and not is_quantized(bundle.model):
         raise QkvError(
-            f"int8 activations are for int8 and int4 layers, and {path} has none as loaded: load a GGUF's quantized "
-            "blocks (without --dequantize), a `qkv quantize` folder, or add --quantize int8"
+            f"{activations} activations are for int8 and int4 layers, and {path} has none as loaded: load a GGUF's "
+            "quantized blocks (without --dequantize), a `qkv quantize` folder, or add --quantize int8"
         )
     set_activations(bundle.model, activations)
     return bundle

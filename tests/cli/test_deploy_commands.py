@@ -93,6 +93,26 @@ def test_quantize_with_calibration_text_changes_only_the_roundings(runs, capsys,
             torch.testing.assert_close(calibrated.state_dict()[key], value)
 
 
+def test_quantize_with_activations_rounded_twice_saves_and_loads_that_mode(runs, capsys) -> None:
+    """--activations int8x2: saved in quantization.json, loaded that way, not smoothed, and closer to the
+    weight-only model's logits than int8 activations are."""
+    out = runs["root"] / "gpt-w8a8x2"
+    assert main(["quantize", runs["decoder"], "--out", str(out), "--activations", "int8x2", "--group-size", "32"]) == 0
+    assert "int8 activations rounded twice" in capsys.readouterr().err
+    written = json.loads((out / QUANTIZATION_FILE).read_text())
+    assert written["activations"] == "int8x2" and "smoothed_inputs" not in written
+    assert "then what that missed the same way" in written["description"]
+    loaded = load(str(out)).model
+    assert {m.activations for m in loaded.modules() if isinstance(m, Int8Linear)} == {"int8x2"}
+    weight_only = quantize_model(load(runs["decoder"]).model, group_size=32)
+    once = set_activations(copy.deepcopy(weight_only), "int8")
+    ids = torch.tensor([[3, 5, 7, 2, 9]])
+    with torch.no_grad():
+        exact = weight_only(ids)
+        assert (loaded(ids) - exact).abs().max() < (once(ids) - exact).abs().max() / 20
+    assert len(output(capsys, "generate", str(out), "--prompt", "the ", "--max-new-tokens", "8")) > len("the ")
+
+
 def test_calibration_bad_inputs_are_one_line(runs, capsys) -> None:
     missing = str(runs["root"] / "absent.txt")
     err = fails(capsys, "quantize", runs["decoder"], "--out", str(runs["root"] / "c1"), "--calibrate", missing)

@@ -20,7 +20,7 @@ from qkv.errors import QkvError
 from qkv.models import GPT, GPTConfig, LlamaConfig
 from qkv.models.llama import Llama
 from qkv.quantization import Int4Linear, Int8Linear, quantize_model, set_activations
-from qkv.quantization.activation_blocks import round_blocks
+from qkv.quantization.activation_blocks import round_activations
 from qkv.quantization.int4_linear import bfloat16_gemm
 from qkv.quantization.int8_linear import KERNEL_ROWS
 from tests.decoding.test_fast_step import tiny_transformer
@@ -77,8 +77,15 @@ MODELS = {  # every branch of the C step: norms, feed-forwards, RoPE or learned 
         )
     ),  # fmt: skip
 }
-SCHEMES = ("float32", "int8", "int8 activations", "int8 g32", "int8 activations g32", "int4", "int4 activations")
-ROUNDED = ("int8 activations", "int8 activations g32", "int4 activations")  # the schemes that round x to int8
+SCHEMES = ("float32", "int8", "int8 activations", "int8 g32", "int8 activations g32", "int4", "int4 activations",
+           "int8 twice", "int8 twice g32", "int4 twice")  # fmt: skip
+ROUNDED = ("int8 activations", "int8 activations g32", "int4 activations", "int8 twice", "int8 twice g32",
+           "int4 twice")  # fmt: skip  # the schemes that round x to int8 (once, or twice: activations int8x2)
+
+
+def activations_of(kind: str) -> str:
+    """The layers' activations in a scheme or kind named above: "twice" (int8x2), "activations" (int8), or float."""
+    return "int8x2" if "twice" in kind else "int8" if "activations" in kind else "float"
 
 
 @pytest.fixture(autouse=True)
@@ -99,7 +106,7 @@ def make(name: str, scheme: str) -> nn.Module:
             quantize_model(model, "int4", int8_group_size=0)
         else:
             quantize_model(model, "int8", group_size=32 if "g32" in scheme else 0)
-        set_activations(model, "int8" if scheme in ROUNDED else "float")
+        set_activations(model, activations_of(scheme))
     return model
 
 
@@ -109,6 +116,12 @@ def rounded(x: torch.Tensor) -> torch.Tensor:
     top = blocks.abs().amax(-1, keepdim=True)
     levels = torch.round(blocks * torch.where(top > 0, 127 / top, torch.zeros_like(top)))
     return (levels * (top / 127)).reshape(x.shape).to(x.dtype)
+
+
+def rounded_twice(x: torch.Tensor) -> torch.Tensor:
+    """x rounded to int8 blocks, plus what that missed (in float32, as the C step computes it) rounded alike."""
+    once = rounded(x.float())
+    return (once.double() + rounded(x.float() - once).double()).to(x.dtype)
 
 
 class Reference(nn.Module):
@@ -127,6 +140,8 @@ class Reference(nn.Module):
         weight = self.weight
         if self.layer.activations == "int8":
             x = rounded(x)
+        elif self.layer.activations == "int8x2":
+            x = rounded_twice(x)
         elif self.in_bfloat16:
             x = x.float().bfloat16().double()
             if self.layer.group_size:
@@ -152,7 +167,7 @@ GROUPED_WIDTH = {32: 416, 64: 384, 96: 288}  # 13 blocks of 32 (the last pair ha
 @pytest.mark.parametrize(
     "kind",
     ["float32", "int8", "int8 activations", *INT8_GROUPS, "int4 g32", "int4 g128", "int4 g32 activations",
-     "int4 g128 activations"],
+     "int4 g128 activations", "int8 twice", "int8 twice g32", "int4 g32 twice"],
 )  # fmt: skip
 def test_each_product_computes_the_layers_numbers(kind: str, rows: int) -> None:
     """One product of each kind, against its arithmetic in float64 (rows beyond 8 take a second pass); the
@@ -172,18 +187,18 @@ def test_each_product_computes_the_layers_numbers(kind: str, rows: int) -> None:
         theirs = x.double() @ weight.double().T + bias.double()
     elif kind.startswith("int8"):
         layer = Int8Linear.from_float(weight, bias, group_size=group)
-        layer.activations = "int8" if "activations" in kind else "float"
+        layer.activations = activations_of(kind)
         theirs = Reference(layer)(x.double())
     else:
         layer = Int4Linear.from_float(weight, bias, group_size=int(kind.split()[1][1:]))
-        layer.activations = "int8" if kind.endswith("activations") else "float"
+        layer.activations = activations_of(kind)
         theirs = Reference(layer)(x.double())
     ours = native_product(layer, x)
     assert (ours.double() - theirs).abs().max().item() <= 1e-5 * theirs.abs().max().item()
 
 
 @pytest.mark.parametrize("rows", [12, 20])
-@pytest.mark.parametrize("activations", ["float", "int8"])
+@pytest.mark.parametrize("activations", ["float", "int8", "int8x2"])
 def test_a_grouped_int8_layers_pytorch_forward_agrees_with_the_c_product(activations: str, rows: int) -> None:
     """A prompt (the layer's PyTorch forward) and the decode steps (the C product) round x alike and give the same
     numbers up to float32 summation order; past KERNEL_ROWS rows, where the prompt multiplies in bfloat16 on a CPU
@@ -198,7 +213,7 @@ def test_a_grouped_int8_layers_pytorch_forward_agrees_with_the_c_product(activat
         prompt = layer(x)
     steps = torch.cat([native_product(layer, x[i : i + 4]) for i in range(0, rows, 4)])
     if (rows > KERNEL_ROWS and bfloat16_gemm()) or (activations == "float" and int8_in_bfloat16(416)):
-        inputs = round_blocks(x) if activations == "int8" else x
+        inputs = x if activations == "float" else round_activations(x, activations)
         spread = torch.nn.functional.linear(inputs.abs(), layer.weight.abs())
         assert bool(((steps - prompt).abs() <= 2 * 2**-8 * spread + 1e-4).all())
     else:

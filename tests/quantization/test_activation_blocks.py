@@ -10,7 +10,7 @@ import torch
 
 from qkv import native
 from qkv.quantization import activation_blocks
-from qkv.quantization.activation_blocks import round_blocks
+from qkv.quantization.activation_blocks import round_activations, round_blocks
 from qkv.quantization.int8_linear import Int8Linear
 
 
@@ -78,3 +78,34 @@ def test_the_c_library_rounds_a_prompts_rows_as_pytorch_does(monkeypatch) -> Non
     assert torch.equal(ours[:, 1:32], torch.round(x[:, 1:32])) and not bool(ours[:, 1:32].remainder(2).any())
     monkeypatch.setattr(activation_blocks, "_native_applies", lambda x: False)
     assert torch.equal(ours, round_blocks(x))
+
+
+def test_rounding_twice_leaves_at_most_half_of_the_second_step() -> None:
+    """int8x2: x ~ d xq + d' xq', xq' the first rounding's error rounded on its own blocks' scale d' <= d / 254,
+    so the error is at most d' / 2 a value; zeros stay zeros."""
+    torch.manual_seed(2)
+    x = torch.randn(4, 96) * torch.rand(96).mul(3).exp()
+    x[0, 3] = 80.0
+    once, twice = round_blocks(x), round_activations(x, "int8x2")
+    missed = (x - once).view(4, 3, 32)
+    second = missed.abs().amax(-1, keepdim=True) / 127
+    assert bool(((twice - x).view(4, 3, 32).abs() <= second / 2 + 1e-6).all())
+    assert bool((second <= x.view(4, 3, 32).abs().amax(-1, keepdim=True) / 254 + 1e-7).all())
+    assert (twice - x).abs().max() < (once - x).abs().max() / 100  # the first rounding's error, nearly all gone
+    assert torch.equal(round_activations(x, "int8"), once)
+    assert torch.equal(round_activations(torch.zeros(2, 64), "int8x2"), torch.zeros(2, 64))
+
+
+def test_the_c_step_rounds_twice_as_pytorch_does() -> None:
+    """An int8x2 product by the identity gives the two roundings' sum (the C step adds W times each)."""
+    if native.library() is None:
+        pytest.skip(f"the C kernels are unavailable: {native.unavailable_reason()}")
+    from qkv.decoding.native_step import native_product
+
+    torch.manual_seed(3)
+    x = torch.randn(4, 128) * torch.rand(128) * 5
+    identity = Int8Linear.from_float(torch.eye(128), None, group_size=32)
+    identity.activations = "int8x2"
+    theirs = native_product(identity, x)
+    assert torch.allclose(theirs, round_activations(x, "int8x2"), rtol=1e-6, atol=1e-7)
+    assert not torch.allclose(theirs, round_blocks(x), rtol=1e-6, atol=1e-7)

@@ -8,6 +8,7 @@ from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.model_dir import ModelBundle
 from qkv.models.family import family_of
+from qkv.quantization.int8_linear import ACTIVATIONS
 
 
 def load_for_use(
@@ -68,10 +69,11 @@ def add_quantize_argument(parser) -> None:
     )
     parser.add_argument(
         "--activations",
-        choices=("float", "int8"),
+        choices=ACTIVATIONS,
         help="how int8 and int4 layers (a GGUF's blocks, --quantize, a `qkv quantize` folder) treat their inputs: "
-        "float (weight-only; a folder's own setting by default), or int8, rounded in blocks of 32 too (W8A8, W4A8: "
-        "faster, as llama.cpp multiplies; see docs/generation.md)",
+        "float (weight-only; a folder's own setting by default), int8, rounded in blocks of 32 too (W8A8, W4A8: "
+        "faster, as llama.cpp multiplies), or int8x2, rounded twice (the rounding's error rounded again: nearly "
+        "weight-only's tokens at int8's speed; see docs/generation.md)",
     )
 
 

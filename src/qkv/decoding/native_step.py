@@ -18,7 +18,8 @@ model's own tensors, kept alive by the :class:`NativeStep`), or says why it cann
   in float32 (int4 comes out as exact as its dequantized float32 matrix), weight-only int8 multiplies x in
   bfloat16 where the CPU's bfloat16 dot products pay (AMD's, with AVX512_BF16), as PyTorch's int8 kernel does,
   and in float32 elsewhere (:func:`int8_in_bfloat16`), and int8 activations round x to int8 blocks (int4
-  layers then multiply 16 rows at a time, one to a lane: ``int4_lanes.h``);
+  layers then multiply 16 rows at a time, one to a lane: ``int4_lanes.h``), once or twice ("int8x2": what the
+  first rounding missed, rounded again, multiplied in the same pass over the weights: ``Mat.slices``);
 - the blocks are pre-LN (RMSNorm or LayerNorm), self-attention only, with or without RoPE, biases, grouped
   keys and values, or a sliding window; the feed-forward plain or gated with one of qkv's activations;
 - the model is float32 on the CPU.
@@ -45,6 +46,7 @@ from qkv.layers.feedforward import ACTIVATION_FUNCTIONS, FeedForward, GatedFeedF
 from qkv.layers.linear import Linear
 from qkv.layers.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from qkv.models.family import family_of
+from qkv.quantization.activation_blocks import INT8_ACTIVATIONS, ROUNDINGS
 from qkv.quantization.int4_linear import Int4Linear, unpack_nibbles
 from qkv.quantization.int8_embedding import Int8TokenEmbedding
 from qkv.quantization.int8_linear import Int8Linear
@@ -64,7 +66,7 @@ P = ctypes.c_void_p
 class Mat(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int32), ("n", ctypes.c_int32), ("k", ctypes.c_int32), ("group", ctypes.c_int32),
                 ("w", P), ("scale", P), ("s16", P), ("m16", P), ("bias", P), ("lanes", P), ("lane_s", P),
-                ("lane_m", P), ("lane_f", P), ("lane_off", P)]  # fmt: skip
+                ("lane_m", P), ("lane_f", P), ("lane_off", P), ("slices", ctypes.c_int32)]  # fmt: skip
 
 
 class Norm(ctypes.Structure):
@@ -191,17 +193,20 @@ class NativeStep:
             n, k = module.qweight.shape
             group = module.group_size
             q, scale = self._int8(module.qweight, module.weight_scale, group)
-            kind = MAT_I8A8 if module.activations == "int8" and k % BLOCK == 0 else MAT_I8
+            kind = MAT_I8A8 if module.activations in INT8_ACTIVATIONS and k % BLOCK == 0 else MAT_I8
+            slices = ROUNDINGS.get(module.activations, 0)
             if kind == MAT_I8A8 and n >= LANE_ROWS:
                 packed, lane_f, lane_off = self._int8_lanes(module)
-                return Mat(kind, n, k, group, q, scale, None, None, bias, packed, None, None, lane_f, lane_off)
-            return Mat(kind, n, k, group, q, scale, None, None, bias)
+                return Mat(kind, n, k, group, q, scale, None, None, bias, packed, None, None, lane_f, lane_off, slices)
+            return Mat(kind, n, k, group, q, scale, None, None, bias, slices=slices)
         if type(module) is Int4Linear:
             n, k = module.out_features, module.in_features
             s, m = self._ptr(module.weight_scale, torch.float16), self._ptr(module.weight_min, torch.float16)
-            kind = MAT_I4 if module.activations == "int8" else MAT_I4F
+            kind = MAT_I4 if module.activations in INT8_ACTIVATIONS else MAT_I4F
             lanes = self._lanes(module) if kind == MAT_I4 and n >= LANE_ROWS else (None, None, None)
-            return Mat(kind, n, k, module.group_size, self._ptr(module.qweight, torch.uint8), None, s, m, bias, *lanes)
+            q4 = self._ptr(module.qweight, torch.uint8)
+            slices = ROUNDINGS.get(module.activations, 0)
+            return Mat(kind, n, k, module.group_size, q4, None, s, m, bias, *lanes, slices=slices)
         raise Unsupported(f"a {type(module).__name__} layer (the native step multiplies float32, int8 and int4 ones)")
 
     def _int8(self, qweight: Tensor, scales: Tensor, group: int) -> tuple[int | None, int | None]:

@@ -153,16 +153,6 @@ static void activate_rows(int act, const float *g, float *f, int B, int64_t ff, 
 #undef ACTIVATE
 }
 
-/* The input from vector b0 on. */
-static Input from(const Input *in, int b0) {
-    Input part = *in;
-    part.x += b0 * in->ldx, part.offq += b0 * in->stride, part.swapped += b0 * in->stride;
-    part.fswapped += b0 * in->stride;
-    part.scales += b0 * (in->stride / 64 * LANES);
-    part.sums += b0 * (in->stride / BLOCK), part.xh += b0 * in->stride;
-    return part;
-}
-
 /* Rows n0 .. n1-1 of y (+)= W x for all B vectors, MAX_ROWS vectors at a time. */
 static void product_range(const Mat *m, const Input *in, int B, float *y, int64_t ldy, int64_t n0, int64_t n1,
                           int add) {
@@ -208,23 +198,25 @@ static void norm_rows(const Norm *n, const float *x, const int64_t *rows, Input 
    the loads of x bound the float-x products (int8 rows: 26% slower on Emerald Rapids with x 16 bytes off). */
 static size_t lines(size_t n) { return (n + 63) / 64 * 64; }
 
-/* The prepared input's arrays for B vectors of up to kmax values: their bytes, and the Input over them. */
+/* The prepared input's arrays for B vectors of up to kmax values and B more, their second roundings (vector
+   b + B: Mat.slices 2): their bytes, and the Input over them. */
 static size_t input_bytes(int B, int64_t kmax) {
-    int64_t stride = (kmax + 63) / 64 * 64;
-    return lines((size_t)B * stride * sizeof(float)) + lines((size_t)B * (stride / 64 * LANES) * sizeof(float)) +
-           lines((size_t)B * (stride / BLOCK) * sizeof(float)) + 2 * lines((size_t)B * stride) +
-           lines((size_t)B * stride * sizeof(uint16_t));
+    const int64_t stride = (kmax + 63) / 64 * 64;
+    const size_t V = 2 * (size_t)B;
+    return lines(V * stride * sizeof(float)) + lines(V * (stride / 64 * LANES) * sizeof(float)) +
+           lines(V * (stride / BLOCK) * sizeof(float)) + 2 * lines(V * stride) + lines(V * stride * sizeof(uint16_t));
 }
 
 static Input input_at(void *memory, int B, int64_t kmax) {
-    int64_t stride = (kmax + 63) / 64 * 64;
-    Input in = {.stride = stride};
+    const int64_t stride = (kmax + 63) / 64 * 64;
+    const size_t V = 2 * (size_t)B;
+    Input in = {.stride = stride, .second = B};
     char *at = memory;
-    in.fswapped = (float *)at, at += lines((size_t)B * stride * sizeof(float));
-    in.scales = (float *)at, at += lines((size_t)B * (stride / 64 * LANES) * sizeof(float));
-    in.sums = (float *)at, at += lines((size_t)B * (stride / BLOCK) * sizeof(float));
-    in.offq = (uint8_t *)at, at += lines((size_t)B * stride);
-    in.swapped = (int8_t *)at, at += lines((size_t)B * stride);
+    in.fswapped = (float *)at, at += lines(V * stride * sizeof(float));
+    in.scales = (float *)at, at += lines(V * (stride / 64 * LANES) * sizeof(float));
+    in.sums = (float *)at, at += lines(V * (stride / BLOCK) * sizeof(float));
+    in.offq = (uint8_t *)at, at += lines(V * stride);
+    in.swapped = (int8_t *)at, at += lines(V * stride);
     in.xh = (uint16_t *)at;
     return in;
 }

@@ -23,6 +23,7 @@ INLINE void rows_i4_lanes(const Mat *m, int64_t g, int shift, const Input *in, i
     const uint8_t *w = (const uint8_t *)m->lanes + g * blocks * 256;
     const uint16_t *s16 = m->lane_s + g * groups * 16, *m16 = m->lane_m + g * groups * 16;
     const __m512i nibble = _mm512_set1_epi8(15);
+    const int slices = m->slices == 2 ? 2 : 1;
     __m512 acc[MAX_ROWS];
     for (int b = 0; b < B; b++) acc[b] = _mm512_setzero_ps();
     for (int64_t c = 0; c < blocks; c++) {
@@ -38,17 +39,19 @@ INLINE void rows_i4_lanes(const Mat *m, int64_t g, int shift, const Input *in, i
         }
         const __m512 s = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(s16 + (c >> shift) * 16)));
         const __m512 mins = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(m16 + (c >> shift) * 16)));
-        for (int b = 0; b < B; b++) {
-            const int32_t *x = (const int32_t *)(in->swapped + b * in->stride + c * BLOCK);  /* 4 values each */
-            __m512i dots = _mm512_setzero_si512();
-            for (int v = 0; v < 4; v++) {
-                dots = _mm512_dpbusd_epi32(dots, levels[2 * v], _mm512_set1_epi32(x[2 * v]));
-                dots = _mm512_dpbusd_epi32(dots, levels[2 * v + 1], _mm512_set1_epi32(x[2 * v + 1]));
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < slices; t++) {  /* x's rounding, then (Mat.slices 2) what it missed, rounded */
+                const int64_t at = b + t * in->second;
+                const int32_t *x = (const int32_t *)(in->swapped + at * in->stride + c * BLOCK);  /* 4 values each */
+                __m512i dots = _mm512_setzero_si512();
+                for (int v = 0; v < 4; v++) {
+                    dots = _mm512_dpbusd_epi32(dots, levels[2 * v], _mm512_set1_epi32(x[2 * v]));
+                    dots = _mm512_dpbusd_epi32(dots, levels[2 * v + 1], _mm512_set1_epi32(x[2 * v + 1]));
+                }
+                const float d = in->scales[at * (in->stride / 64 * LANES) + (c / 2) * LANES + (c % 2) * (LANES / 2)];
+                acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots), _mm512_mul_ps(s, _mm512_set1_ps(d)), acc[b]);
+                acc[b] = _mm512_fmadd_ps(mins, _mm512_set1_ps(in->sums[at * (in->stride / BLOCK) + c]), acc[b]);
             }
-            const float d = in->scales[b * (in->stride / 64 * LANES) + (c / 2) * LANES + (c % 2) * (LANES / 2)];
-            acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots), _mm512_mul_ps(s, _mm512_set1_ps(d)), acc[b]);
-            acc[b] = _mm512_fmadd_ps(mins, _mm512_set1_ps(in->sums[b * (in->stride / BLOCK) + c]), acc[b]);
-        }
     }
     const __m512 bias = m->bias ? _mm512_loadu_ps(m->bias + g * 16) : _mm512_setzero_ps();
     for (int b = 0; b < B; b++) {

@@ -22,6 +22,7 @@ INLINE void rows_i8a8_lanes(const Mat *m, int64_t g, const Input *in, int B, flo
     const int8_t *w = (const int8_t *)m->lanes + g * blocks * 512;
     const int32_t *start = m->lane_off + g * blocks * 16;
     const float *gs = m->group ? m->lane_f + g * groups * 16 : NULL;
+    const int slices = m->slices == 2 ? 2 : 1;
     __m512 acc[MAX_ROWS];
     for (int b = 0; b < B; b++) acc[b] = _mm512_setzero_ps();
     for (int64_t c = 0; c < blocks; c++) {
@@ -32,14 +33,16 @@ INLINE void rows_i8a8_lanes(const Mat *m, int64_t g, const Input *in, int B, flo
         }
         const __m512i offset = _mm512_loadu_si512((const void *)(start + c * 16));
         const __m512 s = gs ? _mm512_loadu_ps(gs + c * BLOCK / m->group * 16) : _mm512_set1_ps(1.0f);  /* any multiple of 32 */
-        for (int b = 0; b < B; b++) {
-            const int32_t *x = (const int32_t *)(in->offq + b * in->stride + c * BLOCK);  /* 4 values each */
-            __m512i dots = offset;
-            for (int v = 0; v < 8; v++) dots = _mm512_dpbusd_epi32(dots, _mm512_set1_epi32(x[v]), wv[v]);
-            const float d = in->scales[b * (in->stride / 64 * LANES) + (c / 2) * LANES + (c % 2) * (LANES / 2)];
-            const __m512 scale = gs ? _mm512_mul_ps(s, _mm512_set1_ps(d)) : _mm512_set1_ps(d);
-            acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots), scale, acc[b]);
-        }
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < slices; t++) {  /* x's rounding, then (Mat.slices 2) what it missed, rounded */
+                const int64_t at = b + t * in->second;
+                const int32_t *x = (const int32_t *)(in->offq + at * in->stride + c * BLOCK);  /* 4 values each */
+                __m512i dots = offset;
+                for (int v = 0; v < 8; v++) dots = _mm512_dpbusd_epi32(dots, _mm512_set1_epi32(x[v]), wv[v]);
+                const float d = in->scales[at * (in->stride / 64 * LANES) + (c / 2) * LANES + (c % 2) * (LANES / 2)];
+                const __m512 scale = gs ? _mm512_mul_ps(s, _mm512_set1_ps(d)) : _mm512_set1_ps(d);
+                acc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dots), scale, acc[b]);
+            }
     }
     const __m512 rows = m->group ? _mm512_set1_ps(1.0f) : _mm512_loadu_ps(m->scale + g * 16);
     const __m512 bias = m->bias ? _mm512_loadu_ps(m->bias + g * 16) : _mm512_setzero_ps();

@@ -23,7 +23,11 @@
    float32. The mins of MAT_I4 multiply each block's sum of its rounded values, d_c sum(xq_c), as llama.cpp's
    Q8_1 does: then y = sum_c sum_j (s q_j + m) d_c xq_j, the dequantized weights times the rounded x, whose
    errors (s q_j + m) e_j are centred on zero. With the exact float sum the error would be s q_j e_j with q_j
-   in 0..15, about twice as large (docs/generation.md, "Against llama.cpp", has what it cost).
+   in 0..15, about twice as large (docs/generation.md, "Against llama.cpp", has what it cost). With Mat.slices 2
+   (activations "int8x2") x is rounded twice: what the first rounding missed, r_c = x_c - d_c xq_c, is rounded
+   the same way into the vectors Input.second on, and the product adds W times it, the weights read once (the
+   16-row kernels in the same pass, the others row by row from the cache): x's error falls from d_c / 2 to
+   d'_c / 2 <= d_c / 508, at twice the integer dot products.
 
    The inputs are prepared once per vector (struct Input, prepare_input): x itself; its blocks' scales d, its
    int8 levels in column order as xq + 128 (MAT_I8A8: VNNI multiplies unsigned bytes by signed ones; the product
@@ -89,6 +93,8 @@ typedef struct {
     const uint16_t *lane_m;
     const float *lane_f;    /* MAT_I8A8 with lanes (int8_lanes.h): the scales per group, (n / 16, k / group, 16) */
     const int32_t *lane_off;/* MAT_I8A8 with lanes: -128 times each block's sum of weights, (n / 16, k / 32, 16) */
+    int32_t slices;         /* MAT_I8A8, MAT_I4: 2 when x is rounded twice (x ~ d xq + d' xq', xq' rounding what xq
+                               missed: Input.second), else 0 or 1 */
 } Mat;
 
 typedef struct {            /* B vectors of k <= kmax values, in every form a product reads */
@@ -101,6 +107,7 @@ typedef struct {            /* B vectors of k <= kmax values, in every form a pr
     float *scales;          /* (B, stride / 64 * 16) per 64 columns: d of the first block x8, the second x8 */
     float *sums;            /* (B, stride / 32) d_c sum(xq_c) of each block */
     uint16_t *xh;           /* (B, stride) x in bfloat16, rounded to nearest even (MAT_I8 where int8_bf16()) */
+    int32_t second;         /* where vector b's second rounding is prepared (PREPARE_TWO): vector b + second */
 } Input;
 
 /* ------------------------------------------------------------------------------------- preparing inputs */
@@ -146,15 +153,37 @@ static inline float block_scale(const float *xc, float *d) {
     return top > 0.0f ? 127.0f / top : 0.0f;
 }
 
-/* What a product reads of its input besides x (prepare_blocks): nothing, x in bfloat16, or that and the int8
-   blocks and the 4-bit order. */
-enum { PREPARE_NONE = 0, PREPARE_BF16 = 1, PREPARE_ALL = 2 };
+/* Block c of vector b rounded to int8 (round_block), its step d and d sum(xq_c) stored; returns d. */
+static inline float round_into(Input *in, int b, int64_t c, const float *xc) {
+    float d;
+    const float inv = block_scale(xc, &d);
+    const int32_t levels = round_block(in, b, c, xc, inv);
+    float *scales = in->scales + b * (in->stride / 64 * LANES);
+    for (int j = 0; j < LANES / 2; j++) scales[(c / 2) * LANES + (c % 2) * (LANES / 2) + j] = d;
+    in->sums[b * (in->stride / BLOCK) + c] = d * (float)levels;
+    return d;
+}
+
+/* The input from vector b0 on (its second roundings, Input.second further, from b0 on too). */
+static Input from(const Input *in, int b0) {
+    Input part = *in;
+    part.x += b0 * in->ldx, part.offq += b0 * in->stride, part.swapped += b0 * in->stride;
+    part.fswapped += b0 * in->stride;
+    part.scales += b0 * (in->stride / 64 * LANES);
+    part.sums += b0 * (in->stride / BLOCK), part.xh += b0 * in->stride;
+    return part;
+}
+
+/* What a product reads of its input besides x (prepare_blocks): nothing, x in bfloat16, that and the int8
+   blocks and the 4-bit order, or those and the same of what the int8 blocks missed (Mat.slices 2). */
+enum { PREPARE_NONE = 0, PREPARE_BF16 = 1, PREPARE_ALL = 2, PREPARE_TWO = 3 };
 
 /* Whether m is MAT_I8 multiplied with x in bfloat16 (row_i8h; else rows_i8f, x in float32). */
 static int int8_rows_in_bf16(const Mat *m) { return I8_BF16 && m->kind == MAT_I8 && m->k % BLOCK == 0 && int8_bf16(); }
 
 static int prepares(const Mat *m) {
     if (!m || m->n == 0) return PREPARE_NONE;
+    if ((m->kind == MAT_I8A8 || m->kind == MAT_I4) && m->slices == 2) return PREPARE_TWO;
     if (m->kind == MAT_I8A8 || m->kind == MAT_I4 || m->kind == MAT_I4F) return PREPARE_ALL;
     return int8_rows_in_bf16(m) ? PREPARE_BF16 : PREPARE_NONE;
 }
@@ -164,7 +193,6 @@ static int prepares(const Mat *m) {
    pair of blocks shares a vector of scales. */
 static void prepare_blocks(Input *in, int b, int64_t k, int64_t c0, int64_t c1, int what) {
     const float *x = in->x + b * in->ldx;
-    float *scales = in->scales + b * (in->stride / 64 * LANES), *sums = in->sums + b * (in->stride / BLOCK);
     static const float zeros[BLOCK];
     for (int64_t c = c0; c < c1 && what != PREPARE_NONE; c++) {
         const float *xc = c * BLOCK < k ? x + c * BLOCK : zeros;
@@ -174,12 +202,14 @@ static void prepare_blocks(Input *in, int b, int64_t k, int64_t c0, int64_t c1, 
             _mm512_storeu_si512((void *)(in->xh + b * in->stride + c * BLOCK), (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
         }
 #endif
-        if (what != PREPARE_ALL) continue;
-        float d;
-        const float inv = block_scale(xc, &d);
-        int32_t levels = round_block(in, b, c, xc, inv);
-        for (int j = 0; j < LANES / 2; j++) scales[(c / 2) * LANES + (c % 2) * (LANES / 2) + j] = d;
-        sums[c] = d * (float)levels;
+        if (what < PREPARE_ALL) continue;
+        const float d = round_into(in, b, c, xc);
+        if (what == PREPARE_TWO) {  /* the second rounding: of x - d xq, into vector b + second */
+            const uint8_t *offq = in->offq + b * in->stride + c * BLOCK;
+            float missed[BLOCK];
+            for (int j = 0; j < BLOCK; j++) missed[j] = xc[j] - (float)((int)offq[j] - 128) * d;
+            round_into(in, b + in->second, c, missed);
+        }
     }
 }
 
@@ -283,6 +313,11 @@ INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t
         }
         return;
     }
+    /* MAT_I8A8, MAT_I4 with x rounded twice: the rows one at a time take the second rounding (vectors
+       Input.second on) in a second pass over the row, just read; the 16-row kernels in the same pass */
+    const int twice = prepares(m) == PREPARE_TWO;
+    const Input missed = from(in, twice ? in->second : 0);
+    float second[MAX_ROWS];
 #if HAVE_VNNI
     if (m->lanes) {  /* MAT_I4 or MAT_I8A8: the whole 16-row groups (steps of rows start at multiples of 16) */
         for (; n0 % 16 == 0 && n0 + 16 <= n1 && n0 + 16 <= m->n; n0 += 16) {
@@ -302,16 +337,23 @@ INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t
             break;
 #endif
         case MAT_I8A8:
-            if (m->group) {
-                row_i8a8((const int8_t *)m->w + i * k, k, m->scale + i * groups, m->group, in, B, out);
-                break;
+            row_i8a8((const int8_t *)m->w + i * k, k, m->group ? m->scale + i * groups : NULL, m->group, in, B, out);
+            if (twice) {
+                row_i8a8((const int8_t *)m->w + i * k, k, m->group ? m->scale + i * groups : NULL, m->group, &missed,
+                         B, second);
+                for (int b = 0; b < B; b++) out[b] += second[b];
             }
-            row_i8a8((const int8_t *)m->w + i * k, k, NULL, 0, in, B, out);
-            for (int b = 0; b < B; b++) out[b] *= m->scale[i];
+            if (!m->group)
+                for (int b = 0; b < B; b++) out[b] *= m->scale[i];
             break;
         default:
             row_i4((const uint8_t *)m->w + i * (k / 2), m->s16 + i * groups, m->m16 + i * groups, k, shift, in, B,
                    out);
+            if (twice) {
+                row_i4((const uint8_t *)m->w + i * (k / 2), m->s16 + i * groups, m->m16 + i * groups, k, shift,
+                       &missed, B, second);
+                for (int b = 0; b < B; b++) out[b] += second[b];
+            }
         }
         store(m, i, out, B, y, ldy, add);
     }

@@ -10,6 +10,16 @@ so a block's error is at most d_c / 2 per value, and one large activation (small
 channels) coarsens only its own block. :func:`round_blocks` returns d_c xq_c in x's dtype: what a PyTorch path
 multiplies so that its numbers are those of the integer product (up to the order of the sums). Ties go to the
 even level, as the CPU's conversion does, and x is scaled by 127 / max (the C step's form) rather than divided.
+
+**Rounding twice** (``activations = "int8x2"``): what the first rounding missed, r = x - d xq (at most d / 2 a
+value), is rounded the same way in blocks of its own,
+
+    x ~ d_c xq_c + d'_c xq'_c,    d'_c = max_j |r_cj| / 127,
+
+which leaves at most d'_c / 2 <= d_c / 254 a value: about 15 bits of x, where one rounding keeps 8. A product
+multiplies its weights by both roundings with the same integer dot products (twice as many of them), the weights
+read once (:func:`round_activations`; the C step's ``Mat.slices``). On SmolLM2-135M it takes W8A8's and W4A8's
+agreement with the float model to that of their weights alone (docs/generation.md).
 """
 
 from __future__ import annotations
@@ -21,6 +31,9 @@ from qkv.quantization import native_forward
 
 BLOCK = 32  # values per block: llama.cpp's Q8_0 / Q8_1 and the C step's
 LEVEL = 127  # the top level (symmetric int8)
+ROUNDINGS = {"int8": 1, "int8x2": 2}  # the layers' int8 activation modes: how many times x is rounded
+INT8_ACTIVATIONS = tuple(ROUNDINGS)
+ACTIVATION_NOTES = {"float": "", "int8": ", int8 activations", "int8x2": ", int8 activations rounded twice"}
 
 
 def round_blocks(x: Tensor) -> Tensor:
@@ -36,6 +49,15 @@ def round_blocks(x: Tensor) -> Tensor:
     inverse = torch.full_like(top, float(LEVEL)) / top  # one division, as the C step's (127 / top is 1 / top * 127)
     levels = torch.round(blocks * torch.where(top > 0, inverse, torch.zeros_like(top)))
     return (levels * (top / LEVEL)).reshape(x.shape).to(x.dtype)
+
+
+def round_activations(x: Tensor, activations: str) -> Tensor:
+    """x as a layer whose ``activations`` is "int8" or "int8x2" multiplies it: rounded once or twice (see the module
+    docstring), in x's dtype."""
+    rounded = round_blocks(x)
+    if ROUNDINGS[activations] == 2:
+        rounded = rounded + round_blocks(x - rounded)
+    return rounded
 
 
 NATIVE_ROWS = 64  # rows from which the C library's one pass beats PyTorch's five (a prompt's products)

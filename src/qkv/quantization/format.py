@@ -7,8 +7,9 @@ and this description::
     {"format": "qkv-quantized", "version": 1, "scheme": "int8", "description": "...", "activations": "float",
      "modules": ["decoder.blocks.0.self_attn.query", ..., "unembedding"]}
 
-``activations`` is how the int8 layers treat their inputs: "float" (weight-only) or "int8" (quantized per
-vector too, :mod:`qkv.quantization.dynamic`); a description without it (older folders) means "float".
+``activations`` is how the int8 layers treat their inputs: "float" (weight-only), "int8" (quantized per
+vector too, :mod:`qkv.quantization.dynamic`) or "int8x2" (rounded twice, :mod:`qkv.quantization.activation_blocks`);
+a description without it (older folders) means "float".
 
 An int4 model (scheme "int4") stores ``qweight`` (two levels a byte), ``weight_scale`` and ``weight_min``
 (float16, one per group) for each int4 layer; its description adds the group size and lists the layers kept
@@ -56,8 +57,8 @@ def quantization_info(model: nn.Module) -> dict[str, Any] | None:
     int4 = {name: module for name, module in model.named_modules() if isinstance(module, Int4Linear)}
     if not int8 and not int4:
         return None
-    modes = {module.activations for module in (*int8.values(), *int4.values())}
-    scheme, activations = "int4" if int4 else "int8", "int8" if modes == {"int8"} else "float"
+    modes = {str(module.activations) for module in (*int8.values(), *int4.values())}
+    scheme, activations = "int4" if int4 else "int8", modes.pop() if len(modes) == 1 else "float"
     groups = {module.group_size for module in int8.values()}
     if len(groups) > 1:
         raise QkvError(
@@ -125,7 +126,7 @@ def apply_quantization(model: nn.Module, info: Any, where: str = "quantization.j
     activations = info.get("activations", "float")
     if activations not in ACTIVATIONS:
         raise QkvError(
-            f"{where} says activations {activations!r}; this qkv knows {' and '.join(ACTIVATIONS)}: fix the "
+            f"{where} says activations {activations!r}; this qkv knows {', '.join(ACTIVATIONS)}: fix the "
             "file, or quantize the original run again"
         )
     return set_activations(model, activations).eval()

@@ -34,7 +34,9 @@ tests compare the kernel with. bench/int4_linear.py measures the paths.
 ``"int8"`` (:func:`~qkv.quantization.set_activations`) first rounds x to int8 in blocks of 32
 (:mod:`qkv.quantization.activation_blocks`), as llama.cpp's Q4 x Q8 products do: the C step then multiplies
 integer levels by integer levels (AVX-512 VNNI), faster, at the price of x's rounding error (SmolLM2's Q4_1
-file agrees with its float32 numbers on fewer next tokens: docs/generation.md has the figures).
+file agrees with its float32 numbers on fewer next tokens: docs/generation.md has the figures). ``"int8x2"``
+rounds x twice (the first rounding's error rounded again): the same integer products, twice as many, and
+SmolLM2's next tokens those of its weight-only numbers.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from torch import Tensor, nn
 from qkv.errors import QkvError
 from qkv.layers.fused import ConcatenatedProjections, fuse_linears
 from qkv.quantization import native_forward
-from qkv.quantization.activation_blocks import round_blocks
+from qkv.quantization.activation_blocks import ACTIVATION_NOTES, INT8_ACTIVATIONS, round_activations
 from qkv.quantization.gguf_blocks import q4_groups
 
 LEVELS = 15  # the top level: 4 bits, 0..15
@@ -297,8 +299,8 @@ class Int4Linear(nn.Module):
         return self._packed[1]
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.activations == "int8" and x.numel():  # W4A8: the product of the rounded x (as the C step's)
-            x = round_blocks(x)
+        if self.activations in INT8_ACTIVATIONS and x.numel():  # W4A8: the product of the rounded x (as the C step's)
+            x = round_activations(x, self.activations)
         tensors = (self.qweight, self.weight_scale, self.weight_min)
         if x.device.type != "cpu" or x.dtype not in KERNEL_DTYPES or x.numel() == 0 or torch.compiler.is_compiling():
             return reference_product(x, *tensors, self.bias)  # (..., K) -> (..., N)
@@ -309,7 +311,7 @@ class Int4Linear(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-            f"int4, groups of {self.group_size}{', int8 activations' if self.activations == 'int8' else ''}"
+            f"int4, groups of {self.group_size}{ACTIVATION_NOTES[self.activations]}"
         )
 
 

@@ -50,7 +50,9 @@ in slices of output rows and multiplied with ``F.linear``: the same arithmetic, 
 multiplies with the CPU's int8 dot products (:mod:`qkv.quantization.dynamic`): faster at every row count, at
 the price of x's rounding error and a packed copy of Q. A grouped layer rounds x as the C decode step does
 (:func:`~qkv.quantization.activation_blocks.round_blocks`: int8 in blocks of 32 along K) and multiplies the rounded x by
-its dequantized weights, so a prompt and the decode steps after it agree. The default, ``"float"``, is the
+its dequantized weights, so a prompt and the decode steps after it agree. ``"int8x2"`` rounds x twice, the
+first rounding's error rounded again (:func:`~qkv.quantization.activation_blocks.round_activations`), at every
+group size: nearly the weight-only product's numbers with int8 dot products. The default, ``"float"``, is the
 weight-only product above. The fused rule for :func:`~qkv.layers.fused.fuse_linears` stacks int8 layers with
 :meth:`Int8Linear.cat`.
 """
@@ -66,12 +68,12 @@ from torch import Tensor, nn
 from qkv.errors import QkvError
 from qkv.layers.fused import ConcatenatedProjections, fuse_linears
 from qkv.quantization import dynamic, native_forward
-from qkv.quantization.activation_blocks import round_blocks
+from qkv.quantization.activation_blocks import ACTIVATION_NOTES, INT8_ACTIVATIONS, round_activations
 from qkv.quantization.gguf_blocks import q8_0_levels
 from qkv.quantization.int4_linear import bfloat16_gemm
 
 Q_MAX = 127  # symmetric int8: -127..127 (-128 is left out so that -Q is representable)
-ACTIVATIONS = ("float", "int8")  # weight-only, or x quantized per vector too (W8A8)
+ACTIVATIONS = ("float", *INT8_ACTIVATIONS)  # weight-only, or x rounded to int8 too (W8A8): once or twice
 KERNEL_ROWS = 16  # input vectors up to which the CPU int8 kernel beats widening Q and BLAS (bench/int8_linear.py)
 KERNEL_K_MULTIPLE = 16  # the kernel's vector loads read 16 weights (AVX-512) at a time, aligned
 DEQUANTIZE_SLICE = 1 << 22  # weights widened at a time on the dequantizing path (16 MB of float32)
@@ -338,8 +340,9 @@ class Int8Linear(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if x.requires_grad and torch.is_grad_enabled():  # training above a frozen int8 base (LoRA): dL/dx only
             return Int8Product.apply(x, self.qweight, self.weight_scale, self.bias)
-        if self.activations == "int8" and self.group_size and x.numel():  # x in int8 blocks of 32, as the C step
-            rounded = round_blocks(x.float())  # (..., K) float32
+        blocks = self.activations == "int8x2" or self.activations == "int8" and self.group_size
+        if blocks and x.numel():  # x in int8 blocks of 32 (once or twice), as the C step
+            rounded = round_activations(x.float(), self.activations)  # (..., K) float32
             return _dequantized_product(rounded, self.qweight, self.weight_scale, self.bias).to(x.dtype)
         if self.activations == "int8" and x.dtype == torch.float32 and (packed := self.packed()) is not None:
             return dynamic.dynamic_int8_linear(x, packed, self.bias)
@@ -347,7 +350,7 @@ class Int8Linear(nn.Module):
         return int8_linear(x, self.qweight, self.weight_scale, self.bias, ones)  # (..., K) -> (..., N)
 
     def extra_repr(self) -> str:
-        activations = ", int8 activations" if self.activations == "int8" else ""
+        activations = ACTIVATION_NOTES[self.activations]
         groups = f", groups of {self.group_size}" if self.group_size else ""
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "

@@ -41,6 +41,7 @@ from torch import nn
 
 from qkv.errors import QkvError
 from qkv.layers.embedding import Unembedding
+from qkv.quantization.activation_blocks import ROUNDINGS
 from qkv.quantization.gptq import gptq_round, gptq_round_groups, input_hessians
 from qkv.quantization.int4_linear import GROUP_SIZE, Int4Linear, check_group_size
 from qkv.quantization.int8_embedding import Int8TokenEmbedding
@@ -70,9 +71,10 @@ def description(scheme: str, activations: str, int8_group_size: int = 0) -> str:
         weights = weights.replace("one scale per output channel", groups).replace(
             "int8 per channel", f"int8 with {groups}"
         )
-    if activations == "int8":
+    if activations in ROUNDINGS:
         kind = "W4A8" if scheme == "int4" else "W8A8"
-        return f"{weights}; activations int8 too (each input vector quantized in blocks of 32, {kind})"
+        twice = ", then what that missed the same way" if ROUNDINGS[activations] == 2 else ""
+        return f"{weights}; activations int8 too (each input vector quantized in blocks of 32{twice}, {kind})"
     return f"{weights}; activations stay float (weight-only)"
 
 
@@ -90,11 +92,13 @@ def check_scheme(scheme: str) -> str:
 
 
 def check_activations(activations: str) -> str:
-    """``activations`` if it is "float" or "int8" (how int8 and int4 layers treat their inputs), else a QkvError."""
+    """``activations`` if it is "float", "int8" or "int8x2" (how int8 and int4 layers treat their inputs), else a
+    QkvError."""
     if activations not in ACTIVATIONS:
         raise QkvError(
-            f"activations {activations!r}: choose float (the inputs of int8 and int4 layers stay float) or int8 "
-            "(rounded to int8 in blocks of 32 too: W8A8, W4A8, as llama.cpp's products)"
+            f"activations {activations!r}: choose float (the inputs of int8 and int4 layers stay float), int8 "
+            "(rounded to int8 in blocks of 32 too: W8A8, W4A8, as llama.cpp's products) or int8x2 (rounded twice: "
+            "closer to float, at twice the integer products)"
         )
     return activations
 
