@@ -5,7 +5,8 @@
    turn. Targets >= 2x at batch 1, >= 1.5x at batch 8. The outputs are also compared token for token.
    qkv with int8 weights (``--quantize int8``: every linear layer and the unembedding) runs in the same
    turns, against transformers fp32: target >= 3.5x at batch 1 (``--no-int8`` leaves it out); and with int8
-   activations too (``set_activations(model, "int8")``, the arithmetic of CTranslate2's int8).
+   activations too (``set_activations(model, "int8")``, the arithmetic of CTranslate2's int8), once and twice
+   (``"int8x2"``: what the first rounding missed, rounded again).
    CTranslate2 (``pip install ctranslate2``, skipped with a message when missing) runs the same weights,
    converted from a saved ``transformers`` folder, in float32 (tokens compared with qkv's) and int8, in the
    same turns but in a process of its own (bench/ct2_peer.py says why): target qkv / CTranslate2 >= 1.2x at
@@ -157,6 +158,8 @@ def gpt2_generation(
         runners["int8"] = lambda: run_qkv(quantized)
         w8a8 = set_activations(quantize_model(copy.deepcopy(ours), group_size=0), "int8")  # inputs too, as CT2's
         runners["w8a8"] = lambda: run_qkv(w8a8)
+        w8a8x2 = set_activations(quantize_model(copy.deepcopy(ours), group_size=0), "int8x2")  # rounded twice
+        runners["w8a8x2"] = lambda: run_qkv(w8a8x2)
     with tempfile.TemporaryDirectory() as tmp:
         peer = ctranslate2_peer(hf, torch.get_num_threads(), Path(tmp)) if ct2 else None
         if peer is not None:
@@ -276,12 +279,18 @@ def main(argv: list[str] | None = None) -> None:
                 f"fp32's: {100 * r['w8a8_agreement']:.0f}%",
                 flush=True,
             )
+        if "w8a8x2_tokens_per_s" in r:
+            print(
+                f"  qkv int8 with int8 activations rounded twice {r['w8a8x2_tokens_per_s']:.1f}; greedy tokens "
+                f"equal to qkv fp32's: {100 * r['w8a8x2_agreement']:.0f}%",
+                flush=True,
+            )
         if "ct2_int8_tokens_per_s" in r:
             print(
                 f"  CTranslate2 int8 {r['ct2_int8_tokens_per_s']:.1f}: qkv int8 / CTranslate2 int8 "
                 f"{ratio(r, 'int8', 'ct2_int8'):.2f}x (weight-only), {ratio(r, 'w8a8', 'ct2_int8'):.2f}x (int8 "
-                f"activations, target >= 1.2x); greedy tokens equal to qkv fp32's: "
-                f"{100 * r['ct2_int8_agreement']:.0f}%",
+                f"activations, target >= 1.2x), {ratio(r, 'w8a8x2', 'ct2_int8'):.2f}x (rounded twice); greedy "
+                f"tokens equal to qkv fp32's: {100 * r['ct2_int8_agreement']:.0f}%",
                 flush=True,
             )
     if args.only == "gpt2":

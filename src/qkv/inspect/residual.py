@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from qkv.inspect.names import act_name, block_name
+from qkv.layers.blocks import DecoderBlock, EncoderBlock, Part
 from qkv.models.family import TRANSLATOR, family_of
 
 if TYPE_CHECKING:
@@ -46,19 +47,18 @@ class Sublayer:
     attention: str | None  # the MultiHeadAttention's name within a block, e.g. "self_attn"; None for "mlp"
 
 
-GPT_SUBLAYERS = (
-    Sublayer("attn", "self_attn_sublayer", "self_attn"),
-    Sublayer("mlp", "ffn_sublayer", None),
-)
-TRANSLATOR_SUBLAYERS = (
-    Sublayer("attn", "self_attn_sublayer", "self_attn"),
-    Sublayer("cross", "cross_attn_sublayer", "cross_attn"),
-    Sublayer("mlp", "ffn_sublayer", None),
-)
-ENCODER_SUBLAYERS = (
-    Sublayer("attn", "attn_sublayer", "self_attn"),
-    Sublayer("mlp", "ffn_sublayer", None),
-)
+def _sublayers(parts: tuple[Part, ...], cross: bool = False) -> tuple[Sublayer, ...]:
+    """A block class's parts (:attr:`qkv.layers.blocks.DecoderBlock.parts`) as the stream's sublayers."""
+    return tuple(
+        Sublayer(part.kind, part.residual, None if part.kind == "mlp" else part.inner)
+        for part in parts
+        if cross or part.kind != "cross"
+    )
+
+
+GPT_SUBLAYERS = _sublayers(DecoderBlock.parts)
+TRANSLATOR_SUBLAYERS = _sublayers(DecoderBlock.parts, cross=True)
+ENCODER_SUBLAYERS = _sublayers(EncoderBlock.parts)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ the encoder-decoder study notes), then the FFN. GPT's blocks are decoder blocks 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol
 
 from torch import Tensor, nn
 
@@ -86,8 +86,27 @@ def _feed_forward(config: BlockConfig) -> FeedForward | GatedFeedForward:
     )
 
 
+class Part(NamedTuple):
+    """One sublayer of a block, by attribute name: ``kind`` ("attn", "cross" or "mlp"), the ResidualSublayer around
+    it (``residual``: its norm and residual connection), and what that wraps (``inner``: an attention or the FFN)."""
+
+    kind: str
+    residual: str
+    inner: str
+
+
+def block_parts(block: nn.Module) -> list[tuple[Part, ResidualSublayer, Any]]:
+    """The sublayers ``block`` has, in order (a decoder block without cross-attention has two; a block of another
+    kind none): each part, its ResidualSublayer, and what that wraps."""
+    parts: tuple[Part, ...] = getattr(type(block), "parts", ())
+    found = ((part, getattr(block, part.residual, None), getattr(block, part.inner, None)) for part in parts)
+    return [(part, around, inner) for part, around, inner in found if around is not None and inner is not None]
+
+
 class EncoderBlock(nn.Module):
     """Self-attention over all positions, then the token-wise FFN."""
+
+    parts = (Part("attn", "attn_sublayer", "self_attn"), Part("mlp", "ffn_sublayer", "feed_forward"))
 
     def __init__(self, config: BlockConfig) -> None:
         super().__init__()
@@ -115,6 +134,12 @@ class EncoderBlock(nn.Module):
 class DecoderBlock(nn.Module):
     """Masked self-attention, cross-attention to the encoder output (optional), then the FFN. ``window``: the
     self-attention sees only the last ``window`` positions (a causal sliding window, as Mistral's)."""
+
+    parts = (
+        Part("attn", "self_attn_sublayer", "self_attn"),
+        Part("cross", "cross_attn_sublayer", "cross_attn"),
+        Part("mlp", "ffn_sublayer", "feed_forward"),
+    )
 
     def __init__(self, config: BlockConfig, *, cross_attention: bool = True, window: int | None = None) -> None:
         super().__init__()

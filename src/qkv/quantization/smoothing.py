@@ -40,6 +40,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
+from qkv.layers.blocks import block_parts
 from qkv.models.family import ENCODER, LANGUAGE_MODEL, family_of
 from qkv.quantization.activation_blocks import round_blocks
 from qkv.quantization.int8_linear import dequantize, quantize_per_channel, quantize_per_group
@@ -78,27 +79,20 @@ def _applies(fold: Fold) -> bool:
     return writes and all(isinstance(r, nn.Linear) and r.weight.is_floating_point() for r in fold.readers)
 
 
-SUBLAYERS = {"self_attn": ("self_attn_sublayer", "attn_sublayer"), "cross_attn": ("cross_attn_sublayer",)}
-"""Each attention of a block and the residual sublayer around it (a decoder's, an encoder's)."""
-
-
 def _block_folds(block: Any) -> list[Fold]:
     folds = []
-    for attention, sublayers in SUBLAYERS.items():
-        attn = getattr(block, attention, None)
-        around = next((getattr(block, name) for name in sublayers if hasattr(block, name)), None)
-        if attn is None or around is None:
+    for part, around, inner in block_parts(block):
+        norm = around.norm if around.norm_first and getattr(around.norm, "weight", None) is not None else None
+        if part.kind == "mlp":
+            gate = getattr(inner, "gate", None)
+            if norm is not None:
+                folds.append(Fold((inner.linear1,) if gate is None else (inner.linear1, gate), norm))
+            if gate is not None:  # act(gate(x)) * linear1(x): linear in linear1's rows
+                folds.append(Fold((inner.linear2,), inner.linear1))
             continue
-        readers = (attn.query, attn.key, attn.value) if attention == "self_attn" else (attn.query,)
-        if around.norm_first and getattr(around.norm, "weight", None) is not None:
-            folds.append(Fold(readers, around.norm))
-        folds.append(Fold((attn.out_proj,), attn.value, (attn.n_heads, attn.n_kv_heads)))
-    ffn, around = block.feed_forward, block.ffn_sublayer
-    gate = getattr(ffn, "gate", None)
-    if around.norm_first and getattr(around.norm, "weight", None) is not None:
-        folds.append(Fold((ffn.linear1,) if gate is None else (ffn.linear1, gate), around.norm))
-    if gate is not None:  # act(gate(x)) * linear1(x): linear in linear1's rows
-        folds.append(Fold((ffn.linear2,), ffn.linear1))
+        if norm is not None:  # self-attention's norm writes Q's, K's and V's input; cross-attention's only Q's
+            folds.append(Fold((inner.query, inner.key, inner.value) if part.kind == "attn" else (inner.query,), norm))
+        folds.append(Fold((inner.out_proj,), inner.value, (inner.n_heads, inner.n_kv_heads)))
     return folds
 
 
