@@ -98,6 +98,10 @@ def test_activations_set_every_int8_and_int4_layer_and_need_one(tmp_path, tokeni
     assert load(tmp_path / "float", activations="float").model is not None  # float on a float model: nothing to do
     with pytest.raises(QkvError, match="int8 activations are for int8 and int4 layers"):
         load(tmp_path / "float", activations="int8")
+    with pytest.raises(QkvError, match="int8x2 activations are for int8 and int4 layers"):
+        load(tmp_path / "float", activations="int8x2")
+    twice = load(tmp_path / "float", quantize="int4", activations="int8x2").model
+    assert {m.activations for m in twice.modules() if isinstance(m, (Int4Linear, Int8Linear))} == {"int8x2"}
     with pytest.raises(QkvError, match="activations 'int4': choose float"):
         load(tmp_path / "missing", activations="int4")  # the value first, before the path
 

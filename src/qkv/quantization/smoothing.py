@@ -142,17 +142,17 @@ def smooth_model(
             if x is None:  # never reached by the calibration (a cross-attention the feed does not run)
                 continue
             w = torch.stack([r.weight.detach().abs().amax(0).float() for r in fold.readers]).amax(0)
-            factors = {alpha: _factors(x, w, alpha, fold.heads) for alpha in alphas}
+            factors = {alpha: _factors(x, w, alpha, fold.heads) for alpha in alphas}  # on the writer's channels
             sample = samples[fold.readers[0]]
             exact = [sample @ r.weight.detach().float().T for r in fold.readers]  # the float products, once
-            alpha = min(factors, key=lambda a: _rounding_error(fold, sample, exact, factors[a], group_size))
+            spread = {alpha: _spread(s, fold.heads) for alpha, s in factors.items()}  # on the readers' inputs
+            alpha = min(factors, key=lambda a: _rounding_error(fold, sample, exact, spread[a], group_size))
             chosen[names[fold.readers[0]]] = alpha
             if alpha == 0:
                 continue
-            s = factors[alpha]
             for reader in fold.readers:
-                reader.weight.mul_(s.to(reader.weight.dtype))
-            _divide_writer(fold, s)
+                reader.weight.mul_(spread[alpha].to(reader.weight.dtype))
+            _divide_writer(fold.writer, factors[alpha])
     return chosen
 
 
@@ -169,27 +169,27 @@ def _rounding_error(fold: Fold, x: Tensor, exact: list[Tensor], s: Tensor, group
 
 
 def _factors(x: Tensor, w: Tensor, alpha: float, heads: tuple[int, int] | None) -> Tensor:
-    """s_j = max|x_j|^alpha / max|W_j|^(1 - alpha), 1 where a channel never carried a value. With ``heads``
-    (h, h_kv), the channels of the query heads that share a key/value head take that group's largest ranges, so
-    that one factor per key/value channel serves them all."""
+    """s_j = max|x_j|^alpha / max|W_j|^(1 - alpha), 1 where a channel never carried a value, one per channel the
+    writer writes. With ``heads`` (h, h_kv), the channels of the query heads that share a key/value head take that
+    group's largest ranges: one factor per key/value channel (h_kv d_k) serves them all."""
     if heads is not None:
         h, h_kv = heads
-        x, w = (t.view(h_kv, h // h_kv, -1).amax(1) for t in (x, w))  # (h_kv, d_k): head j reads head j // group
+        x, w = (t.view(h_kv, h // h_kv, -1).amax(1).reshape(-1) for t in (x, w))  # head j reads head j // group
     s = x.clamp(min=1e-5).pow(alpha) / w.clamp(min=1e-5).pow(1 - alpha)
-    s = torch.where((x > 0) & (w > 0), s, torch.ones_like(s)).clamp(1e-4, 1e4)
-    if heads is not None:
-        h, h_kv = heads
-        s = s[:, None, :].expand(h_kv, h // h_kv, s.shape[-1]).reshape(-1)  # back to the h heads' channels
-    return s
+    return torch.where((x > 0) & (w > 0), s, torch.ones_like(s)).clamp(1e-4, 1e4)
 
 
-def _divide_writer(fold: Fold, s: Tensor) -> None:
-    """What writes the readers' input, divided by s channel by channel: a norm's gain and bias, or a layer's rows
-    (one per key/value channel when heads share them)."""
-    if fold.heads is not None:
-        h, h_kv = fold.heads
-        s = s.view(h_kv, h // h_kv, -1)[:, 0].reshape(-1)  # one factor per key/value channel
-    writer = fold.writer
+def _spread(s: Tensor, heads: tuple[int, int] | None) -> Tensor:
+    """The writer's factors on the readers' input channels: with ``heads`` (h, h_kv), each query head takes its
+    key/value head's (h d_k of them); else the same."""
+    if heads is None:
+        return s
+    h, h_kv = heads
+    return s.view(h_kv, 1, -1).expand(h_kv, h // h_kv, -1).reshape(-1)
+
+
+def _divide_writer(writer: nn.Module, s: Tensor) -> None:
+    """What writes the readers' input, divided by s channel by channel: a norm's gain and bias, or a layer's rows."""
     weight = cast(Tensor, writer.weight)
     if weight.dim() == 1:  # a norm's gain
         weight.div_(s.to(weight.dtype))
