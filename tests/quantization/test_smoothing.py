@@ -10,7 +10,7 @@ import torch
 
 from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig, Transformer, TransformerConfig
 from qkv.models.llama import Llama, LlamaConfig
-from qkv.quantization import quantize_model
+from qkv.quantization import Int8Linear, quantize_model
 from qkv.quantization.smoothing import fold_points, smooth_model
 
 VOCAB = 40
@@ -145,3 +145,22 @@ def test_the_feed_runs_the_text_in_windows_of_the_context() -> None:
     config = TransformerConfig(src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, d_model=32, n_heads=2)
     translator = Transformer(config)
     assert smoothing_feed(SimpleNamespace(model=translator, tokenizer=tokenizer, config=config), text) is None
+
+
+def test_quantizing_reports_each_stage_as_it_goes() -> None:
+    """``progress(what, done, total)``: smoothing from 0 to every fold point, calibrating, then rounding from 0 to
+    every layer, each count rising by one."""
+    model = perturbed(llama())
+    calls: list[tuple[str, int, int]] = []
+    quantize_model(
+        model, activations="int8", smoothing=feed(), calibration=feed(2), progress=lambda *a: calls.append(a)
+    )
+    stages = list(dict.fromkeys(what for what, _, _ in calls))
+    assert stages == ["smoothing", "calibrating", "rounding"]
+    for stage in ("smoothing", "rounding"):
+        counts = [(done, total) for what, done, total in calls if what == stage]
+        total = counts[0][1]
+        assert [done for done, _ in counts] == list(range(total + 1)) and {t for _, t in counts} == {total}
+    assert next(t for w, _, t in calls if w == "smoothing") == len(fold_points(llama()))
+    layers = sum(isinstance(m, Int8Linear) for m in model.modules())  # the linear layers and the unembedding
+    assert next(t for w, _, t in calls if w == "rounding") == layers > 0

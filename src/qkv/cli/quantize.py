@@ -74,6 +74,26 @@ def _bits(text: str) -> int | str:
     return int(number) if number.isdigit() else text
 
 
+def _progress():
+    """A transient progress bar on stderr when it is a terminal (smoothing, calibrating, rounding: GPTQ on a large
+    model takes minutes), and the callback that moves it; (None, None) otherwise."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return None, None
+    columns = (TextColumn("[bold]{task.description:<11}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    bar = Progress(*columns, console=console, transient=True)
+    task = bar.add_task("quantizing", total=None)
+    bar.start()
+
+    def update(what: str, done: int, total: int) -> None:
+        bar.update(task, description=what, completed=done, total=total)
+
+    return bar, update
+
+
 def run(args: argparse.Namespace) -> int:
     from qkv.io import read_text
     from qkv.quantization import weight_bytes
@@ -89,15 +109,21 @@ def run(args: argparse.Namespace) -> int:
     bundle = load(model_path(args), device=use_device(args), dequantize=True)  # a GGUF: its numbers, requantized
     note_unknown(bundle.tokenizer, calibration_text or "", what="the calibration text")
     before = weight_bytes(bundle.model)
-    out = save_quantized(
-        bundle,
-        args.out,
-        scheme,
-        calibration_text=calibration_text,
-        activations=args.activations,
-        group_size=args.group_size,
-        smooth=args.smooth == "on",
-    )
+    bar, progress = _progress()
+    try:
+        out = save_quantized(
+            bundle,
+            args.out,
+            scheme,
+            calibration_text=calibration_text,
+            activations=args.activations,
+            group_size=args.group_size,
+            smooth=args.smooth == "on",
+            progress=progress,
+        )
+    finally:
+        if bar is not None:
+            bar.stop()
     after = weight_bytes(bundle.model)
     info = quantization_info(bundle.model) or {}
     size, smoothed = info.get("int8_group_size", 0), info.get("smoothed_inputs", 0)

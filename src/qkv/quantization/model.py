@@ -47,7 +47,7 @@ from qkv.quantization.int4_linear import GROUP_SIZE, Int4Linear, check_group_siz
 from qkv.quantization.int8_embedding import Int8TokenEmbedding
 from qkv.quantization.int8_linear import ACTIVATIONS, Int8Linear
 from qkv.quantization.int8_linear import check_group_size as check_int8_group_size
-from qkv.quantization.smoothing import smooth_model
+from qkv.quantization.smoothing import Progress, smooth_model
 
 SCHEMES = ("int8", "int4")
 INT8_GROUP_SIZE = 32  # int8 layers' default group size where every int8 layer's input width is a multiple of it
@@ -268,6 +268,7 @@ def quantize_model(
     group_size: int | None = None,
     int8_group_size: int | None = None,
     smoothing: Callable[[nn.Module], object] | None = None,
+    progress: Progress | None = None,
 ) -> nn.Module:
     """Quantize every linear layer and the unembedding of ``model`` in place (see the module docstring).
 
@@ -281,7 +282,9 @@ def quantize_model(
     Where no int8 size is given, it is 32 if every int8 layer's width is a multiple of 32, else 0
     (:func:`int8_default_group_size`). ``smoothing``, a feed like ``calibration``, first moves the large input
     channels into the weights (SmoothQuant, :mod:`qkv.quantization.smoothing`), for int8 activations over int8
-    weights; int4 weights are left as they are (their 16 levels cannot take the inputs' range).
+    weights; int4 weights are left as they are (their 16 levels cannot take the inputs' range). ``progress(what,
+    done, total)``, if given, is told of each stage ("smoothing" the inputs, "calibrating" on the feed, "rounding"
+    the layers) as it goes, for a progress bar: GPTQ on a large model takes minutes.
     """
     check_scheme(scheme)
     check_activations(activations)
@@ -290,15 +293,21 @@ def quantize_model(
     int4, int8 = group_sizes(scheme, group_size, int8_group_size)
     names = _float_linears(model)
     if smoothing is not None and names and scheme == "int8":  # int4's 16 levels cannot take the inputs' range
-        strengths = smooth_model(model, smoothing, group_size=int8)
+        strengths = smooth_model(model, smoothing, group_size=int8, progress=progress)
         model.__dict__["smoothed_inputs"] = sum(alpha > 0 for alpha in strengths.values())  # quantization.json says
+    if calibration is not None and names and progress is not None:
+        progress("calibrating", 0, 1)
     hessians = input_hessians(model.eval(), names, calibration) if calibration is not None and names else {}
     with torch.no_grad():
-        for name in names:
+        for done, name in enumerate(names):
+            if progress is not None:
+                progress("rounding", done, len(names))
             hessian = hessians.pop(name, None)
             _quantize_module(
                 model, name, empty=False, hessian=hessian, scheme=scheme, group_size=int4, int8_group_size=int8
             )
+    if progress is not None and names:
+        progress("rounding", len(names), len(names))
     return set_activations(model, activations).eval()
 
 

@@ -34,7 +34,7 @@ from qkv.model_dir import (
 from qkv.models.family import ENCODER, LANGUAGE_MODEL, WORD_VECTORS, family_of
 from qkv.pretrained.sentences import copy_sentence_head, embed_sentences
 from qkv.quantization.model import check_group_size_fits, check_scheme, group_sizes, is_quantized, quantize_model
-from qkv.quantization.smoothing import smoothing_feed
+from qkv.quantization.smoothing import Progress, smoothing_feed
 from qkv.training.perplexity import token_log_probs
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ def _smoothing(bundle: Any, text: str | None) -> Callable[[nn.Module], object] |
     return smoothing_feed(bundle, calibration_sample() if text is None else text)
 
 
-def save_quantized(
+def save_quantized(  # noqa: PLR0913 (each of `qkv quantize`'s options, one keyword each)
     bundle: Any,
     out_dir: str | Path,
     scheme: str = "int8",
@@ -132,6 +132,7 @@ def save_quantized(
     group_size: int | None = None,
     int8_group_size: int | None = None,
     smooth: bool = True,
+    progress: Progress | None = None,
 ) -> Path:
     """Quantize ``bundle.model`` (a :class:`~qkv.model_dir.ModelBundle`) in place and save it as a model folder.
 
@@ -144,7 +145,7 @@ def save_quantized(
     int8, per row unless ``int8_group_size``); with "int8", ``group_size`` > 0 gives the int8 layers a scale per
     group of that many weights (default 0: per row). Recorded in quantization.json (:mod:`qkv.quantization.format`).
     With int8 activations and ``smooth``, the inputs' large channels are first moved into the weights
-    (:func:`smoothing_feed`).
+    (:func:`smoothing_feed`). ``progress`` is :func:`~qkv.quantization.quantize_model`'s.
     """
     check_scheme(scheme)
     group_sizes(scheme, group_size, int8_group_size)  # the values themselves, before anything is read
@@ -168,6 +169,7 @@ def save_quantized(
         group_size=group_size,
         int8_group_size=int8_group_size,
         smoothing=_smoothing(bundle, calibration_text) if smooth and activations == scheme == "int8" else None,
+        progress=progress,
     )
     save_model_dir(out, bundle.model, bundle.tokenizer, bundle.target_tokenizer, chat_template=bundle.chat_template)
     copy_sentence_head(bundle.path, out)

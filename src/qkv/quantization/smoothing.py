@@ -48,6 +48,8 @@ from qkv.quantization.int8_linear import dequantize, quantize_per_channel, quant
 ALPHAS = tuple(i / 10 for i in range(11))
 """The strengths tried for each input, every tenth from 0 (nothing moves) to 1 (all of x's range; SmoothQuant's
 default is 0.5, AWQ searches such a grid)."""
+Progress = Callable[[str, int, int], None]
+"""A progress callback: (what is being done, how many of the total are done, the total)."""
 SAMPLE_ROWS = 512  # input vectors kept per input to compare the strengths on
 WINDOW = 2048  # tokens per calibration window at most (a model's context may be far longer)
 
@@ -126,18 +128,27 @@ def input_maxima(
 
 
 def smooth_model(
-    model: nn.Module, calibration: Callable[[nn.Module], object], group_size: int = 32, alphas: tuple = ALPHAS
+    model: nn.Module,
+    calibration: Callable[[nn.Module], object],
+    group_size: int = 32,
+    alphas: tuple = ALPHAS,
+    progress: Progress | None = None,
 ) -> dict[str, float]:
     """Fold SmoothQuant's factors into ``model`` (float, in place), its inputs read while ``calibration(model)``
     runs; the model computes what it did, up to float rounding. ``group_size``: the int8 weights' (0: a scale per
     row), which the rounded products of each strength in ``alphas`` use. Returns the strength chosen for each
-    input, by the name of its first reader (0: left as it was; none: a post-LN stack, nothing to fold into)."""
+    input, by the name of its first reader (0: left as it was; none: a post-LN stack, nothing to fold into).
+    ``progress("smoothing", done, total)`` is called as the inputs are done (0 of them first)."""
     folds = fold_points(model)
+    if progress is not None:
+        progress("smoothing", 0, len(folds))
     maxima, samples = input_maxima(model, [fold.readers[0] for fold in folds], calibration)
     names = {module: name for name, module in model.named_modules()}
     chosen = {}
     with torch.no_grad():
-        for fold in reversed(folds):  # a fold divides its writer's rows: the one before it reads them after
+        for done, fold in enumerate(reversed(folds)):  # a fold divides its writer's rows: the one before reads them
+            if progress is not None and done:
+                progress("smoothing", done, len(folds))
             x = maxima.get(fold.readers[0])
             if x is None:  # never reached by the calibration (a cross-attention the feed does not run)
                 continue
@@ -153,6 +164,8 @@ def smooth_model(
             for reader in fold.readers:
                 reader.weight.mul_(spread[alpha].to(reader.weight.dtype))
             _divide_writer(fold.writer, factors[alpha])
+    if progress is not None:
+        progress("smoothing", len(folds), len(folds))
     return chosen
 
 
