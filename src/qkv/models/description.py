@@ -176,6 +176,12 @@ class Family:
         """The positions a model of ``config`` attends over; None for a family without a context (Word2Vec)."""
         return self.context(config) if self.context is not None else None
 
+    def blocks(self, model: nn.Module) -> list[nn.Module]:
+        """The blocks of each stack the family names (its ``streams``: encoder, then decoder), in order; none for a
+        family without block stacks (RNNSearch's GRUs, Word2Vec)."""
+        stacks = [model.get_submodule(stack) for _, stack in self.streams.values()]
+        return [block for stack in stacks for block in getattr(stack, "blocks", ())]
+
     def model_width(self, config: Any) -> int:
         """The width of the vectors a model of ``config`` passes from layer to layer: d_model, or RNNSearch's GRU
         state (the paper's learning-rate schedule scales by its inverse square root)."""

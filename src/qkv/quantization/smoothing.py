@@ -68,9 +68,8 @@ class Fold:
 def fold_points(model: nn.Module) -> list[Fold]:
     """Every input of ``model``'s linear layers that a factor can be folded into (see the module docstring)."""
     folds: list[Fold] = []
-    for _, stack in family_of(model).streams.values():
-        for block in getattr(model.get_submodule(stack), "blocks", []):
-            folds += _block_folds(block)
+    for block in family_of(model).blocks(model):
+        folds += _block_folds(block)
     return [fold for fold in folds if _applies(fold)]
 
 

@@ -50,8 +50,7 @@ def block_modules(model: nn.Module) -> list[nn.Module]:
     FSDP's units. A family without block stacks (RNNSearch's GRUs, Word2Vec) has none."""
     from qkv.models.family import family_of
 
-    stacks = [model.get_submodule(stack) for _, stack in family_of(model).streams.values()]
-    return [block for stack in stacks for block in cast(nn.ModuleList, getattr(stack, "blocks", nn.ModuleList()))]
+    return family_of(model).blocks(model)
 
 
 def shard_model(model: nn.Module, device: torch.device, world_size: int) -> None:
