@@ -98,7 +98,8 @@ def test_quantize_with_activations_rounded_twice_saves_and_loads_that_mode(runs,
     weight-only model's logits than int8 activations are."""
     out = runs["root"] / "gpt-w8a8x2"
     assert main(["quantize", runs["decoder"], "--out", str(out), "--activations", "int8x2", "--group-size", "32"]) == 0
-    assert "int8 activations rounded twice" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "int8 activations rounded twice" in said and "--smooth" not in said  # not smoothed, and not asked to
     written = json.loads((out / QUANTIZATION_FILE).read_text())
     assert written["activations"] == "int8x2" and "smoothed_inputs" not in written
     assert "then what that missed the same way" in written["description"]
@@ -111,6 +112,12 @@ def test_quantize_with_activations_rounded_twice_saves_and_loads_that_mode(runs,
         exact = weight_only(ids)
         assert (loaded(ids) - exact).abs().max() < (once(ids) - exact).abs().max() / 20
     assert len(output(capsys, "generate", str(out), "--prompt", "the ", "--max-new-tokens", "8")) > len("the ")
+    for flags, why in ((["--activations", "int8x2"], "nothing to gain"), (["--bits", "4"], "16 levels"), ([], "float")):
+        again = runs["root"] / f"gpt-smooth-{len(flags)}-{why[:3]}"
+        assert main(["quantize", runs["decoder"], "--out", str(again), "--smooth", "on", *flags]) == 0
+        said = capsys.readouterr().err
+        assert "note: --smooth on had no effect" in said and why in said
+        assert "smoothed_inputs" not in json.loads((again / QUANTIZATION_FILE).read_text())
 
 
 def test_calibration_bad_inputs_are_one_line(runs, capsys) -> None:

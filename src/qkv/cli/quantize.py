@@ -13,7 +13,7 @@ import argparse
 import sys
 
 from qkv.cli.common import add_device_arguments, add_model_argument, model_path, note_unknown, use_device
-from qkv.cli.options import add_alias
+from qkv.cli.options import add_alias, note
 from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.quantization.activation_blocks import ACTIVATION_NOTES
@@ -61,11 +61,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--smooth",
         choices=("on", "off"),
-        default="on",
-        help="with --activations int8: on (default) first moves each layer's large input channels into its weights "
-        "(SmoothQuant; the ranges read on --calibrate's text, else on a page of Python's documentation), which "
-        "keeps more of the float model's answers; off rounds the inputs as they are",
+        help="with --activations int8 over int8 weights: on (default) first moves each layer's large input channels "
+        "into its weights (SmoothQuant; the ranges read on --calibrate's text, else on a page of Python's "
+        "documentation), which keeps more of the float model's answers; off rounds the inputs as they are",
     )
+
+
+NOT_SMOOTHED = {
+    "float": "these inputs stay float",
+    "int8x2": "int8x2 rounds each input twice, which leaves nothing to gain",
+    "int4": "int4's 16 levels cannot take the inputs' range",
+}
+"""Why a model quantized this way is not smoothed (docs/generation.md, "Smoothing the inputs first")."""
 
 
 def _bits(text: str) -> int | str:
@@ -118,12 +125,17 @@ def run(args: argparse.Namespace) -> int:
             calibration_text=calibration_text,
             activations=args.activations,
             group_size=args.group_size,
-            smooth=args.smooth == "on",
+            smooth=args.smooth != "off",
             progress=progress,
         )
     finally:
         if bar is not None:
             bar.stop()
+    if args.smooth is not None and not args.activations == scheme == "int8":
+        note(
+            f"--smooth {args.smooth} had no effect: smoothing comes before int8 activations over int8 weights "
+            f"(--bits 8 --activations int8), and {NOT_SMOOTHED[args.activations if scheme == 'int8' else 'int4']}"
+        )
     after = weight_bytes(bundle.model)
     info = quantization_info(bundle.model) or {}
     size, smoothed = info.get("int8_group_size", 0), info.get("smoothed_inputs", 0)
