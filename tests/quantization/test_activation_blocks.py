@@ -76,8 +76,10 @@ def test_the_c_library_rounds_a_prompts_rows_as_pytorch_does(monkeypatch) -> Non
     assert activation_blocks._native_applies(x)
     ours = round_blocks(x)
     assert torch.equal(ours[:, 1:32], torch.round(x[:, 1:32])) and not bool(ours[:, 1:32].remainder(2).any())
+    twice = round_activations(x, "int8x2")  # in one pass of the C library, the three of PyTorch below
     monkeypatch.setattr(activation_blocks, "_native_applies", lambda x: False)
     assert torch.equal(ours, round_blocks(x))
+    assert torch.equal(twice, round_activations(x, "int8x2")) and not torch.equal(twice, ours)
 
 
 def test_rounding_twice_leaves_at_most_half_of_the_second_step() -> None:

@@ -6,22 +6,39 @@
 /* x (rows, k), k a multiple of 32, rounded to int8 in blocks of 32 and back: out = d_c round(x_c / d_c) with
    d_c = max|x_c| / 127, scaled by 127 / max as the step does, ties to even (activation_blocks.round_blocks: the
    PyTorch forward of the layers with int8 activations, a prompt's thousands of rows in one pass). */
+/* One block of 32 values rounded to int8 levels times its step: oc = round(xc / d) d, d = max|xc| / 127. */
+static inline void round_one_block(const float *xc, float *oc) {
+    float d;
+    const float inv = block_scale(xc, &d);
+#if defined(__AVX512F__)
+    for (int j = 0; j < BLOCK; j += LANES) {
+        __m512 level = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(xc + j), _mm512_set1_ps(inv)),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm512_storeu_ps(oc + j, _mm512_mul_ps(level, _mm512_set1_ps(d)));
+    }
+#else
+    for (int j = 0; j < BLOCK; j++) oc[j] = nearbyintf(xc[j] * inv) * d;
+#endif
+}
+
 void qkv_round_blocks(const float *x, int64_t rows, int64_t k, float *out, int32_t threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < k / BLOCK; c++) round_one_block(x + r * k + c * BLOCK, out + r * k + c * BLOCK);
+}
+
+/* x rounded twice (activations "int8x2"): each block rounded, what that missed (x - rounded, in float32) rounded on
+   its own step, and the two added, the numbers of activation_blocks.round_activations in PyTorch's three passes. */
+void qkv_round_blocks_twice(const float *x, int64_t rows, int64_t k, float *out, int32_t threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < k / BLOCK; c++) {
             const float *xc = x + r * k + c * BLOCK;
-            float *oc = out + r * k + c * BLOCK, d;
-            const float inv = block_scale(xc, &d);
-#if defined(__AVX512F__)
-            for (int j = 0; j < BLOCK; j += LANES) {
-                __m512 level = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(xc + j), _mm512_set1_ps(inv)),
-                                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-                _mm512_storeu_ps(oc + j, _mm512_mul_ps(level, _mm512_set1_ps(d)));
-            }
-#else
-            for (int j = 0; j < BLOCK; j++) oc[j] = nearbyintf(xc[j] * inv) * d;
-#endif
+            float *oc = out + r * k + c * BLOCK, missed[BLOCK], second[BLOCK];
+            round_one_block(xc, oc);
+            for (int j = 0; j < BLOCK; j++) missed[j] = xc[j] - oc[j];
+            round_one_block(missed, second);
+            for (int j = 0; j < BLOCK; j++) oc[j] += second[j];
         }
 }
 

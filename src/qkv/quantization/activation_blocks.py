@@ -54,6 +54,8 @@ def round_blocks(x: Tensor) -> Tensor:
 def round_activations(x: Tensor, activations: str) -> Tensor:
     """x as a layer whose ``activations`` is "int8" or "int8x2" multiplies it: rounded once or twice (see the module
     docstring), in x's dtype."""
+    if ROUNDINGS[activations] == 2 and x.shape[-1] % BLOCK == 0 and _native_applies(x):
+        return native_forward.round_blocks_twice(x)  # a prompt's rows: one pass instead of three
     rounded = round_blocks(x)
     if ROUNDINGS[activations] == 2:
         rounded = rounded + round_blocks(x - rounded)

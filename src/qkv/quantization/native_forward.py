@@ -4,6 +4,7 @@ Each function gives PyTorch's own numbers bit for bit (the tests compare), in on
 elementwise operations:
 
 - :func:`round_blocks`: x rounded to int8 in blocks of 32 and back (the int8-activation layers, W8A8 and W4A8);
+- :func:`round_blocks_twice`: that, plus what it missed rounded alike (activations "int8x2");
 - :func:`widen_int4`: a 4-bit matrix as W = s q + m, float32 or bfloat16;
 - :func:`widen_int8`: a grouped int8 matrix as W = s q, float32 or bfloat16.
 
@@ -49,6 +50,14 @@ def round_blocks(x: Tensor) -> Tensor:
     out = torch.empty_like(x)
     rows, k = ctypes.c_int64(x.numel() // x.shape[-1]), ctypes.c_int64(x.shape[-1])
     _library().qkv_round_blocks(_pointer(x), rows, k, _pointer(out), _threads())
+    return out
+
+
+def round_blocks_twice(x: Tensor) -> Tensor:
+    """:func:`round_blocks`, then what that missed rounded alike and added (activations "int8x2"), in one pass."""
+    out = torch.empty_like(x)
+    rows, k = ctypes.c_int64(x.numel() // x.shape[-1]), ctypes.c_int64(x.shape[-1])
+    _library().qkv_round_blocks_twice(_pointer(x), rows, k, _pointer(out), _threads())
     return out
 
 
