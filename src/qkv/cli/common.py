@@ -72,8 +72,8 @@ def add_quantize_argument(parser) -> None:
         choices=ACTIVATIONS,
         help="how int8 and int4 layers (a GGUF's blocks, --quantize, a `qkv quantize` folder) treat their inputs: "
         "float (weight-only; a folder's own setting by default), int8, rounded in blocks of 32 too (W8A8, W4A8: "
-        "faster, as llama.cpp multiplies), or int8x2, rounded twice (the rounding's error rounded again: nearly "
-        "weight-only's tokens at int8's speed; see docs/generation.md)",
+        "faster, as llama.cpp multiplies; W_2's and W_U's inputs twice), or int8x2, all rounded twice (the "
+        "rounding's error rounded again: nearly weight-only's tokens; see docs/generation.md)",
     )
 
 

@@ -16,7 +16,7 @@ from qkv.cli.common import add_device_arguments, add_model_argument, model_path,
 from qkv.cli.options import add_alias, note
 from qkv.errors import QkvError
 from qkv.loading import load
-from qkv.quantization.activation_blocks import ACTIVATION_NOTES
+from qkv.quantization.activation_modes import MODE_NOTES
 from qkv.quantization.int8_linear import ACTIVATIONS
 
 
@@ -55,8 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="float",
         help="float (default): weight-only, the inputs stay float; int8: each input vector of an int8 or int4 layer "
         "is quantized too and the sums run in int8 (W8A8, W4A8: CTranslate2's and llama.cpp's arithmetic; faster "
-        "decoding on x86 CPUs, a little more rounding); int8x2: rounded twice, the first rounding's error "
-        "rounded again (nearly weight-only's answers, twice int8's integer products). Saved in the folder",
+        "decoding on x86 CPUs, a little more rounding), the inputs of W_2 and W_U rounded twice; int8x2: every "
+        "input rounded twice, the first rounding's error rounded again (nearly weight-only's answers, twice the "
+        "integer products). Saved in the folder",
     )
     parser.add_argument(
         "--smooth",
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     groups = "" if scheme != "int8" else f" in groups of {size}" if size else " with a scale per row"
     print(
         f"qkv quantize: wrote {out} ({scheme} weights{groups}: {before / 1e6:.1f} MB -> {after / 1e6:.1f} MB, "
-        f"{before / after:.1f}x smaller{ACTIVATION_NOTES[args.activations]}"
+        f"{before / after:.1f}x smaller{MODE_NOTES[args.activations]}"
         f"{f', {smoothed} inputs smoothed' if smoothed else ''})",
         file=sys.stderr,
     )

@@ -42,6 +42,7 @@ import torch
 from torch import nn
 
 from qkv.errors import QkvError
+from qkv.quantization.activation_modes import model_activations
 from qkv.quantization.int4_linear import GROUP_SIZE, Int4Linear
 from qkv.quantization.int8_linear import ACTIVATIONS, Int8Linear
 from qkv.quantization.int8_linear import check_group_size as check_int8_group_size
@@ -57,8 +58,15 @@ def quantization_info(model: nn.Module) -> dict[str, Any] | None:
     int4 = {name: module for name, module in model.named_modules() if isinstance(module, Int4Linear)}
     if not int8 and not int4:
         return None
-    modes = {str(module.activations) for module in (*int8.values(), *int4.values())}
-    scheme, activations = "int4" if int4 else "int8", modes.pop() if len(modes) == 1 else "float"
+    scheme, activations = (
+        "int4" if int4 else "int8",
+        model_activations(model, [*int8.values(), *int4.values()], ACTIVATIONS),
+    )
+    if activations is None:
+        raise QkvError(
+            "the model's layers treat their inputs in a mix that no activation mode describes, so quantization.json "
+            "cannot: call qkv.quantization.set_activations(model, 'float', 'int8' or 'int8x2') before saving"
+        )
     groups = {module.group_size for module in int8.values()}
     if len(groups) > 1:
         raise QkvError(

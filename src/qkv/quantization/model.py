@@ -42,6 +42,7 @@ from torch import nn
 from qkv.errors import QkvError
 from qkv.layers.embedding import Unembedding
 from qkv.quantization.activation_blocks import ROUNDINGS
+from qkv.quantization.activation_modes import ROUNDED_TWICE_UNDER_INT8, layer_modes
 from qkv.quantization.gptq import gptq_round, gptq_round_groups, input_hessians
 from qkv.quantization.int4_linear import GROUP_SIZE, Int4Linear, check_group_size
 from qkv.quantization.int8_embedding import Int8TokenEmbedding
@@ -73,8 +74,12 @@ def description(scheme: str, activations: str, int8_group_size: int = 0) -> str:
         )
     if activations in ROUNDINGS:
         kind = "W4A8" if scheme == "int4" else "W8A8"
-        twice = ", then what that missed the same way" if ROUNDINGS[activations] == 2 else ""
-        return f"{weights}; activations int8 too (each input vector quantized in blocks of 32{twice}, {kind})"
+        twice = "" if ROUNDINGS[activations] == 1 else "every input"
+        twice = twice or f"the inputs of {ROUNDED_TWICE_UNDER_INT8}"
+        return (
+            f"{weights}; activations int8 too (each input vector quantized in blocks of 32; {twice} then what that "
+            f"missed the same way; {kind})"
+        )
     return f"{weights}; activations stay float (weight-only)"
 
 
@@ -97,8 +102,8 @@ def check_activations(activations: str) -> str:
     if activations not in ACTIVATIONS:
         raise QkvError(
             f"activations {activations!r}: choose float (the inputs of int8 and int4 layers stay float), int8 "
-            "(rounded to int8 in blocks of 32 too: W8A8, W4A8, as llama.cpp's products) or int8x2 (rounded twice: "
-            "closer to float, at twice the integer products)"
+            "(rounded to int8 in blocks of 32 too: W8A8, W4A8, as llama.cpp's products; W_2's and W_U's twice) or "
+            "int8x2 (every input rounded twice: closer to float, at twice the integer products)"
         )
     return activations
 
@@ -248,13 +253,19 @@ def check_group_size_fits(
             check_int8_group_size(int8, n_in, where=f"layer {name}")
 
 
+def quantized_layers(model: nn.Module) -> list[Int8Linear | Int4Linear]:
+    """The model's int8 and int4 layers, each once."""
+    return [module for module in model.modules() if isinstance(module, QUANTIZED)]
+
+
 def set_activations(model: nn.Module, activations: str) -> nn.Module:
-    """Make every int8 and int4 layer of ``model`` keep its inputs in float ("float", weight-only) or round them
-    to int8 too ("int8": W8A8, W4A8); the weights are untouched. Returns the model."""
+    """Make the int8 and int4 layers of ``model`` keep their inputs in float ("float", weight-only) or round them
+    to int8 too: "int8" (W8A8, W4A8; W_2 and W_U round them twice) or "int8x2" (all twice); see
+    :mod:`qkv.quantization.activation_modes`. The weights are untouched. Returns the model."""
     check_activations(activations)
-    for module in model.modules():
-        if isinstance(module, (Int8Linear, Int4Linear)):
-            module.activations = activations
+    layers = quantized_layers(model)
+    for layer, mode in zip(layers, layer_modes(model, activations, layers), strict=True):
+        layer.activations = mode
     model.__dict__.pop("_fast_step", None)  # its stacked W_q/W_k/W_v copies were made in the old mode
     return model
 
