@@ -143,3 +143,19 @@ def test_generate_says_torch_compile_is_at_work(models, monkeypatch, capsys) -> 
     assert "note: compiling the decode step with torch.compile: about a minute the first time" in err
     assert main(["generate", str(gpt), "--engine", "static", "--max-new-tokens", "1"]) == 0
     assert "compiling" not in capsys.readouterr().err
+
+
+def test_generate_says_how_long_compiling_took(models, monkeypatch, capsys) -> None:
+    from qkv.decoding import fast_step
+
+    gpt, translator = models
+    monkeypatch.setattr(fast_step, "COMPILE_BACKEND", "aot_eager")  # seconds, not a minute of Inductor
+    for command in (
+        ["generate", str(gpt), "--max-new-tokens", "3", "--prompt", "ab"],
+        ["translate", str(translator), "ab"],
+    ):
+        assert main([*command, "--step", "compiled"]) == 0
+        said = [line for line in capsys.readouterr().err.splitlines() if "compiling the decode step took" in line]
+        assert len(said) == 1, command
+        seconds = float(said[0].split("took ")[1].split(" s")[0])
+        assert seconds > 0 and "Inductor keeps what it compiled in" in said[0]

@@ -102,6 +102,23 @@ def test_compiled_gpt_step_is_one_graph_without_breaks_and_gives_the_reference_t
     assert quick_compile["stats"]["unique_graphs"] == 1  # 4 + 20 tokens: the same cache size (32) as above
 
 
+def test_the_compiled_steps_first_call_is_timed_as_its_compiling(quick_compile) -> None:
+    from qkv.decoding.fast_step import fast_step_for
+
+    model = tiny_gpt(positional="rope")
+    fast = fast_step_for(model)
+    assert fast.compile_seconds == 0.0
+    engine = Engine(model, 1, 16, step="compiled")
+    engine.add([Request([3, 4, 5], SamplingParams(max_new_tokens=4, temperature=0))])
+    engine.step()
+    spent = fast.compile_seconds
+    assert spent > 0 and quick_compile["stats"]["unique_graphs"] == 1
+    for _ in range(2):
+        engine.step()
+    assert fast.compile_seconds == spent  # later calls go to the graph itself, untimed
+    assert fast.compiled() is fast.compiled()
+
+
 def test_compiled_translation_is_one_graph_per_shape_and_gives_the_reference(quick_compile) -> None:
     model = tiny_transformer(norm_first=False, positional="sinusoidal", scale_embeddings=True)
     src, padding = sources()

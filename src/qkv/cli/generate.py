@@ -26,7 +26,7 @@ from qkv.cli.common import (
     use_device,
 )
 from qkv.cli.held_notes import release_notes
-from qkv.cli.options import compile_note, note
+from qkv.cli.options import compile_note, compiled_note, note
 from qkv.cli.sampling import add_sampling_arguments, sampling_params
 from qkv.errors import QkvError
 
@@ -96,4 +96,5 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(streamer.flush() + "\n")
     seconds = time.perf_counter() - started
     note(f"{made} tokens in {seconds:.1f} s ({made / max(seconds, 1e-9):.1f} tokens/s)")
+    compiled_note(args.step, model)
     return 0

@@ -16,9 +16,12 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from qkv.errors import QkvError
+
+if TYPE_CHECKING:
+    from torch import nn
 
 SEED_DEFAULT = 1337
 """Every verb's --seed default: `qkv train`'s (so the same command gives the same numbers in every verb)."""
@@ -131,6 +134,21 @@ def compile_note(step: str) -> None:
     """Say that torch.compile is at work before the first token takes a minute (--step compiled*)."""
     if step.startswith("compiled"):
         note("compiling the decode step with torch.compile: about a minute the first time")
+
+
+def compiled_note(step: str, model: nn.Module) -> None:
+    """After generating with --step compiled*: how long torch.compile took (the compiled step's first call), and
+    where its work is kept."""
+    if step.startswith("compiled"):
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+        from qkv.decoding.fast_step import fast_step_for
+
+        seconds = fast_step_for(model).compile_seconds
+        if seconds == 0:  # nothing was generated, or the step was compiled earlier in this process
+            return
+        note(f"compiling the decode step took {seconds:.1f} s (its first call); Inductor keeps what it compiled in "
+             f"{cache_dir()}, so the next run of this model compiles faster")  # fmt: skip
 
 
 def note(text: str) -> None:

@@ -21,7 +21,7 @@ from qkv.cli.common import (
     note_unknown,
     use_device,
 )
-from qkv.cli.options import compile_note, note
+from qkv.cli.options import compile_note, compiled_note, note
 from qkv.errors import QkvError
 from qkv.io import read_text
 
@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
             max_len_b=args.max_len_b,
             batch_size=args.batch_size,
         )
+    compiled_note(args.step, bundle.model)
     if translator.empty:
         note(f"{translator.empty} of the {len(sentences)} sentences are empty: each is translated as an empty line")
     if translator.cropped:

@@ -30,6 +30,7 @@ graphs) serve all requests; the extra positions are masked.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, cast
 
@@ -112,6 +113,7 @@ class FastStep:
         blocks = cast("Sequence[EncoderBlock | DecoderBlock]", stack.blocks)  # an nn.ModuleList: plain Modules
         self.projections = [fuse_linears(b.self_attn.query, b.self_attn.key, b.self_attn.value) for b in blocks]
         self._compiled: dict[str, Callable[..., Tensor]] = {}
+        self.compile_seconds = 0.0  # the first call of each compiled step, where torch.compile does its work
         self._native: NativeStep | str | None = None
         self._graphs: dict[tuple, list] = {}  # idle captured graphs (with their buffers) by shape
         self._lock = threading.Lock()
@@ -154,8 +156,23 @@ class FastStep:
             self.native()  # made before tracing, so that the graph calls it
         with self._lock:
             if backend not in self._compiled:
-                self._compiled[backend] = torch.compile(self.step, backend=backend, fullgraph=True, dynamic=False)
+                graph = torch.compile(self.step, backend=backend, fullgraph=True, dynamic=False)
+                self._compiled[backend] = self._timed_first_call(backend, graph)
             return self._compiled[backend]
+
+    def _timed_first_call(self, backend: str, graph: Callable[..., Tensor]) -> Callable[..., Tensor]:
+        """``graph``, whose first call (the compiling) adds its seconds to :attr:`compile_seconds`; later calls go
+        to ``graph`` itself."""
+
+        def first_call(*args: object) -> Tensor:
+            start = time.perf_counter()
+            out = graph(*args)
+            with self._lock:
+                self.compile_seconds += time.perf_counter() - start
+                self._compiled[backend] = graph
+            return out
+
+        return first_call
 
     def take_graph(self, key: tuple):
         with self._lock:
