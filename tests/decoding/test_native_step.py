@@ -409,13 +409,19 @@ def test_a_compiled_step_holds_the_native_step_as_one_operator(quick_compile, mo
 
     calls = []
     real = native_module.NativeStep.__call__
-    monkeypatch.setattr(
-        native_module.NativeStep, "__call__", lambda self, *a, **k: calls.append(1) or real(self, *a, **k)
-    )
+
+    def recorded(self, *a, **k):
+        logits = real(self, *a, **k)
+        calls.append((logits.argmax(-1), k.get("argmax")))
+        return logits
+
+    monkeypatch.setattr(native_module.NativeStep, "__call__", recorded)
     model = make("rope, gated", "float32")
     params = SamplingParams(max_new_tokens=12, temperature=0.0)
     assert decode(model, "compiled", [[3, 4, 5], [9, 9]], params) == decode(model, "model", [[3, 4, 5], [9, 9]], params)
     assert calls and not quick_compile["graph_break"]
+    steps = [(best, picks) for best, picks in calls if picks is not None]  # the engine's steps (not the prompts)
+    assert len(steps) >= 11 and all(torch.equal(best, picks) for best, picks in steps)  # the step's own argmax
 
 
 def test_the_cache_key_covers_every_source_file() -> None:

@@ -264,7 +264,7 @@ class Engine:
             fast = self._fast_step()
             with onednn_rows():  # a few rows: oneDNN on its own layout of the weights (qkv.layers.linear)
                 return gpt_step(self.model, fast.projections, ids, position, kv, max(positions) + 1), None
-        return self._fixed_step(tokens, positions)[:n], None
+        return self._fixed_step(tokens, positions)
 
     def _fast_step(self) -> FastStep:
         """The model's :class:`FastStep`: looked up once after requests join (comparing every parameter with the
@@ -285,8 +285,9 @@ class Engine:
             out.append(self.model(ids, cache=cache, last_only=True)[:, -1])
         return torch.cat(out)
 
-    def _fixed_step(self, tokens: list[int], positions: list[int]) -> Tensor:
-        """The compiled or graph step over every slot (fixed shapes); idle slots feed token 0 at position 0."""
+    def _fixed_step(self, tokens: list[int], positions: list[int]) -> tuple[Tensor, Tensor | None]:
+        """The compiled or graph step over every slot (fixed shapes); idle slots feed token 0 at position 0. The
+        logits of the n running rows, and their argmaxes where the compiled step holds the native one."""
         if self._captured is None:
             zeros = torch.zeros(self.slots, dtype=torch.long, device=self.device)
             self._captured = CapturedStep(self.pool, zeros, zeros.clone())
@@ -298,8 +299,11 @@ class Engine:
         if self.mode in GRAPH_STEPS:
             if c.graph is None:
                 c.capture(fast.step if self.mode == "graph" else fast.compiled())
-            return c.replay()
-        return fast.compiled()(c.tokens, c.position, c.buffer, None, 1)
+            return c.replay()[:n], None
+        step = fast.compiled()  # made first: where the native step runs, that decides takes_argmax
+        picks = torch.empty(self.slots, dtype=torch.long) if fast.takes_argmax else None
+        logits = step(c.tokens, c.position, c.buffer, None, 1, None, picks)
+        return logits[:n], None if picks is None else picks[:n]
 
     # ------------------------------------------------------------------------------------- sampling
 

@@ -126,13 +126,16 @@ class FastStep:
         cross: tuple[tuple[Tensor, ...], tuple[Tensor, ...], Tensor | None, Tensor | None] | None = None,
         group: int = 1,
         n_keys: int | None = None,
+        argmax: Tensor | None = None,
     ) -> Tensor:
         """Next-token logits (B, V) for ``token_ids`` (B,) at ``position`` (1,) or one per row (B,), with the
         static cache ``buffer`` (n_layers, B, 2, h_kv, L, d_k) and, for an encoder-decoder, the encoder's keys
-        and values."""
-        if cross is None and token_ids.device.type == "cpu" and isinstance(self._native, NativeStep):
+        and values. Where the native step runs (:attr:`takes_argmax`), ``argmax`` (B,) int64, if given, receives
+        each row's argmax from the step's own scan of the logits (-1: NaN or inf); elsewhere it is untouched."""
+        if self.takes_argmax and cross is None and token_ids.device.type == "cpu":
             positions = position.expand(token_ids.shape[0])  # one position per row
-            return native_decode_step(token_ids, positions, buffer, self._native.handle)  # the step as one op
+            handle = cast(NativeStep, self._native).handle
+            return native_decode_step(token_ids, positions, buffer, handle, argmax)  # the step as one op
         # the pool itself, not its layers as views: written in place under torch.compile (decode_step.write_kv)
         if cross is None:
             return gpt_step(cast(GPT, self.model), self.projections, token_ids, position, buffer, n_keys)  # "causal"
@@ -140,6 +143,12 @@ class FastStep:
         state = CrossAttention(keys, values, mask, group, empty)
         model = cast(Transformer, self.model)
         return transformer_step(model, self.projections, token_ids, position, buffer, state, n_keys)
+
+    @property
+    def takes_argmax(self) -> bool:
+        """Whether :meth:`step` runs the native step (made by :meth:`native` or :meth:`compiled`), which also gives
+        each row's argmax."""
+        return isinstance(self._native, NativeStep)
 
     def native(self) -> NativeStep | str:
         """The model's step in C (:mod:`qkv.decoding.native_step`), or the sentence saying why there is none."""

@@ -331,15 +331,18 @@ class NativeStep:
         return Mat(), 1.0, None
 
 
-@torch.library.custom_op("qkv::native_decode_step", mutates_args=("kv",), device_types="cpu")
-def native_decode_step(token_ids: Tensor, positions: Tensor, kv: Tensor, handle: int) -> Tensor:
+@torch.library.custom_op("qkv::native_decode_step", mutates_args=("kv", "argmax"), device_types="cpu")
+def native_decode_step(
+    token_ids: Tensor, positions: Tensor, kv: Tensor, handle: int, argmax: Tensor | None = None
+) -> Tensor:
     """The native step ``handle`` (:attr:`NativeStep.handle`) as one operator: what a compiled step
-    (``torch.compile``) calls, so that its graph holds the whole step as one node. (B,) tokens and positions."""
-    return _steps[handle](token_ids, positions, kv)
+    (``torch.compile``) calls, so that its graph holds the whole step as one node. (B,) tokens and positions;
+    ``argmax``, if given, receives each row's argmax as :meth:`NativeStep.__call__` writes it."""
+    return _steps[handle](token_ids, positions, kv, argmax=argmax)
 
 
 @native_decode_step.register_fake
-def _(token_ids: Tensor, positions: Tensor, kv: Tensor, handle: int) -> Tensor:
+def _(token_ids: Tensor, positions: Tensor, kv: Tensor, handle: int, argmax: Tensor | None = None) -> Tensor:
     return token_ids.new_empty((token_ids.shape[0], _steps[handle].struct.vocab), dtype=torch.float32)
 
 
