@@ -327,10 +327,11 @@ class Engine:
                 self._drop(slot)
         return [outputs[slot] for slot in slots]
 
-    def _choose(self, row: _Row, logits: Tensor) -> TokenOutput:
-        """Row ``row``'s next token from its logits (1, V), or the error that ends it."""
+    def _choose(self, row: _Row, logits: Tensor, pick: int | None = None) -> TokenOutput:
+        """Row ``row``'s next token from its logits (1, V) (and their argmax, -1 for NaN or inf, if the step made
+        it), or the error that ends it."""
         try:
-            return self._sample([row], logits)[0]
+            return self._sample([row], logits, None if pick is None else [pick])[0]
         except Exception as error:  # noqa: BLE001 - a bad request fails alone
             return TokenOutput(row.request, error=error)
 

@@ -70,9 +70,10 @@ def checked_step(engine, rows: list, drafts: list[list[int]]) -> list:
     """One step of the engine's running ``rows`` (row i in slot i), each feeding its last token and its draft:
     every row's outputs, in order (one or more per row); the finished rows leave."""
     outputs, finished = [], []
-    for slot, (row, draft, scores) in enumerate(zip(rows, drafts, _logits(engine, rows, drafts), strict=True)):
+    scored, picked = _logits(engine, rows, drafts)
+    for slot, (row, draft, scores, picks) in enumerate(zip(rows, drafts, scored, picked, strict=True)):
         for j in range(len(draft) + 1):  # scores[j]: the logits after the last token and draft[:j]
-            out = engine._choose(row, scores[j : j + 1])
+            out = engine._choose(row, scores[j : j + 1], None if picks is None else picks[j])
             outputs.append(out)
             if out.error is not None or out.finish_reason is not None or j == len(draft) or out.token != draft[j]:
                 break
@@ -85,8 +86,9 @@ def checked_step(engine, rows: list, drafts: list[list[int]]) -> list:
     return outputs
 
 
-def _logits(engine, rows: list, drafts: list[list[int]]) -> list:
-    """Each row's logits (1 + its draft's length, V): after its last token, then after each drafted token."""
+def _logits(engine, rows: list, drafts: list[list[int]]) -> tuple[list, list]:
+    """Each row's logits (1 + its draft's length, V): after its last token, then after each drafted token; and, in
+    the native step, their argmaxes (-1: NaN or inf) from the step's own scan (else None per row)."""
     if engine.mode == "native":  # one call: a row's tokens share its cache row (qkv.decoding.native_step)
         fed = [[row.tokens[-1], *draft] for row, draft in zip(rows, drafts, strict=True)]
         ids = torch.tensor([token for tokens in fed for token in tokens])
@@ -94,8 +96,10 @@ def _logits(engine, rows: list, drafts: list[list[int]]) -> list:
             [len(row.tokens) - 1 + j for row, t in zip(rows, fed, strict=True) for j in range(len(t))]
         )
         slots = torch.tensor([slot for slot, tokens in enumerate(fed) for _ in tokens])
-        logits = engine._fast_step().native()(ids, positions, engine.buffer[:, : len(rows)], slots)
-        return list(logits.split([len(tokens) for tokens in fed]))
+        picks = torch.empty(len(ids), dtype=torch.long)
+        logits = engine._fast_step().native()(ids, positions, engine.buffer[:, : len(rows)], slots, argmax=picks)
+        sizes = [len(tokens) for tokens in fed]
+        return list(logits.split(sizes)), [part.tolist() for part in picks.split(sizes)]
     single = engine._cached_step(rows)[0]  # the other strategies: the usual step, the model's forward for drafts
     out = [single[i : i + 1] for i in range(len(rows))]
     for slot, (row, draft) in enumerate(zip(rows, drafts, strict=True)):
@@ -104,4 +108,4 @@ def _logits(engine, rows: list, drafts: list[list[int]]) -> list:
             cache.length = len(row.tokens) - 1
             ids = torch.tensor([[row.tokens[-1], *draft]], device=engine.device)
             out[slot] = engine.model(ids, cache=cache)[0]  # (1 + k, V)
-    return out
+    return out, [None] * len(rows)
