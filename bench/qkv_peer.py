@@ -6,8 +6,9 @@ Widths, each made once from the shipped Q4_1 file and kept:
 - ``fp32``: ``qkv.load(file, dequantize=True)``, the file's numbers in float32 (llama.cpp's F32 file holds the same);
 - ``int8``, ``w8a8``: fp32 quantized by ``qkv.load(file, quantize="int8", group_size=0)`` (a scale per output
   channel), weight-only and with int8 activations (``activations="int8"``, which first smooths the inputs' large
-  channels into the weights, as ``qkv quantize --activations int8`` does, and rounds W_2's and W_U's inputs twice); ``int8-g32``, ``w8a8-g32``: a scale per
-  group of 32 weights (``group_size=32``, the default here), as llama.cpp's Q8_0 blocks;
+  channels into the weights, as ``qkv quantize --activations int8`` does, and rounds W_2's and W_U's inputs
+  twice); ``int8-g32``, ``w8a8-g32``: a scale per group of 32 weights (``group_size=32``, the default here), as
+  llama.cpp's Q8_0 blocks;
 - ``int4``: ``qkv.load(file)``, the file's own Q4_1 blocks as int4 layers (the same numbers as llama.cpp's Q4_1),
   weight-only: x stays float;
 - ``int4-q4_0``: ``qkv.load`` of the Q4_0 file llama.cpp's quantizer made;
