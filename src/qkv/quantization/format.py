@@ -58,10 +58,8 @@ def quantization_info(model: nn.Module) -> dict[str, Any] | None:
     int4 = {name: module for name, module in model.named_modules() if isinstance(module, Int4Linear)}
     if not int8 and not int4:
         return None
-    scheme, activations = (
-        "int4" if int4 else "int8",
-        model_activations(model, [*int8.values(), *int4.values()], ACTIVATIONS),
-    )
+    scheme = "int4" if int4 else "int8"
+    activations = model_activations(model, [*int8.values(), *int4.values()], ACTIVATIONS)
     if activations is None:
         raise QkvError(
             "the model's layers treat their inputs in a mix that no activation mode describes, so quantization.json "

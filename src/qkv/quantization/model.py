@@ -74,8 +74,7 @@ def description(scheme: str, activations: str, int8_group_size: int = 0) -> str:
         )
     if activations in ROUNDINGS:
         kind = "W4A8" if scheme == "int4" else "W8A8"
-        twice = "" if ROUNDINGS[activations] == 1 else "every input"
-        twice = twice or f"the inputs of {ROUNDED_TWICE_UNDER_INT8}"
+        twice = "every input" if ROUNDINGS[activations] == 2 else f"the inputs of {ROUNDED_TWICE_UNDER_INT8}"
         return (
             f"{weights}; activations int8 too (each input vector quantized in blocks of 32; {twice} then what that "
             f"missed the same way; {kind})"
