@@ -9,6 +9,7 @@ import torch
 
 from qkv.errors import QkvError
 from qkv.layers.blocks import DecoderBlock
+from qkv.layers.embedding import Unembedding
 from qkv.models.config import CONFIG_CLASSES
 from qkv.models.family import CAPABILITIES, ROLES, build_model, families, family_of
 
@@ -51,6 +52,9 @@ def test_a_description_matches_the_model_it_builds(name):
     if family.embedding is not None:
         assert family.embedding in modules or hasattr(model, family.embedding)
     assert family.has("unembedding") == hasattr(model, "unembedding") or family.name == "rnnsearch"
+    assert family.has("unembedding") == (family.unembedding is not None)  # where W_U is, for those that have one
+    if family.unembedding is not None:
+        assert isinstance(modules[family.unembedding], Unembedding)
     assert family.has("cross-attention") == any(name.endswith("cross_attn") for name in modules)
 
 

@@ -120,6 +120,7 @@ class Family:
     output: str | None = None
     embedding: str | None = None  # the module holding W_E (its ``weight`` rows are the token vectors)
     target_embedding: str | None = None  # a translator's target-side W_E (None: one vocabulary)
+    unembedding: str | None = None  # the module holding W_U, where the family has the "unembedding" capability
     # The fast decode step of qkv.decoding that may run it (one of DECODE_STEPS); None: the model's own forward.
     decode_step: str | None = None
     presets: dict[str, dict[str, Any]] = field(default_factory=dict)  # named sizes: preset -> config fields

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from torch import nn
 
 from qkv.layers.feedforward import FeedForward, GatedFeedForward
+from qkv.models.family import family_of
 
 ROUNDED_TWICE_UNDER_INT8 = "W_2 (the feed-forward's second layer) and W_U (the unembedding)"
 MODE_NOTES = {
@@ -36,14 +37,14 @@ MODE_NOTES = {
     "int8x2": ", int8 activations rounded twice",
 }
 """What a command says of a model's mode after its size."""
-UNEMBEDDING = "unembedding"  # the attribute every family keeps W_U under (quantization.json names it so)
 
 
 def _rounded_twice_under_int8(model: nn.Module) -> set[int]:
-    """ids of the layers the "int8" mode rounds twice: each feed-forward's W_2, and W_U."""
+    """ids of the layers the "int8" mode rounds twice: each feed-forward's W_2, and W_U where the family has one
+    (its description names the module)."""
     chosen = {id(ff.linear2) for ff in model.modules() if isinstance(ff, FeedForward | GatedFeedForward)}
-    chosen |= {id(module) for name, module in model.named_modules() if name.rpartition(".")[2] == UNEMBEDDING}
-    return chosen
+    unembedding = family_of(model).unembedding
+    return chosen | ({id(model.get_submodule(unembedding))} if unembedding else set())
 
 
 def layer_modes(model: nn.Module, activations: str, layers: Sequence[nn.Module]) -> list[str]:

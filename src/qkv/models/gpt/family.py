@@ -33,6 +33,7 @@ FAMILY = Family(
     masked=frozenset({"decoder"}),
     output="decoder",
     embedding="embedding.token_embedding",
+    unembedding="unembedding",
     decode_step="causal",
     presets=PRESETS,
     hf_architectures=("GPT2LMHeadModel",),

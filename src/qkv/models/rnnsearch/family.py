@@ -30,6 +30,7 @@ FAMILY = Family(
     },
     instead="use `qkv attention` for its alignment or `qkv next` for its predictions, or a Transformer translator",
     embedding="src_embedding.token_embedding",
+    unembedding="unembedding",
     target_embedding="tgt_embedding.token_embedding",
     decode_step=None,  # the model's own step: a GRU state and an alignment, no KV cache to make static
     presets=PRESETS,

@@ -37,6 +37,7 @@ FAMILY = Family(
     masked=frozenset({"decoder"}),
     output="decoder",
     embedding="src_embedding.token_embedding",
+    unembedding="unembedding",
     target_embedding="tgt_embedding.token_embedding",
     decode_step="cross",
     presets=PRESETS,

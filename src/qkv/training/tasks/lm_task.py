@@ -17,6 +17,7 @@ from qkv.errors import QkvError
 from qkv.layers.capture import is_capturing
 from qkv.layers.embedding import Unembedding
 from qkv.layers.linear_cross_entropy import linear_cross_entropy
+from qkv.models.family import family_of
 from qkv.sharded import is_sharded
 from qkv.storage import unwrap_model
 
@@ -30,7 +31,8 @@ def language_model_loss(
     whose vocabularies are large), with a float W_U held whole (not an FSDP shard) and no label smoothing: W_U and
     the loss run in chunks of rows (:mod:`qkv.layers.linear_cross_entropy`: never every row's logits at once, the
     same products); otherwise through the logits."""
-    head = getattr(unwrap_model(model), "unembedding", None)
+    unembedding = family_of(model).unembedding  # a language model's W_U, by its family's description
+    head = unwrap_model(model).get_submodule(unembedding) if unembedding else None
     whole = isinstance(head, Unembedding) and not is_sharded(head.weight)
     if fused and label_smoothing == 0 and whole and not is_capturing():
         assert isinstance(head, Unembedding)  # ``whole`` holds only for one
