@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from llamacpp import shipped_file  # noqa: E402
+from qkv_peer import decode  # noqa: E402
 
 PAIRS = {"pytorch": ("static", "compiled"), "native": ("native", "compiled")}
 
@@ -41,23 +42,6 @@ def inductor_cache() -> Path:
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     return Path(cache_dir())
-
-
-def decode(model, prompts: list[list[int]], new: int, step: str) -> tuple[float, list[list[int]]]:
-    """Seconds per decoding step after the prompt, and the tokens."""
-    from qkv.decoding import Engine, Request, SamplingParams
-
-    engine = Engine(model, len(prompts), max(map(len, prompts)) + new, step=step)
-    params = SamplingParams(max_new_tokens=new, temperature=0.0, ignore_eos=True)
-    requests = [Request(list(p), params) for p in prompts]
-    made: dict[int, list[int]] = {id(r): [] for r in requests}
-    outputs, steps = engine.add(requests), 0
-    start = time.perf_counter()
-    while outputs:
-        for out in outputs:
-            made[id(out.request)].append(out.token)
-        outputs, steps = engine.step(), steps + 1
-    return (time.perf_counter() - start) / max(steps - 1, 1), [made[id(r)] for r in requests]
 
 
 def measure(pair: str, batches: list[int], new: int, rounds: int) -> dict:
@@ -81,8 +65,9 @@ def measure(pair: str, batches: list[int], new: int, rounds: int) -> dict:
             first[step] = time.perf_counter() - start
         for _ in range(rounds):
             for step in PAIRS[pair]:
-                seconds, tokens[step] = decode(model, prompts, new, step)
-                times[step].append(seconds)
+                run = decode(model, prompts, new, step)  # the engine's loop, as bench/llamacpp.py times it
+                tokens[step] = run["ids"]
+                times[step].append(run["decode_s"] / max(new - 1, 1))  # the first new token comes with the prompt
         steps = list(PAIRS[pair])
         figures["batches"][batch] = {"times": times, "first": first, "same": tokens[steps[0]] == tokens[steps[1]]}
     return figures
