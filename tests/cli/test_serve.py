@@ -69,6 +69,7 @@ def test_qkv_serve_starts_a_server_that_answers(gpt_run) -> None:
         (["--max-batch", "0"], "--max-batch must be at least 1"),
         (["--kv-tokens", "8"], "the KV cache bound holds no sequence"),
         (["--kv-memory", "-5"], "--kv-memory must be >= 0 (0: no bound), got -5.0"),
+        (["--prompt-lookup", "-1"], "--prompt-lookup must be >= 0 drafted tokens a step (0: none), got -1"),
         (["--max-batch", "100000000"], "a KV cache pool of 100,000,000 rows of 32 positions needs"),
         (["--step", "graph"], "replays CUDA graphs"),
     ],

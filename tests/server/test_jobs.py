@@ -37,6 +37,25 @@ def test_prompts_become_choices_with_one_sampling_params_and_their_own_generator
     assert [torch.rand(3, generator=c.request.generator).tolist() for c in again.choices] == draws
 
 
+@pytest.mark.parametrize(
+    ("body", "drafts"),
+    [
+        ({"temperature": 0}, 4),
+        ({"temperature": 0, "top_k": 3, "seed": 5}, 4),  # greedy all the same
+        ({"temperature": 0.7}, 0),  # sampled: drafts are checked against the argmax only
+        ({"temperature": 0, "repetition_penalty": 1.2}, 0),
+        ({"temperature": 0, "frequency_penalty": 0.5}, 0),
+    ],
+)
+def test_qkv_serve_prompt_lookup_drafts_for_greedy_requests_only(smol_bundle, body: dict, drafts: int) -> None:
+    limits = Limits(max_prompt_tokens=100, max_tokens=50, prompt_lookup=4)
+    made = prepare_completion(CompletionRequest(prompt="the fox", **body), TOKENIZER, limits, torch.device("cpu"))
+    assert made.params.prompt_lookup == drafts
+    chat = ChatCompletionRequest(messages=[{"role": "user", "content": "the fox"}], **body)
+    assert prepare_chat(chat, smol_bundle, None, limits, torch.device("cpu")).params.prompt_lookup == drafts
+    assert job(prompt="the fox", **body).params.prompt_lookup == 0  # the server's default: none
+
+
 def test_eos_ends_a_choice_unless_ignore_eos() -> None:
     assert job(prompt="the").choices[0].request.stop_ids == {TOKENIZER.eos_id}
     assert job(prompt="the", ignore_eos=True).choices[0].request.stop_ids == frozenset()

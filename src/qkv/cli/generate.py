@@ -45,10 +45,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_step_argument(parser)
 
 
-class _CroppedIds(Protocol):
-    """What :func:`qkv.decoding.stream` returns besides ids: the prompt tokens dropped to fit the context."""
+class _StreamedIds(Protocol):
+    """What :func:`qkv.decoding.stream` returns besides ids: the prompt tokens dropped to fit the context, and the
+    model's passes."""
 
     cropped: int
+    passes: int
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         prompt = [tokenizer.bos_id] if tokenizer.bos_id is not None else tokenizer.encode("\n")
     generator = torch.Generator(device=args.device)
     generator.manual_seed(args.seed)
-    made, started = 0, time.perf_counter()
+    made, passes, started = 0, 0, time.perf_counter()
     for i in range(args.num_samples):
         if args.num_samples > 1:
             print(f"--- sample {i + 1} ---")
@@ -83,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         streamer = TextStreamer(tokenizer, prompt_ids=shown)
         tokens = stream(model, prompt, params, eos_id=tokenizer.eos_id, use_cache=not args.no_cache, step=args.step,
                         generator=generator)  # fmt: skip
-        cropped = cast(_CroppedIds, tokens).cropped
+        cropped = cast(_StreamedIds, tokens).cropped
         if cropped and i == 0:
             context = cast("GPTConfig", model.config).context_length
             note(f"the prompt is longer than the model's context of {context} tokens; "
@@ -94,7 +96,9 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(streamer.push(token))
             sys.stdout.flush()
         sys.stdout.write(streamer.flush() + "\n")
+        passes += cast(_StreamedIds, tokens).passes if params.prompt_lookup else 0
     seconds = time.perf_counter() - started
-    note(f"{made} tokens in {seconds:.1f} s ({made / max(seconds, 1e-9):.1f} tokens/s)")
+    drafted = f", {passes} passes of the model (--prompt-lookup)" if params.prompt_lookup else ""
+    note(f"{made} tokens in {seconds:.1f} s ({made / max(seconds, 1e-9):.1f} tokens/s){drafted}")
     compiled_note(args.step, model)
     return 0

@@ -80,6 +80,11 @@ def _add_scheduling_arguments(parser: argparse.ArgumentParser) -> None:
         help="batched: bound the KV cache pool to this many cache positions (default: --max-batch rows)",
     )  # fmt: skip
     parser.add_argument(
+        "--prompt-lookup", type=int, default=0, metavar="K",
+        help="greedy requests (temperature 0, no penalties) draft up to K tokens a step from their own text, "
+        "checked in that step: the same answers in fewer steps where they repeat the prompt (default 0: off)",
+    )  # fmt: skip
+    parser.add_argument(
         "--max-concurrent", type=int, default=2,
         help="sequential: generations running at once; and translations/analyses at once (default 2)",
     )  # fmt: skip
@@ -167,6 +172,7 @@ def _limits(args: argparse.Namespace) -> Limits:
             max_batch=args.max_batch,
             kv_tokens=args.kv_tokens,
             kv_memory_mb=args.kv_memory,
+            prompt_lookup=args.prompt_lookup,
         )
     except ValueError as error:  # "max_batch must be at least 1, got 0": the setting's flag first
         name, _, rest = str(error).partition(" ")

@@ -101,12 +101,14 @@ def cache_length(model: torch.nn.Module, mode: str, kept: int, new: int) -> int:
 
 class TokenStream(Iterator[Tensor]):
     """The new token ids of a batch, one (B,) tensor per step, as the engine makes them. :attr:`cropped` is the
-    number of prompt tokens dropped from the left to fit the context (the same for every row)."""
+    number of prompt tokens dropped from the left to fit the context (the same for every row); :attr:`passes` the
+    model's passes so far (the prefill, then one per engine step: fewer than the tokens with prompt lookup)."""
 
     def __init__(self, model, ids: Tensor, params: SamplingParams, stops: frozenset[int], use_cache: bool,
                  step: str, generator: torch.Generator | None) -> None:  # fmt: skip
         self.model, self.ids, self.params = model, ids, params
         self.cropped = max(0, ids.shape[1] - model.config.context_length)
+        self.passes = 0
         mode = resolve_step(model, step) if use_cache else "recompute"
         self._steps = self._run(stops, use_cache, step, generator, mode)
 
@@ -134,9 +136,11 @@ class TokenStream(Iterator[Tensor]):
 
         with eval_mode(self.model, no_grad=False), closing(engine):  # eval mode until the stream ends or closes
             take(engine.add(rows))
+            self.passes = 1
             for _ in range(new):
                 while engine.running and not all(waiting[b] or ended[b] for b in range(batch)):
                     take(engine.step())
+                    self.passes += 1
                 for b in range(batch):
                     if waiting[b]:
                         made[b] = waiting[b].popleft()  # finished rows keep their last (end) id
@@ -213,9 +217,10 @@ def stream(
 ) -> Iterator[int]:
     """Yield the new token ids of one sequence as they are made (the same ids :func:`generate` returns).
 
-    Arguments are checked at once (a bad one raises here, not at the first ``next``). The end id is yielded
-    too, and ends the stream. The returned iterator has ``cropped`` (prompt tokens dropped to fit the context)
-    and ``close()``. Feed the ids to a :class:`TextStreamer` to print text as it comes.
+    Arguments are checked at once (a bad one raises here, not at the first ``next``). The end id is yielded too, and
+    ends the stream. The returned iterator has ``cropped`` (prompt tokens dropped to fit the context), ``passes``
+    (the model's passes so far: fewer than the tokens with ``prompt_lookup``) and ``close()``. Feed the ids to a
+    :class:`TextStreamer` to print text as it comes.
     """
     how = dict(use_cache=use_cache, step=step, generator=generator)
     tokens = _start(model, prompt_ids, params, (eos_id, bos_id), {**settings, **how})
@@ -230,6 +235,10 @@ class _Ids(Iterator[int]):
     def __init__(self, tokens: TokenStream) -> None:
         self.tokens = tokens
         self.cropped = tokens.cropped
+
+    @property
+    def passes(self) -> int:
+        return self.tokens.passes
 
     def __next__(self) -> int:
         return int(next(self.tokens)[0])

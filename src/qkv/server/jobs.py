@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 import torch
@@ -120,10 +120,13 @@ def check_limits(limits: Limits, **values: int) -> None:
                                f"most {limit}", param=name, code="limit_exceeded")  # fmt: skip
 
 
-def sampling_params(request, *, max_tokens: int, logprobs: int | None) -> SamplingParams:
-    """The request's sampling fields as one SamplingParams; a value it refuses is a 400 naming the field."""
+def sampling_params(request, *, max_tokens: int, logprobs: int | None, prompt_lookup: int = 0) -> SamplingParams:
+    """The request's sampling fields as one SamplingParams; a value it refuses is a 400 naming the field. A greedy
+    request without penalties drafts up to ``prompt_lookup`` tokens a step from its text (``qkv serve
+    --prompt-lookup``, :mod:`qkv.decoding.prompt_lookup`): the same tokens, in fewer steps where the answer repeats
+    the prompt."""
     try:
-        return SamplingParams(
+        params = SamplingParams(
             max_new_tokens=max_tokens,
             temperature=request.temperature,
             top_k=request.top_k,
@@ -139,6 +142,9 @@ def sampling_params(request, *, max_tokens: int, logprobs: int | None) -> Sampli
         )
     except QkvError as error:
         raise ServiceError(400, str(error), code="invalid_value") from None
+    if prompt_lookup and params.greedy and not params.penalized:
+        return replace(params, prompt_lookup=prompt_lookup)
+    return params
 
 
 def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
@@ -219,7 +225,9 @@ def make_job(prompts: list[Prompt], params: SamplingParams, n: int, stop_ids: fr
 def prepare_completion(request: CompletionRequest, tokenizer: Tokenizer, limits: Limits, device) -> CompletionJob:
     """Check a completion request once and prepare its job (nothing runs until a scheduler takes it)."""
     check_completion(request, limits)
-    params = sampling_params(request, max_tokens=request.max_tokens, logprobs=request.logprobs)
+    params = sampling_params(
+        request, max_tokens=request.max_tokens, logprobs=request.logprobs, prompt_lookup=limits.prompt_lookup
+    )
     prompts = read_prompts(request, tokenizer, limits)
     eos = tokenizer.eos_id
     job = make_job(prompts, params, request.n, frozenset() if eos is None else frozenset({eos}), device)
@@ -251,7 +259,7 @@ def prepare_chat(request: ChatCompletionRequest, bundle: ModelBundle, template: 
     server's --chat-template), the answer ending at the template's end of turn."""
     max_tokens = check_chat(request, limits)
     logprobs = (request.top_logprobs or 0) if request.logprobs else None
-    params = sampling_params(request, max_tokens=max_tokens, logprobs=logprobs)
+    params = sampling_params(request, max_tokens=max_tokens, logprobs=logprobs, prompt_lookup=limits.prompt_lookup)
     messages = [m.model_dump(exclude_none=True) for m in request.messages]
     variables: dict[str, Any] = {"tools": request.tools} if request.tools else {}
     try:

@@ -23,6 +23,7 @@ class Limits:
     max_batch: int = 16  # rows of the batched scheduler's KV cache pool (sequences decoded together)
     kv_tokens: int = 0  # the pool's bound in cache positions (0: none beyond max_batch)
     kv_memory_mb: float = 0.0  # the pool's bound in MiB (0: none beyond max_batch)
+    prompt_lookup: int = 0  # greedy requests draft up to this many tokens a step from their text (0: none)
 
     def __post_init__(self) -> None:
         for name in ("max_prompt_tokens", "max_tokens", "max_concurrent", "max_n", "max_request_bytes", "max_batch"):
@@ -31,6 +32,8 @@ class Limits:
         for name in ("kv_tokens", "kv_memory_mb"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0 (0: no bound), got {getattr(self, name)}")
+        if self.prompt_lookup < 0:
+            raise ValueError(f"prompt_lookup must be >= 0 drafted tokens a step (0: none), got {self.prompt_lookup}")
         if self.max_logprobs < 0:
             raise ValueError(f"max_logprobs must be >= 0, got {self.max_logprobs}")
         if not self.queue_timeout >= 0:
