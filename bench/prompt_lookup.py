@@ -7,6 +7,8 @@ many tokens a step made on average.
 
     python bench/prompt_lookup.py                      # int4 (the file's Q4_1 blocks) and fp32, k = 10
     python bench/prompt_lookup.py --widths int4 --k 4 --threads 1
+    python bench/prompt_lookup.py --served             # through /v1/chat/completions of qkv serve (in-process):
+                                                       # --prompt-lookup 10 against a plain server
 """
 
 from __future__ import annotations
@@ -64,6 +66,52 @@ def run(bundle, task: str, k: int, new: int, step: str) -> tuple[float, list[int
         Engine.step = original  # type: ignore[method-assign]
 
 
+class Served:
+    """``qkv serve`` of ``bundle`` (in this process, on a loopback port) with ``--prompt-lookup k``: one greedy chat
+    reply per :meth:`__call__`, as (seconds, reply text, completion tokens)."""
+
+    def __init__(self, bundle, k: int) -> None:
+        import httpx
+
+        from qkv.server import BackgroundServer, Limits, create_app
+
+        limits = Limits(max_prompt_tokens=2048, max_tokens=1024, prompt_lookup=k)
+        self.server = BackgroundServer(create_app(bundle, limits))
+        self.client = httpx.Client(base_url=self.server.__enter__().url, timeout=600)
+
+    def __call__(self, task: str, new: int) -> tuple[float, str, int]:
+        body = {"messages": [{"role": "user", "content": TASKS[task]}], "max_tokens": new, "temperature": 0}
+        start = time.perf_counter()
+        answer = self.client.post("/v1/chat/completions", json=body).json()
+        seconds = time.perf_counter() - start
+        return seconds, answer["choices"][0]["message"]["content"], answer["usage"]["completion_tokens"]
+
+    def close(self) -> None:
+        self.client.close()
+        self.server.__exit__(None, None, None)
+
+
+def served_rows(bundle, width: str, args) -> None:
+    """The table's rows for one width, through two servers: without and with ``--prompt-lookup``."""
+    servers = {0: Served(bundle, 0), args.k: Served(bundle, args.k)}
+    try:
+        for task in TASKS:
+            best = {k: float("inf") for k in servers}
+            replies = {}
+            for _ in range(args.rounds):
+                for k, server in servers.items():  # in turns
+                    seconds, text, tokens = server(task, args.new_tokens)
+                    best[k], replies[k] = min(best[k], seconds), (text, tokens)
+            (plain, n), (drafted, _) = replies[0], replies[args.k]
+            rates = [n / best[0], n / best[args.k]]
+            same = "yes" if plain == drafted else "NO"
+            cells = [width, task, n, f"{rates[0]:.1f}", f"{rates[1]:.1f}", f"{rates[1] / rates[0]:.2f}x", same, "-"]
+            print("| " + " | ".join(map(str, cells)) + " |", flush=True)
+    finally:
+        for server in servers.values():
+            server.close()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--widths", default="int4,fp32")
@@ -72,6 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--step", default="auto")
+    parser.add_argument("--served", action="store_true", help="through qkv serve's chat completions (in-process)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     import qkv
@@ -81,6 +130,9 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for width in args.widths.split(","):
         bundle = qkv.load(smollm2(), dequantize=width == "fp32")
+        if args.served:
+            served_rows(bundle, width, args)
+            continue
         for task in TASKS:
             best = {0: float("inf"), args.k: float("inf")}
             replies = {}
