@@ -208,7 +208,7 @@ KILLED = [
         "export {llama} --gguf {tmp}/cwd/m.gguf",
         (),
         expect="ok",
-        setup=killed(["export", "{llama}", "--gguf", "{tmp}/cwd/m.gguf"], 3.0),
+        setup=killed(["export", "{llama}", "--gguf", "{tmp}/cwd/m.gguf"], 0, when_exists="{tmp}/cwd/.m.gguf.*.tmp"),
     ),  # fmt: skip
 ]
 

@@ -3,9 +3,11 @@ the case's folder, spoils the copy, and returns the placeholders its command use
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -242,23 +244,28 @@ def both(*setups: Setup) -> Setup:
     return setup
 
 
-def killed(argv: list[str], after: float, *, when_exists: str | None = None) -> Setup:
-    """Run ``qkv ARGV`` in a process and kill -9 it ``after`` seconds (or once ``when_exists`` appears)."""
+def killed(argv: list[str], after: float, *, when_exists: str | None = None, tries: int = 8) -> Setup:
+    """Run ``qkv ARGV`` in a process and kill -9 it ``after`` seconds (or once a path matching the glob
+    ``when_exists`` appears: a temporary file names the moment of writing). A run that ends before the moment
+    (a write of a few milliseconds) is run again from an empty folder, up to ``tries`` times."""
 
     def setup(paths: dict, work: Path) -> dict:
-        (work / "cwd").mkdir(parents=True, exist_ok=True)
         filled = [a.format(**paths, tmp=str(work)) for a in argv]
-        process = subprocess.Popen([sys.executable, "-m", "qkv", *filled], cwd=work / "cwd",
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        deadline = time.monotonic() + 120
-        target = Path(when_exists.format(tmp=str(work))) if when_exists else None
-        started = time.monotonic()
-        while time.monotonic() < deadline and process.poll() is None:
-            if (target is not None and target.exists()) or (target is None and time.monotonic() - started > after):
+        target = when_exists.format(tmp=str(work)) if when_exists else None
+        for _ in range(tries):
+            shutil.rmtree(work / "cwd", ignore_errors=True)
+            (work / "cwd").mkdir(parents=True)
+            process = subprocess.Popen([sys.executable, "-m", "qkv", *filled], cwd=work / "cwd",
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+            started = time.monotonic()
+            while time.monotonic() < started + 120 and process.poll() is None:
+                if glob.glob(target) if target is not None else time.monotonic() - started > after:
+                    break
+                time.sleep(0.001)
+            process.kill()
+            process.wait()
+            if process.returncode == -signal.SIGKILL:  # killed at the moment, not finished before it
                 break
-            time.sleep(0.02)
-        process.kill()
-        process.wait()
         return {}
 
     return setup

@@ -1,7 +1,9 @@
 """Reading and writing files safely.
 
 Writes are atomic: the bytes go to a temporary file in the same directory, which is then renamed over the
-target, so an interrupted write never leaves a half-written checkpoint or config. A write that fails (a
+target, so an interrupted write never leaves a half-written checkpoint or config. The writer holds a lock on its
+temporary file until the rename; a process killed mid-write (SIGKILL, a power cut) leaves the file unlocked, and
+the next write of the same target deletes it. A write that fails (a
 read-only folder, a full disk, a path under a file) is a :class:`CannotWrite`: one sentence naming the path,
 what the system said and the fix, and still an OSError for callers that add their own context (train names
 the last intact checkpoint). Every file qkv writes goes through :func:`writing`. Reads turn the usual
@@ -12,6 +14,7 @@ names the file and the fix.
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import os
 import tempfile
@@ -21,6 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from qkv.errors import QkvError
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; a killed write's temporary file is then left to the user
+    fcntl = None  # type: ignore[assignment]  # the module is absent on Windows: None says so
 
 
 class CannotWrite(QkvError, OSError):
@@ -77,13 +85,16 @@ def writing(path: str | Path) -> Iterator[Path]:
 
 
 def atomic_write(path: str | Path, write: Callable[[str], object]) -> None:
-    """Call ``write(temp_path)`` and then rename the temporary file to ``path``; a failure is :class:`CannotWrite`."""
+    """Call ``write(temp_path)`` and then rename the temporary file to ``path``; a failure is :class:`CannotWrite`.
+    The temporary files of killed writes of ``path`` are deleted first (:func:`remove_killed_writes`)."""
     path = Path(path)
     with writing(path):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
+        remove_killed_writes(path)
+        fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path), suffix=".tmp", dir=path.parent)
         try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # held until the rename: this write is alive
             write(tmp)
             with open(tmp, "rb+") as written:  # the bytes reach the disk before the rename makes them visible
                 os.fsync(written.fileno())
@@ -92,6 +103,30 @@ def atomic_write(path: str | Path, write: Callable[[str], object]) -> None:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+        finally:
+            os.close(fd)
+
+
+def _temporary_prefix(path: Path) -> str:
+    return f".{path.name}."
+
+
+def remove_killed_writes(path: str | Path) -> list[Path]:
+    """Delete the temporary files beside ``path`` (``.NAME.*.tmp``) that no live write holds: what writes of it
+    killed before their rename left. Returns them. A write still running holds its file's lock and is left alone."""
+    path = Path(path)
+    if fcntl is None or not path.parent.is_dir():
+        return []
+    removed = []
+    for leftover in path.parent.glob(glob.escape(_temporary_prefix(path)) + "*.tmp"):
+        try:
+            with open(leftover, "rb") as handle:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken only if its writer is gone
+                leftover.unlink()
+                removed.append(leftover)
+        except OSError:  # locked by a live write, removed by another process, or not ours to read
+            continue
+    return removed
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
