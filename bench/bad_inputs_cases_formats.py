@@ -242,6 +242,7 @@ OLD = [
     cli("generate --prompt-lookup sampled", "generate {gpt} --prompt-lookup 5 --temperature 0.8", ("--temperature",)),
     cli("chat --prompt-lookup penalized", "chat {gpt} --prompt-lookup 5 --repetition-penalty 1.3", ("penalty",)),
     cli("serve --prompt-lookup -1", "serve {gpt} --prompt-lookup -1", "--prompt-lookup"),
+    cli("generate --prompt-lookup --no-cache", "generate {gpt} --prompt-lookup 5 --no-cache", ("--no-cache",)),
     cli("generate a translator", "generate {translator}", ("translator", "translate")),
     cli("translate a GPT", "translate {gpt} 'to be'", ("language model", "generate")),
     cli("translate an empty sentence", "translate {translator} ''", ("empty",), expect="note"),

@@ -109,6 +109,9 @@ def test_prompt_lookup_writes_the_greedy_text_in_fewer_passes_and_refuses_sampli
         assert f"checks its drafts against greedy decoding, which {named} changes" in err and err.count("\n") == 1
     assert main([*base, "--prompt-lookup", "-1"]) == 2
     assert "prompt_lookup=-1 must be a whole number >= 0" in capsys.readouterr().err
+    assert main([*base, "--prompt-lookup", "5", "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert "use_cache=False (--no-cache) recomputes every step" in err and err.count("\n") == 1
 
 
 def test_long_prompts_are_cropped_with_a_notice(trained, capsys) -> None:

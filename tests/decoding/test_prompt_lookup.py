@@ -103,6 +103,19 @@ def test_prompt_lookup_is_refused_where_it_would_change_the_text() -> None:
         SamplingParams(temperature=0, prompt_lookup=-1)
 
 
+def test_prompt_lookup_without_a_cache_is_refused_at_once(smol_bundle) -> None:
+    """Without a KV cache every step recomputes the window and no draft would be checked: refused, not ignored."""
+    ids = smol_bundle.tokenizer.encode("one two one two")
+    settings = dict(max_new_tokens=5, temperature=0, prompt_lookup=4, use_cache=False)
+    with pytest.raises(QkvError, match="prompt_lookup=4 checks its drafts in a step over the KV cache"):
+        generate(smol_bundle.model, ids, **settings)
+    with pytest.raises(QkvError, match="use_cache=False"):
+        stream(smol_bundle.model, ids, **settings)  # at the call, not at the first token
+    with pytest.raises(QkvError, match="use_cache=False"):
+        complete(smol_bundle, "one two one two", **settings)
+    assert len(generate(smol_bundle.model, ids, **{**settings, "prompt_lookup": 0})[0]) == len(ids) + 5
+
+
 def test_stream_and_complete_give_the_same_text_with_prompt_lookup(smol_bundle) -> None:
     text = "one two three four five six seven eight nine ten. one two three four five"
     plain = complete(smol_bundle, text, max_new_tokens=25, temperature=0, ignore_eos=True)

@@ -55,10 +55,12 @@ class _StreamedIds(Protocol):
 
 def run(args: argparse.Namespace) -> int:
     from qkv.decoding import TextStreamer, stream
+    from qkv.decoding.prompt_lookup import check_cached
 
     if args.num_samples < 1:
         raise QkvError("--num-samples must be at least 1")
     params = sampling_params(args)  # checked before the model loads
+    check_cached(params, use_cache=not args.no_cache)
     args.device = use_device(args)
     bundle = load_for_use(
         model_path(args),

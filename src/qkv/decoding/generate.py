@@ -24,6 +24,7 @@ from torch import Tensor
 from qkv.decoding.configs import decoder_config
 from qkv.decoding.engine import Engine
 from qkv.decoding.fast_step import bucket, resolve_step
+from qkv.decoding.prompt_lookup import check_cached
 from qkv.decoding.request import Request
 from qkv.decoding.sampling_params import SamplingParams
 from qkv.errors import QkvError
@@ -109,6 +110,7 @@ class TokenStream(Iterator[Tensor]):
         self.model, self.ids, self.params = model, ids, params
         self.cropped = max(0, ids.shape[1] - model.config.context_length)
         self.passes = 0
+        check_cached(params, use_cache)
         mode = resolve_step(model, step) if use_cache else "recompute"
         self._steps = self._run(stops, use_cache, step, generator, mode)
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import torch
 
+from qkv.errors import QkvError
+
 MAX_NGRAM = 3  # the longest run of last tokens looked up (the original method's; Hugging Face's default is 2)
 
 
@@ -53,6 +55,16 @@ class Lookup:
             if at < end:  # an occurrence before the one that ends the text
                 return self.tokens[at : at + k]
         return []
+
+
+def check_cached(params, use_cache: bool) -> None:
+    """A QkvError where prompt lookup is asked of decoding without a KV cache: the drafts are checked in a step over
+    the cache, and ``use_cache=False`` recomputes every step, so they would be silently ignored."""
+    if params.prompt_lookup and not use_cache:
+        raise QkvError(
+            f"prompt_lookup={params.prompt_lookup} checks its drafts in a step over the KV cache, and "
+            "use_cache=False (--no-cache) recomputes every step: leave out one of the two"
+        )
 
 
 def draft_for(engine, row) -> list[int]:

@@ -30,6 +30,7 @@ from qkv.decoding.configs import decoder_config
 from qkv.decoding.engine import Engine
 from qkv.decoding.fast_step import resolve_step
 from qkv.decoding.generate import cache_length
+from qkv.decoding.prompt_lookup import check_cached
 from qkv.decoding.request import Request
 from qkv.decoding.sampling_params import SamplingParams
 from qkv.decoding.text import ChoiceText
@@ -68,6 +69,7 @@ class TextStream(Iterator[str]):
     ) -> None:
         model, context = bundle.model, decoder_config(bundle.model).context_length
         self.reply = Reply(prompt_tokens=len(prompt_ids), cropped=max(0, len(prompt_ids) - context))
+        check_cached(params, use_cache)
         mode = resolve_step(model, step) if use_cache else "recompute"
         kept = min(len(prompt_ids), context)
         length = cache_length(model, mode, kept, max(params.max_new_tokens, 1))
