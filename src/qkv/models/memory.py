@@ -84,15 +84,18 @@ def available_memory(device: torch.device | str) -> int | None:
 def activation_numbers(config, batch_size: int, length: int | None = None) -> int:
     """Numbers kept for the backward pass of one batch of ``length``-token sequences (default: the whole
     context, as training feeds it; a lower bound, see the module docstring)."""
-    d_model = getattr(config, "d_model", 0) or getattr(config, "d_hidden", 0)
+    from qkv.models.family import family_of
+
+    family = family_of(config)
+    d_model = family.model_width(config)
     d_ff = getattr(config, "d_ff", None) or 4 * d_model
     kv_dim = getattr(config, "kv_dim", d_model)  # keys and values: h_kv d_k each
     ff_tensors = 4 if getattr(config, "feed_forward", "mlp") == "glu" else 2
     heads = getattr(config, "n_heads", 1)
-    length = getattr(config, "context_length", 1) if length is None else length
+    length = (family.context_length(config) or 1) if length is None else length
     own = {f.name for f in dataclasses.fields(config)}
     blocks = sum(getattr(config, name) for name in LAYER_FIELDS if name in own) or 1
-    vocab = getattr(config, "vocab_size", 0) or getattr(config, "tgt_vocab_size", 0)
+    vocab = getattr(config, family.vocab_fields[-1])  # the output's vocabulary: a translator's target one
     per_token = blocks * (14 * d_model + 2 * kv_dim + ff_tensors * d_ff + 3 * heads * length) + 3 * vocab
     return batch_size * length * per_token
 

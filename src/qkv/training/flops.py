@@ -19,6 +19,7 @@ from typing import cast
 
 import torch
 
+from qkv.models.family import family_of
 from qkv.models.gpt import GPT, GPTConfig
 
 
@@ -27,9 +28,8 @@ def training_flops_per_token(model: GPT) -> float:
     docstring)."""
     config = cast(GPTConfig, model.config)  # Model.config is typed as the base ModelConfig
     n = model.num_parameters()
-    positional = getattr(model.embedding.positional_encoding, "weight", None)
-    if isinstance(positional, torch.nn.Parameter):
-        n -= positional.numel()
+    if family_of(model).positions(config) == "learned":  # W_pos is a lookup table, not a matmul
+        n -= cast(torch.nn.Embedding, model.embedding.positional_encoding).weight.numel()
     if not model.unembedding.tied:  # W_E is a lookup table; W_U, a matrix of its own, is the matmul
         n -= model.embedding.token_embedding.weight.numel()
     return 6 * n + 12 * config.n_layers * config.d_model * config.context_length
