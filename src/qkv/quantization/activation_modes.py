@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from torch import nn
 
-from qkv.layers.feedforward import FeedForward, GatedFeedForward
+from qkv.layers.blocks import block_parts
 from qkv.models.family import family_of
 
 ROUNDED_TWICE_UNDER_INT8 = "W_2 (the feed-forward's second layer) and W_U (the unembedding)"
@@ -40,11 +40,12 @@ MODE_NOTES = {
 
 
 def _rounded_twice_under_int8(model: nn.Module) -> set[int]:
-    """ids of the layers the "int8" mode rounds twice: each feed-forward's W_2, and W_U where the family has one
-    (its description names the module)."""
-    chosen = {id(ff.linear2) for ff in model.modules() if isinstance(ff, FeedForward | GatedFeedForward)}
-    unembedding = family_of(model).unembedding
-    return chosen | ({id(model.get_submodule(unembedding))} if unembedding else set())
+    """ids of the layers the "int8" mode rounds twice: the W_2 of each block's feed-forward part (the blocks its
+    family's description names), and W_U where the family has one (its description names the module)."""
+    family = family_of(model)
+    chosen = {id(inner.linear2) for block in family.blocks(model) for part, _, inner in block_parts(block)
+              if part.kind == "mlp"}  # fmt: skip
+    return chosen | ({id(model.get_submodule(family.unembedding))} if family.unembedding else set())
 
 
 def layer_modes(model: nn.Module, activations: str, layers: Sequence[nn.Module]) -> list[str]:
