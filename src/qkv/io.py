@@ -27,7 +27,7 @@ from qkv.errors import QkvError
 
 try:
     import fcntl
-except ImportError:  # Windows: no advisory locks; a killed write's temporary file is then left to the user
+except ImportError:  # Windows: no advisory locks (it refuses to delete a file a live write has open instead)
     fcntl = None  # type: ignore[assignment]  # the module is absent on Windows: None says so
 
 
@@ -115,16 +115,28 @@ def remove_killed_writes(path: str | Path) -> list[Path]:
     """Delete the temporary files beside ``path`` (``.NAME.*.tmp``) that no live write holds: what writes of it
     killed before their rename left. Returns them. A write still running holds its file's lock and is left alone."""
     path = Path(path)
-    if fcntl is None or not path.parent.is_dir():
+    return _remove_unlocked(path.parent, glob.escape(_temporary_prefix(path)) + "*.tmp")
+
+
+def remove_killed_writes_in(folder: str | Path) -> list[Path]:
+    """:func:`remove_killed_writes` for every target in ``folder``: each ``.*.tmp`` file no live write holds."""
+    return _remove_unlocked(Path(folder), ".*.tmp")
+
+
+def _remove_unlocked(folder: Path, pattern: str) -> list[Path]:
+    if not folder.is_dir():
         return []
     removed = []
-    for leftover in path.parent.glob(glob.escape(_temporary_prefix(path)) + "*.tmp"):
+    for leftover in folder.glob(pattern):
         try:
-            with open(leftover, "rb") as handle:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken only if its writer is gone
+            if fcntl is None:  # Windows refuses to delete a file a live write has open
                 leftover.unlink()
-                removed.append(leftover)
-        except OSError:  # locked by a live write, removed by another process, or not ours to read
+            else:
+                with open(leftover, "rb") as handle:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # taken only if its writer is gone
+                    leftover.unlink()
+            removed.append(leftover)
+        except OSError:  # locked by a live write, removed by another process, a folder, or not ours to read
             continue
     return removed
 

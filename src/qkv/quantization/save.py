@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 from torch import nn
 
 from qkv.errors import QkvError
-from qkv.io import check_writable
+from qkv.io import check_writable, remove_killed_writes_in
 from qkv.model_dir import (
     CHAT_TEMPLATE_FILE,
     CONFIG_FILE,
@@ -44,9 +44,7 @@ if TYPE_CHECKING:
 def _remove_interrupted_writes(out: Path) -> None:
     """Delete the temporary files (``.NAME.XXXX.tmp``, :func:`qkv.io.atomic_write`) that an interrupted
     quantize left in ``out``: they are never a finished file, and a re-run would otherwise refuse the folder."""
-    leftovers = [path for path in out.glob(".*.tmp") if path.is_file()]
-    for path in leftovers:
-        path.unlink()
+    leftovers = remove_killed_writes_in(out)
     if leftovers:
         print(f"note: removed {len(leftovers)} unfinished file(s) an interrupted run left in {out}", file=sys.stderr)
 

@@ -43,7 +43,7 @@ import torch
 from torch import Tensor, nn
 
 from qkv.errors import QkvError
-from qkv.io import atomic_write_json, atomic_write_text, read_json
+from qkv.io import atomic_write_json, atomic_write_text, read_json, remove_killed_writes_in
 from qkv.model_dir import load_weights, save_weights
 from qkv.run_dir import (
     CHECKPOINTS_DIR,
@@ -281,17 +281,16 @@ def _write_step_dir(
 def clean_leftovers(run_dir: str | Path) -> list[Path]:
     """Delete what a killed process left half-written: ``.NAME.*.tmp`` files of atomic writes (in the run
     directory and checkpoints/) and ``.tmp-step-*`` folders of unfinished checkpoints. Returns what was deleted.
-    Finished files are never among them: an atomic write renames its temporary file only when complete."""
+    Finished files are never among them: an atomic write renames its temporary file only when complete, and one
+    still running holds a lock on it (:func:`qkv.io.remove_killed_writes_in`)."""
     run_dir = Path(run_dir)
     removed = []
     for folder in (run_dir, run_dir / CHECKPOINTS_DIR):
         if not folder.is_dir():
             continue
+        removed += remove_killed_writes_in(folder)
         for path in folder.iterdir():
-            if path.is_file() and re.fullmatch(r"\..+\.tmp", path.name):
-                path.unlink(missing_ok=True)
-                removed.append(path)
-            elif path.is_dir() and re.fullmatch(r"\.tmp-step-\d+-.*", path.name):
+            if path.is_dir() and re.fullmatch(r"\.tmp-step-\d+-.*", path.name):
                 shutil.rmtree(path, ignore_errors=True)
                 removed.append(path)
     return removed
