@@ -83,6 +83,7 @@ class Engine:
         self._fast: FastStep | None = None  # the model's fast step, looked up (and checked) when requests join
         self.buffer: Tensor | None = None
         self._captured: CapturedStep | None = None
+        self._picks = torch.empty(slots, dtype=torch.long)  # the compiled native step's argmaxes, every step
         self._graph_key: tuple | None = None
         if self.mode != "recompute":
             self._allocate(weight)
@@ -301,7 +302,7 @@ class Engine:
                 c.capture(fast.step if self.mode == "graph" else fast.compiled())
             return c.replay()[:n], None
         step = fast.compiled()  # made first: where the native step runs, that decides takes_argmax
-        picks = torch.empty(self.slots, dtype=torch.long) if fast.takes_argmax else None
+        picks = self._picks if fast.takes_argmax else None
         logits = step(c.tokens, c.position, c.buffer, None, 1, None, picks)
         return logits[:n], None if picks is None else picks[:n]
 
