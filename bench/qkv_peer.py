@@ -128,19 +128,23 @@ def score(model, windows: list[list[int]], step: str) -> dict:
     return {"nll": nll, "count": batch * (width - 1), "argmax": torch.stack(argmax, dim=1).tolist()}
 
 
-def read_bandwidth(mib: int = 512, repeats: int = 7) -> float:
-    """GB/s of a plain read of a float32 tensor of ``mib`` MiB (too large for the caches), best of ``repeats``: what
-    this process's threads read from memory when they do nothing else. The read is bench/read_memory.c's loop where
-    a C compiler is at hand (torch.sum reads less: 20-24 GB/s where that loop read 23-36), else torch.sum."""
+def read_bandwidth(mib: int = 512, repeats: int = 7, sustained_bytes: int = 0) -> dict[str, float]:
+    """GB/s of a plain read of a float32 tensor of ``mib`` MiB (too large for the caches): what this process's
+    threads read from memory when they do nothing else. "best": the fastest of ``repeats`` reads (a quiet moment
+    of the host's, about 20 ms); "sustained": the mean rate of back-to-back reads of ``sustained_bytes`` in all
+    (at least ``repeats`` reads), measured as a decode is, over the same bytes (the weights times the tokens) and
+    so through the same moments of the host's. The read is bench/read_memory.c's loop where a C compiler is at hand
+    (torch.sum reads less: 20-24 GB/s where that loop read 23-36), else torch.sum."""
     data = torch.ones(mib * 2**20 // 4)
     read = _c_read() or (lambda x: float(x.sum()))
-    best = math.inf
-    for _ in range(repeats):
+    reads = max(repeats, math.ceil(sustained_bytes / (data.numel() * 4)))
+    times = []
+    for _ in range(reads):
         start = time.perf_counter()
         total = read(data)
-        best = min(best, time.perf_counter() - start)
+        times.append(time.perf_counter() - start)
     assert total == data.numel(), "the read summed every value"
-    return data.numel() * 4 / best / 1e9
+    return {"best": data.numel() * 4 / min(times) / 1e9, "sustained": reads * data.numel() * 4 / sum(times) / 1e9}
 
 
 def read_kind() -> str:
@@ -194,7 +198,7 @@ def main(threads: int, q4_1: str, q4_0: str, step: str) -> None:
         elif op == "decode":
             answer = decode(widths[request["width"]], request["prompts"], request["new"], step)
         elif op == "bandwidth":
-            answer = {"gbps": read_bandwidth(), "kind": read_kind()}
+            answer = {**read_bandwidth(sustained_bytes=request.get("bytes", 0)), "kind": read_kind()}
         elif op == "weights":
             answer = {"bytes": weight_bytes(widths["fp32"])}
         elif op == "prefill":
