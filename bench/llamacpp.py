@@ -27,6 +27,8 @@ in ``$QKV_CACHE/bench/llamacpp``. The pairs compared:
 3. Quality: 4 windows of 512 tokens of held-out Shakespeare (the last tenth of ../shared/data/tinyshakespeare):
    perplexity of the next tokens, and teacher-forced agreement of each width's argmax with its engine's fp32 /
    F32 (qkv scores through its decode step, llama.cpp through its batch forward with every position's logits).
+   The Q4_0 widths also against the float model of the Q4_0 file itself (qkv's ``fp32-q4_0``): the Q4_0 file is a
+   requantization of the Q4_1 file's numbers, and what it loses in that rounding is the file's, not the engine's.
 """
 
 from __future__ import annotations
@@ -206,6 +208,12 @@ def quality(qkv: Peer, llama: Peer, files: dict, windows: list[list[int]], pairs
         lines.append("| " + " | ".join(cells) + " |")
     same = agreement(base["qkv"], base["llama.cpp"])
     lines.append(f"qkv fp32 and llama.cpp F32 agree on {same:.2%} of the argmaxes.")
+    on_q4_0 = [(o, t) for o, t in pairs if t == "Q4_0"]
+    if on_q4_0:  # the Q4_0 widths against the float model of their own file, not the file they were rounded from
+        own = qkv.ask(op="score", width="fp32-q4_0", windows=windows)["argmax"]
+        cells = [f"qkv {o} {agreement(scores[('qkv', o)]['argmax'], own):.2%}" for o, _ in on_q4_0 if o]
+        cells.append(f"llama.cpp Q4_0 {agreement(scores[('llama.cpp', 'Q4_0')]['argmax'], own):.2%}")
+        lines.append(f"Against the Q4_0 file's own numbers in float32 (qkv's fp32-q4_0): {', '.join(cells)}.")
     return lines
 
 

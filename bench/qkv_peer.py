@@ -11,7 +11,8 @@ Widths, each made once from the shipped Q4_1 file and kept:
   llama.cpp's Q8_0 blocks;
 - ``int4``: ``qkv.load(file)``, the file's own Q4_1 blocks as int4 layers (the same numbers as llama.cpp's Q4_1),
   weight-only: x stays float;
-- ``int4-q4_0``: ``qkv.load`` of the Q4_0 file llama.cpp's quantizer made;
+- ``int4-q4_0``: ``qkv.load`` of the Q4_0 file llama.cpp's quantizer made; ``fp32-q4_0``: that file's numbers in
+  float32 (``dequantize=True``), the float model the Q4_0 widths compute;
 - ``w4a8``, ``w4a8-q4_0``: the same layers with ``set_activations(model, "int8")``: x rounded to int8 in blocks of
   32, as llama.cpp's Q4 x Q8 products do (twice for W_2 and W_U);
 - ``w8a8x2``, ``w8a8x2-g32``, ``w4a8x2``, ``w4a8x2-q4_0``: as w8a8 and w4a8 with ``activations="int8x2"``, x rounded
@@ -63,6 +64,8 @@ class Widths:
             x = "float" if width.startswith(("int", "fp")) else "int8x2" if "a8x2" in width else "int8"
             if width == "fp32":
                 model = self.fp32().model
+            elif width == "fp32-q4_0":
+                model = qkv.load(self.files["int4-q4_0"], dequantize=True).model
             elif width.startswith(("int8", "w8a8")):  # per row, or -g32: a scale per 32 weights (as Q8_0)
                 group = 32 if width.endswith("-g32") else 0
                 model = qkv.load(self.files["int4"], quantize="int8", group_size=group, activations=x).model
