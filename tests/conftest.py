@@ -57,6 +57,18 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture
+def checked_drafts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of drafted tokens of each call of the engine's ``checked_step`` (prompt lookup's verifying
+    forward), appended as the test runs: empty while no draft was checked."""
+    from qkv.decoding import engine
+
+    drafts: list[int] = []
+    real = engine.checked_step
+    monkeypatch.setattr(engine, "checked_step", lambda *args: drafts.append(len(args[1])) or real(*args))
+    return drafts
+
+
 def tiny_gpt(
     *,
     vocab_size: int = 50,

@@ -30,17 +30,12 @@ def test_piped_lines_are_user_turns_and_the_answers_are_qkv_chats(monkeypatch, c
     assert "\n".join(answers) == first + "\n" + second  # each answer, then a newline
 
 
-def test_prompt_lookup_gives_the_same_answers(monkeypatch, capsys, smol_hf_dir) -> None:
-    from qkv.decoding import engine
-
-    checked = []
-    real = engine.checked_step
-    monkeypatch.setattr(engine, "checked_step", lambda *args: checked.append(1) or real(*args))
+def test_prompt_lookup_gives_the_same_answers(monkeypatch, capsys, smol_hf_dir, checked_drafts) -> None:
     lines = "Say: red green blue red green blue\nAgain!\n"
     plain = chat_cli(monkeypatch, capsys, smol_hf_dir, lines)
-    assert not checked
+    assert not checked_drafts
     drafted = chat_cli(monkeypatch, capsys, smol_hf_dir, lines, "--prompt-lookup", "4")
-    assert checked  # drafts were checked
+    assert checked_drafts  # drafts were checked
     assert plain[0] == drafted[0] == 0 and drafted[1] == plain[1] and len(plain[1]) == 2
     code, _, err = chat_cli(monkeypatch, capsys, smol_hf_dir, lines, "--prompt-lookup", "4", "--temperature", "0.7")
     assert code == 2 and err.count("\n") == 1 and "--temperature 0.7 changes" in err

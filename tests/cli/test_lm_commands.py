@@ -82,25 +82,21 @@ def test_every_engine_generates_the_same_greedy_text(trained, capsys) -> None:
     assert "replays CUDA graphs, but the model is on cpu" in err and len(err.splitlines()) == 1
 
 
-def test_prompt_lookup_writes_the_greedy_text_in_fewer_passes_and_refuses_sampling(trained, capsys,
-                                                                                    monkeypatch) -> None:  # fmt: skip
-    from qkv.decoding import engine
-
+def test_prompt_lookup_writes_the_greedy_text_in_fewer_passes_and_refuses_sampling(
+    trained, capsys, checked_drafts
+) -> None:
     run, _ = trained
-    checked = []
-    real = engine.checked_step
-    monkeypatch.setattr(engine, "checked_step", lambda *args: checked.append(1) or real(*args))
     base = ["generate", str(run), "--prompt", "Line 3: the cat sat", "--max-new-tokens", "25"]
     assert main([*base, "--temperature", "0"]) == 0
     greedy = capsys.readouterr().out
-    assert not checked
+    assert not checked_drafts
     for flags in (["--prompt-lookup", "5"], ["--prompt-lookup", "3", "--temperature", "0", "--step", "model"]):
         assert main([*base, *flags]) == 0  # greedy by default with --prompt-lookup
         out, err = capsys.readouterr()
         assert out == greedy
         passes = int(err.split(" passes of the model (--prompt-lookup)")[0].rsplit(", ", 1)[1])
         assert passes < 25 and "25 tokens in" in err  # some drafted tokens were kept
-    assert checked
+    assert checked_drafts
     for flags, named in ((["--temperature", "0.8"], "--temperature 0.8"),
                          (["--repetition-penalty", "1.2"], "--repetition-penalty 1.2"),
                          (["--presence-penalty", "0.5"], "--presence-penalty 0.5")):  # fmt: skip

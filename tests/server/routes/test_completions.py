@@ -154,25 +154,21 @@ def test_ignore_eos_makes_exactly_max_tokens(gpt) -> None:
 
 
 @pytest.mark.parametrize("scheduler", ["batched", "sequential"])
-def test_qkv_serve_prompt_lookup_answers_greedy_requests_as_before_from_drafts(gpt, gpt_run, monkeypatch,
+def test_qkv_serve_prompt_lookup_answers_greedy_requests_as_before_from_drafts(gpt, gpt_run, checked_drafts,
                                                                                scheduler) -> None:  # fmt: skip
     """`qkv serve --prompt-lookup 4`: a greedy completion is the plain server's, text, tokens and logprobs, streamed
     or not, and the engine checked drafts to make it."""
-    from qkv.decoding import engine
     from qkv.server import Limits
     from tests.server.conftest import serve
 
-    checked = []
-    real = engine.checked_step
-    monkeypatch.setattr(engine, "checked_step", lambda *args: checked.append(len(args[1])) or real(*args))
     prompt = "To be, or not to be"  # drafts end at the context (32 characters): room for 12 new ones
     body = dict(prompt=prompt, max_tokens=12, temperature=0, logprobs=1)
     plain = complete(gpt, **body)["choices"][0]
-    assert not checked
+    assert not checked_drafts
     for served in serve(gpt_run, Limits(max_tokens=100, prompt_lookup=4), scheduler=scheduler):
         drafted = complete(served, **body)["choices"][0]
         lines, _ = stream_events(served, **body)
-    assert checked  # drafts were checked in the engine's steps
+    assert checked_drafts  # drafts were checked in the engine's steps
     assert drafted["text"] == plain["text"] == greedy_reference(gpt, prompt, 12)
     assert drafted["logprobs"]["tokens"] == plain["logprobs"]["tokens"]
     assert drafted["logprobs"]["token_logprobs"] == pytest.approx(plain["logprobs"]["token_logprobs"], abs=1e-4)
