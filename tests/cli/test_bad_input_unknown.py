@@ -1,13 +1,13 @@
 """Text the tokenizer does not know: every verb that reads text says how many tokens became <unk>, through
-one shared function (qkv.tokenizers.base.unknown_note)."""
+one shared function (qkv.tokenizers.unknown.unknown_note)."""
 
 from __future__ import annotations
 
 import pytest
 
 from qkv.cli import main
-from qkv.tokenizers.base import count_unknown, unknown_note
 from qkv.tokenizers.char import CharTokenizer
+from qkv.tokenizers.unknown import count_unknown, unknown_note
 
 
 @pytest.fixture

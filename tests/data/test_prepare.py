@@ -1,6 +1,6 @@
 """prepare(): the shards equal one encoding of the whole text for every input format and tokenizer, the
-process pool gives the same ids, the tokenizer learns from a sample spread over the corpus, a finished
-folder is reused, and a failure (full disk, Ctrl-C, bad input) leaves nothing behind."""
+process pool gives the same ids, the tokenizer learns from a sample spread over the corpus, and a failure
+(full disk, Ctrl-C, bad input) leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -129,26 +129,6 @@ def test_a_given_tokenizer_is_used_as_it_is(tmp_path: Path) -> None:
     assert result.shards()[0:20].tolist() == tokenizer.encode(TEXT)[:20]
     with pytest.raises(QkvError, match="--vocab-size trains a new tokenizer"):
         prepare(str(path), tmp_path / "x", tokenizer=tokenizer, vocab_size=50, quiet=True)
-
-
-def test_a_finished_folder_is_reused_and_a_different_one_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path = tmp_path / "a.txt"
-    path.write_text(TEXT, encoding="utf-8")
-    first = prepare(str(path), tmp_path / "out", quiet=True)
-    assert not first.reused
-    monkeypatch.setattr(prepare_module, "_encode", lambda *a, **k: pytest.fail("encoded again"))
-    assert prepare(str(path), tmp_path / "out", quiet=True).reused
-    with pytest.raises(QkvError, match=r"already holds a different preparation \(a with the char tokenizer\)"):
-        prepare(str(path), tmp_path / "out", tokenizer="word", quiet=True)
-    (tmp_path / "other").mkdir()
-    (tmp_path / "other" / "notes.txt").write_text("mine")
-    with pytest.raises(QkvError, match="is not empty and holds no prepared data"):
-        prepare(str(path), tmp_path / "other", quiet=True)
-    (tmp_path / "empty").mkdir()
-    monkeypatch.undo()
-    assert prepare(str(path), tmp_path / "empty", quiet=True).manifest["tokens"] == len(TEXT)
 
 
 def leftovers(root: Path) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from qkv.tokenizers.base import unknown_note
+from qkv.tokenizers.unknown import unknown_note
 
 
 def test_unknown_characters_are_named_in_a_header(gpt) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from qkv.errors import QkvError
-from qkv.training.config import TrainConfig, flag_names, read_toml
+from qkv.training.config import TrainConfig, flag_names
 
 
 @pytest.mark.parametrize(
@@ -34,15 +34,6 @@ def test_bad_settings_name_the_flag(kwargs, fragment) -> None:
 def test_defaults_fill_in() -> None:
     config = TrainConfig(lr=2e-3, eval_interval=50)
     assert config.min_lr == pytest.approx(2e-4) and config.checkpoint_interval == 50
-
-
-def test_toml_file(tmp_path) -> None:
-    path = tmp_path / "run.toml"
-    path.write_text("steps = 50\nbatch-size = 4\n[model]\nd_model = 64\n")
-    assert read_toml(path) == {"steps": 50, "batch_size": 4, "model": {"d_model": 64}}
-    path.write_text("steps = = 3")
-    with pytest.raises(QkvError, match="not valid TOML"):
-        read_toml(path)
 
 
 def test_unknown_settings_are_named() -> None:

@@ -130,7 +130,7 @@ def use_device(args) -> str:
 def note_unknown(tokenizer, text: str | list[str], what: str = "the text") -> None:
     """Print (to stderr) how many tokens of ``text`` (or of each sentence of a list) became <unk>, if any: one
     shared line for every verb."""
-    from qkv.tokenizers.base import unknown_note
+    from qkv.tokenizers.unknown import unknown_note
 
     if text:
         line = unknown_note(tokenizer, text, what, readable=True)

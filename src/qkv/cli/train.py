@@ -16,7 +16,8 @@ from qkv.cli.options import add_alias, is_main_process, minutes, note
 from qkv.cli.train_report import best_score, next_commands, print_neighbours, print_samples, print_translations
 from qkv.errors import QkvError
 from qkv.models.family import LANGUAGE_MODEL, families
-from qkv.training.config import FLAG_NAMES, TASK_ARCHS, TrainConfig, flag_names, read_toml
+from qkv.training.config import FLAG_NAMES, TASK_ARCHS, TrainConfig, flag_names
+from qkv.training.config_file import read_toml
 
 LM_PRESETS = [name for family in families().values() if family.role == LANGUAGE_MODEL for name in family.presets]
 

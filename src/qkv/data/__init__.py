@@ -29,7 +29,7 @@ from qkv.data.cache import prepared_for_training
 from qkv.data.corpus import Corpus, load_corpus
 from qkv.data.download import KNOWN_CORPORA, Source, default_cache_dir, fetch
 from qkv.data.lm import EVAL_SEED, TokenBatches, encode_corpus
-from qkv.data.prepare import PreparedData
+from qkv.data.prepared_folder import PreparedData
 from qkv.data.shards import TokenShards
 from qkv.data.sources import TextSource, open_source
 

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 from qkv.data.download import default_cache_dir
-from qkv.data.prepare import SAMPLE_MB, PreparedData, prepare
+from qkv.data.prepare import SAMPLE_MB, prepare
+from qkv.data.prepared_folder import PreparedData
 from qkv.data.shards import FORMAT_VERSION, MANIFEST_FILE, is_prepared, read_manifest
 from qkv.data.sources import DataArg, open_source
 from qkv.tokenizers import Tokenizer

@@ -13,12 +13,12 @@ pieces on all cores itself.
 
 Nothing is left half-written: everything goes into a hidden folder beside ``out``, which is renamed to
 ``out`` only once complete; on any error (bad input, a full disk, Ctrl-C) it is deleted, and after a
-SIGKILL the next preparation beside it removes it (:mod:`qkv.data.leftovers`).
+SIGKILL the next preparation beside it removes it (:mod:`qkv.data.leftovers`). What an ``out`` that exists
+already may hold, and the rename, are :mod:`qkv.data.prepared_folder`'s.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import multiprocessing
 import os
@@ -29,7 +29,6 @@ import time
 from collections import deque
 from collections.abc import Generator, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from qkv.data.leftovers import OWNER_FILE, die_with_parent, make_work_folder, remove_stale_work_folders
+from qkv.data.prepared_folder import PreparedData, existing, publish, write_error
 from qkv.data.progress import DataProgress, size_text
 from qkv.data.shards import (
     FORMAT,
@@ -46,9 +46,6 @@ from qkv.data.shards import (
     SHARD_TOKENS,
     TOKENIZER_FILE,
     ShardWriter,
-    TokenShards,
-    load_prepared_tokenizer,
-    read_manifest,
     token_dtype,
     tokenizer_sha256,
 )
@@ -65,22 +62,6 @@ POOL_MIN_BYTES = 8 << 20
 """Smaller inputs are encoded in this process: starting a pool would cost more than it saves."""
 
 KINDS = ("char", "word", "bpe")
-
-
-@dataclass
-class PreparedData:
-    """A prepared folder: where it is, its manifest, and whether an earlier preparation was reused."""
-
-    folder: Path
-    manifest: dict[str, Any]
-    reused: bool = False
-
-    def shards(self) -> TokenShards:
-        return TokenShards(self.folder)
-
-    def tokenizer(self) -> Tokenizer:
-        """The tokenizer that made the shards, checked against the manifest's sha256."""
-        return load_prepared_tokenizer(self.folder, self.manifest)
 
 
 def prepare(
@@ -113,7 +94,7 @@ def prepare(
         settings = {"kind": tokenizer, "vocab_size": vocab_size, "sample_mb": float(sample_mb)}
     recipe = {"source": source.identity, "tokenizer": settings, "shard_tokens": shard_tokens}
     out = Path(out).expanduser()
-    found = _existing(out, recipe)
+    found = existing(out, recipe)
     if found is not None:
         return found
     remove_stale_work_folders(out)  # and says so, also under quiet: files disappear
@@ -134,9 +115,9 @@ def prepare(
         manifest = _manifest(source, trained, stats, recipe, vocab_size, sample_bytes, val_fraction, seconds)
         atomic_write_json(work / MANIFEST_FILE, manifest)
         (work / OWNER_FILE).unlink()  # the lock stays held (the file is open) until the folder is out
-        return _publish(work, out, recipe)
+        return publish(work, out, recipe)
     except OSError as error:
-        raise _write_error(error, out, work) from None
+        raise write_error(error, out, work) from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if owner is not None:
@@ -315,55 +296,6 @@ def _start_worker(tokenizer: dict[str, Any], dtype: np.dtype, parent: int) -> No
 
 def _encode_piece(piece: str) -> np.ndarray:
     return _worker_state["tokenizer"].encode_array(piece).astype(_worker_state["dtype"])
-
-
-# ------------------------------------------------------------------------------ the folder on disk
-
-
-def _existing(out: Path, recipe: dict[str, Any]) -> PreparedData | None:
-    """The preparation already in ``out`` if it is this one; None if ``out`` is free; else a QkvError."""
-    if not out.exists():
-        return None
-    if not out.is_dir():
-        raise QkvError(f"--out {out} is a file: give a folder for the prepared data")
-    if not (out / MANIFEST_FILE).is_file():
-        if any(out.iterdir()):
-            raise QkvError(f"--out {out} is not empty and holds no prepared data: give a new or empty folder")
-        return None
-    manifest = read_manifest(out)
-    if manifest.get("recipe") != recipe:
-        held = f"{manifest['source']['name']} with the {manifest['tokenizer']['kind']} tokenizer"
-        raise QkvError(
-            f"--out {out} already holds a different preparation ({held}): choose another --out, or delete {out} "
-            "to prepare it again"
-        )
-    TokenShards(out)  # the shards are all there, with the sizes and id ranges the manifest says
-    load_prepared_tokenizer(out, manifest)  # and the tokenizer is the one that made them
-    return PreparedData(out, manifest, reused=True)
-
-
-def _publish(work: Path, out: Path, recipe: dict[str, Any]) -> PreparedData:
-    """Rename the finished folder to ``out``; if another process got there first with the same data, use its."""
-    if out.is_dir() and not any(out.iterdir()):
-        out.rmdir()
-    try:
-        work.rename(out)
-    except OSError:
-        found = _existing(out, recipe)
-        if found is None:
-            raise
-        return found
-    return PreparedData(out, read_manifest(out))
-
-
-def _write_error(error: OSError, out: Path, work: Path) -> QkvError:
-    if error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-        return QkvError(
-            f"the disk filled up while writing the prepared data for {out}; nothing was kept: free some space "
-            f"on {out.resolve().parent} or choose another --out"
-        )
-    where = error.filename or work
-    return QkvError(f"cannot write {where} ({error.strerror or error}); nothing was kept: check the folder for --out")
 
 
 # ------------------------------------------------------------------------------------------ helpers

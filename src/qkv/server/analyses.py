@@ -31,7 +31,8 @@ from qkv.server.schemas import (
     TokenProbability,
     WalkthroughRequest,
 )
-from qkv.tokenizers.base import Tokenizer, unknown_note
+from qkv.tokenizers.base import Tokenizer
+from qkv.tokenizers.unknown import unknown_note
 
 
 def encode_checked(tokenizer: Tokenizer, text: str, limits: Limits, what: str) -> list[int]:

@@ -26,7 +26,8 @@ from qkv.server.errors import ServiceError
 from qkv.server.limits import Limits
 from qkv.server.notes import add_note
 from qkv.server.schemas import ChatCompletionRequest, CompletionRequest
-from qkv.tokenizers.base import Tokenizer, unknown_note
+from qkv.tokenizers.base import Tokenizer
+from qkv.tokenizers.unknown import unknown_note
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Notes for the client about its request, sent with the answer in an ``X-Qkv-Note`` header.
 
-What the CLI prints as a ``note:`` line (e.g. :func:`qkv.tokenizers.base.unknown_note`: how many tokens of
+What the CLI prints as a ``note:`` line (e.g. :func:`qkv.tokenizers.unknown.unknown_note`: how many tokens of
 the text became <unk>) the server attaches to the response, so the numbers it returns are never read
 without the caveat, and logs it. A request's notes live in a context variable that :class:`NoteHeader`
 sets for the request; code deeper down calls :func:`add_note`.

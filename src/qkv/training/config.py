@@ -2,21 +2,19 @@
 
 Model architecture lives in the model config (:mod:`qkv.models.config`); this holds everything about
 *how* to train: data, tokenizer, batch, schedule, optimizer, evaluation, checkpoints, device. A TOML file
-uses the same names as the flags (``lr = 3e-3``, ``batch_size = 32``) plus a ``[model]`` table for
-architecture fields (``[model] d_model = 256``).
+(read by :mod:`qkv.training.config_file`) uses the same names as the flags (``lr = 3e-3``, ``batch_size = 32``)
+plus a ``[model]`` table for architecture fields (``[model] d_model = 256``).
 """
 
 from __future__ import annotations
 
-import math
-import tomllib
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
 from qkv.errors import QkvError
 from qkv.training.finetune_settings import check_finetune, finetune_defaults
 from qkv.training.flags import FLAG_NAMES, flag_names, setting  # noqa: F401  (imported from here too)
+from qkv.training.setting_types import check_type
 
 TASKS = ("lm", "translate", "word2vec")
 SCHEDULES = ("cosine", "noam", "constant", "linear")
@@ -383,48 +381,6 @@ def check_arch(config: TrainConfig) -> None:
     check_overrides(config.preset, config.model)
 
 
-_TYPE_WORDS = {"int": "a whole number", "float": "a number", "str": "a string", "bool": "true or false"}
-
-
-def check_type(name: str, value: Any, annotation: object) -> None:
-    """QkvError naming the setting when ``value`` does not have the field's type (a TOML ``lr = "fast"``)."""
-    wanted = [part.strip() for part in str(annotation).split("|")]
-    if value is None and "None" in wanted:
-        return
-    base = wanted[0]
-    ok = {
-        "int": isinstance(value, int) and not isinstance(value, bool),
-        "float": isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value),
-        "str": isinstance(value, str) or (name == "compile" and isinstance(value, bool)),  # TOML's compile = true
-        "bool": isinstance(value, bool),
-    }.get(base, isinstance(value, dict) if base.startswith("dict") else True)
-    if not ok:
-        finite = base == "float" and isinstance(value, float)  # nan or inf: a number, but not one to train with
-        words = "a finite number" if finite else _TYPE_WORDS.get(base, "a table")
-        raise QkvError(f"setting {name} = {value!r} must be {words}: fix it in the TOML file or flag")
-
-
 def scaled_warmup(steps: int, warmup: int) -> int:
     """The default warmup, fitted to a short run: a tenth of ``steps`` when the default would not fit."""
     return warmup if warmup < steps else steps // 10
-
-
-def read_toml(path: str | Path) -> dict[str, Any]:
-    """Settings from a TOML file: top-level keys are training fields, ``[model]`` holds architecture fields.
-    Each training field's type is checked here, so that a wrong value is named even when a flag replaces it."""
-    from qkv.io import read_text
-
-    text = read_text(path, what="config file")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise QkvError(f"config file {path} is not valid TOML ({error}): fix the line it names") from None
-    settings = {key.replace("-", "_"): value for key, value in data.items()}
-    types = {f.name: f.type for f in fields(TrainConfig)}
-    for name, value in settings.items():  # each value, also one a flag will override
-        if name in types and name != "model":  # [model] is checked with the model's own fields
-            try:
-                check_type(name, value, types[name])
-            except QkvError as error:
-                raise QkvError(f"config file {path}: {error}") from None
-    return settings

@@ -23,7 +23,7 @@ from typing import cast
 
 from qkv.data.cache import prepared_for_training
 from qkv.data.lm import TokenBatches
-from qkv.data.prepare import PreparedData
+from qkv.data.prepared_folder import PreparedData
 from qkv.errors import QkvError
 from qkv.model_dir import CONFIG_FILE, TOKENIZER_FILE
 from qkv.models import GPTConfig, make_config

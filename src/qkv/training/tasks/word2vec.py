@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from qkv.data.corpus import load_corpus
-from qkv.data.prepare import PreparedData
+from qkv.data.prepared_folder import PreparedData
 from qkv.data.shards import is_prepared, read_manifest
 from qkv.data.word2vec import (
     Word2VecBatches,
