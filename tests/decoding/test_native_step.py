@@ -1,10 +1,11 @@
 """The native step (the decode step in one call to C) against the Python step in float64: the same logits and the
 same cache writes for every kind of weight and every model variant it takes, the same tokens as the model's own
-forward when decoding, the same numbers on one thread and two, and a clean fall back when it cannot run."""
+forward when decoding, the same numbers on one thread and two, and a clean fall back when it cannot run.
+Each product alone is checked in tests/decoding/test_native_step_products.py; the models, schemes and float64
+reference are tests/decoding/native_reference.py's."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import pytest
@@ -15,209 +16,18 @@ from qkv import native
 from qkv.decoding import Engine, Request, SamplingParams, generate
 from qkv.decoding.decode_step import gpt_step
 from qkv.decoding.fast_step import fast_step_for, resolve_step
-from qkv.decoding.native_step import int8_in_bfloat16, native_product
+from qkv.decoding.native_step import int8_in_bfloat16
 from qkv.errors import QkvError
-from qkv.models import GPT, GPTConfig, LlamaConfig
-from qkv.models.llama import Llama
-from qkv.quantization import Int4Linear, Int8Linear, quantize_model, set_activations
-from qkv.quantization.activation_blocks import round_activations
-from qkv.quantization.int4_linear import bfloat16_gemm
-from qkv.quantization.int8_linear import KERNEL_ROWS
+from qkv.models import GPT, GPTConfig
+from tests.decoding.native_reference import (  # noqa: F401 (_library: the autouse fixture)
+    MODELS,
+    ROUNDED,
+    SCHEMES,
+    _library,
+    float64_reference,
+    make,
+)
 from tests.decoding.test_fast_step import tiny_transformer
-
-BLOCK = 32
-
-MODELS = {  # every branch of the C step: norms, feed-forwards, RoPE or learned positions, biases, head widths
-    "rope, gated": lambda: Llama(
-        LlamaConfig(
-            vocab_size=97,
-            d_model=64,
-            n_heads=4,
-            n_kv_heads=2,
-            d_ff=96,
-            n_layers=2,
-            context_length=48,
-            tie_embeddings=True,
-            init_std=0.3,
-        )
-    ),  # fmt: skip
-    "qwen2, window": lambda: Llama(
-        LlamaConfig(
-            vocab_size=97,
-            d_model=64,
-            n_heads=4,
-            n_kv_heads=1,
-            d_ff=64,
-            n_layers=2,
-            context_length=48,
-            qkv_bias=True,
-            sliding_window=5,
-            init_std=0.3,
-        )
-    ),  # fmt: skip
-    "learned positions": lambda: GPT(
-        GPTConfig(vocab_size=97, d_model=64, n_heads=4, d_ff=128, n_layers=2, context_length=48, init_std=0.3)
-    ),  # fmt: skip
-    "rope, scaled embeddings": lambda: GPT(  # W_E's rows times sqrt(d_model), looked up by the C step
-        GPTConfig(
-            vocab_size=97,
-            d_model=64,
-            n_heads=4,
-            d_ff=128,
-            n_layers=2,
-            context_length=48,
-            positional="rope",
-            scale_embeddings=True,
-            init_std=0.3,
-        )
-    ),  # fmt: skip
-    "wide heads": lambda: Llama(
-        LlamaConfig(
-            vocab_size=97, d_model=256, n_heads=2, n_kv_heads=1, d_ff=128, n_layers=1, context_length=48, init_std=0.1
-        )
-    ),  # fmt: skip
-}
-SCHEMES = ("float32", "int8", "int8 activations", "int8 g32", "int8 activations g32", "int4", "int4 activations",
-           "int8 twice", "int8 twice g32", "int4 twice")  # fmt: skip
-ROUNDED = ("int8 activations", "int8 activations g32", "int4 activations", "int8 twice", "int8 twice g32",
-           "int4 twice")  # fmt: skip  # the schemes that round x to int8 (once, or twice: activations int8x2)
-
-
-def activations_of(kind: str) -> str:
-    """The layers' activations in a scheme or kind named above: "twice" (int8x2), "activations" (int8), or float."""
-    return "int8x2" if "twice" in kind else "int8" if "activations" in kind else "float"
-
-
-@pytest.fixture(autouse=True)
-def _library():
-    if native.library() is None:
-        pytest.skip(f"the C kernels are unavailable: {native.unavailable_reason()}")
-
-
-def make(name: str, scheme: str) -> nn.Module:
-    torch.manual_seed(3)
-    model = MODELS[name]().eval()
-    with torch.no_grad():  # norm gains and biases other than 1 and 0, so that one left out changes the numbers
-        for param_name, p in model.named_parameters():
-            if param_name.endswith(("norm.weight", "bias")):
-                p.uniform_(0.5, 1.5)
-    if scheme != "float32":
-        if scheme.startswith("int4"):  # W_U (tied: W_E too) int8 with a scale per row; "int8 g32" has its groups
-            quantize_model(model, "int4", int8_group_size=0)
-        else:
-            quantize_model(model, "int8", group_size=32 if "g32" in scheme else 0)
-        set_activations(model, activations_of(scheme))
-    return model
-
-
-def rounded(x: torch.Tensor) -> torch.Tensor:
-    """x rounded to int8 in blocks of 32 as the C step does (float32: the same ties), back in x's dtype."""
-    blocks = x.float().reshape(*x.shape[:-1], -1, BLOCK)
-    top = blocks.abs().amax(-1, keepdim=True)
-    levels = torch.round(blocks * torch.where(top > 0, 127 / top, torch.zeros_like(top)))
-    return (levels * (top / 127)).reshape(x.shape).to(x.dtype)
-
-
-def rounded_twice(x: torch.Tensor) -> torch.Tensor:
-    """x rounded to int8 blocks, plus what that missed (in float32, as the C step computes it) rounded alike."""
-    once = rounded(x.float())
-    return (once.double() + rounded(x.float() - once).double()).to(x.dtype)
-
-
-class Reference(nn.Module):
-    """A quantized layer's arithmetic in float64: its dequantized weights, and x rounded where the C step rounds it
-    (int8 activations; for int4 its weights s q + m times the rounded x, as llama.cpp's Q4_1 x Q8_1 product; for
-    int8 weights with float activations on a CPU with bfloat16 products, x in bfloat16, and with scales per group
-    s Q in bfloat16 too)."""
-
-    def __init__(self, layer: nn.Module) -> None:
-        super().__init__()
-        self.layer, self.weight = layer, layer.weight.double()
-        self.bias = None if layer.bias is None else layer.bias.double()
-        self.in_bfloat16 = isinstance(layer, Int8Linear) and int8_in_bfloat16(layer.in_features)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight = self.weight
-        if self.layer.activations == "int8":
-            x = rounded(x)
-        elif self.layer.activations == "int8x2":
-            x = rounded_twice(x)
-        elif self.in_bfloat16:
-            x = x.float().bfloat16().double()
-            if self.layer.group_size:
-                weight = self.layer.weight.float().bfloat16().double()
-        y = x @ weight.T
-        return y if self.bias is None else y + self.bias
-
-
-def float64_reference(model: nn.Module) -> nn.Module:
-    reference = copy.deepcopy(model)
-    for module in list(reference.modules()):
-        for child_name, child in list(module.named_children()):
-            if isinstance(child, (Int8Linear, Int4Linear)):
-                setattr(module, child_name, Reference(child))
-    return reference.double()
-
-
-INT8_GROUPS = ["int8 g32", "int8 g64", "int8 g96", "int8 activations g32", "int8 activations g64"]
-GROUPED_WIDTH = {32: 416, 64: 384, 96: 288}  # 13 blocks of 32 (the last pair half empty), 12, and 9 in groups of 3
-
-
-@pytest.mark.parametrize("rows", [1, 3, 8, 11])
-@pytest.mark.parametrize(
-    "kind",
-    ["float32", "int8", "int8 activations", *INT8_GROUPS, "int4 g32", "int4 g128", "int4 g32 activations",
-     "int4 g128 activations", "int8 twice", "int8 twice g32", "int4 g32 twice"],
-)  # fmt: skip
-def test_each_product_computes_the_layers_numbers(kind: str, rows: int) -> None:
-    """One product of each kind, against its arithmetic in float64 (rows beyond 8 take a second pass); the
-    widths leave a block of 32 and a row of 16 over, and x has one large value, as small models' do. Int8 with
-    scales per group: columns of different sizes, so that each group's scale differs."""
-    torch.manual_seed(0)
-    group = int(kind.split("g")[-1]) if kind.startswith("int8") and " g" in kind else 0
-    width = GROUPED_WIDTH[group] if group else 384
-    weight, bias = torch.randn(40, width), torch.randn(40)
-    if group:
-        weight = weight * torch.rand(width).mul(4).exp()  # scales from 1 to e^4 across the groups
-    x = torch.randn(rows, width)
-    x[:, 5] = 40.0
-    if kind == "float32":
-        layer: nn.Module = nn.Linear(384, 40)
-        layer.weight.data, layer.bias.data = weight, bias
-        theirs = x.double() @ weight.double().T + bias.double()
-    elif kind.startswith("int8"):
-        layer = Int8Linear.from_float(weight, bias, group_size=group)
-        layer.activations = activations_of(kind)
-        theirs = Reference(layer)(x.double())
-    else:
-        layer = Int4Linear.from_float(weight, bias, group_size=int(kind.split()[1][1:]))
-        layer.activations = activations_of(kind)
-        theirs = Reference(layer)(x.double())
-    ours = native_product(layer, x)
-    assert (ours.double() - theirs).abs().max().item() <= 1e-5 * theirs.abs().max().item()
-
-
-@pytest.mark.parametrize("rows", [12, 20])
-@pytest.mark.parametrize("activations", ["float", "int8", "int8x2"])
-def test_a_grouped_int8_layers_pytorch_forward_agrees_with_the_c_product(activations: str, rows: int) -> None:
-    """A prompt (the layer's PyTorch forward) and the decode steps (the C product) round x alike and give the same
-    numbers up to float32 summation order; past KERNEL_ROWS rows, where the prompt multiplies in bfloat16 on a CPU
-    with bfloat16 products (as per-row int8 and int4 layers do), and where the C product multiplies float x in
-    bfloat16, up to bfloat16's rounding of x and s Q."""
-    torch.manual_seed(0)
-    layer = Int8Linear.from_float(torch.randn(40, 416) * torch.rand(416).mul(3).exp(), torch.randn(40), group_size=32)
-    layer.activations = activations
-    x = torch.randn(rows, 416)
-    x[:, 7] = 40.0
-    with torch.no_grad():
-        prompt = layer(x)
-    steps = torch.cat([native_product(layer, x[i : i + 4]) for i in range(0, rows, 4)])
-    if (rows > KERNEL_ROWS and bfloat16_gemm()) or (activations == "float" and int8_in_bfloat16(416)):
-        inputs = x if activations == "float" else round_activations(x, activations)
-        spread = torch.nn.functional.linear(inputs.abs(), layer.weight.abs())
-        assert bool(((steps - prompt).abs() <= 2 * 2**-8 * spread + 1e-4).all())
-    else:
-        assert (steps - prompt).abs().max() <= 1e-5 * prompt.abs().max()
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -297,20 +107,6 @@ def test_any_number_of_threads_gives_the_numbers_of_one(scheme: str) -> None:
         torch.set_num_threads(before)
     for logits, c in results[1:]:
         assert torch.equal(results[0][0], logits) and torch.equal(results[0][1], c)
-
-
-@pytest.mark.parametrize("n", [1, 5, 16, 37, 4160])
-def test_the_threads_share_out_every_row_once(n: int) -> None:
-    """Matrices of a row, of fewer rows than threads, of a step of 16 rows, of a step and then some, and a large
-    one shared 64 rows at a time, on 1 to 9 threads (more threads than this machine has cores, so that some
-    wait and the others take their rows): every row is written (none left NaN) with the numbers of one thread."""
-    torch.manual_seed(0)
-    layer = nn.Linear(64, n)
-    x = torch.randn(3, 64)
-    one = native_product(layer, x, threads=1)
-    assert torch.allclose(one, layer(x), atol=1e-5)
-    for threads in (2, 3, 9):
-        assert torch.equal(native_product(layer, x, threads=threads), one)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -429,31 +225,3 @@ def test_the_cache_key_covers_every_source_file() -> None:
     SOURCES would leave an old library loaded after an edit)."""
     folder = Path(native.__file__).parent
     assert set(native.SOURCES) == {p.name for p in folder.iterdir() if p.suffix in (".c", ".h")}
-
-
-@pytest.mark.parametrize("group", [0, 32])
-@pytest.mark.parametrize("choice", [0, 1])
-def test_float_x_int8_rows_in_float32_or_bfloat16_as_the_cpu_is_told(choice: int, group: int) -> None:
-    """Weight-only int8 rows multiply x in bfloat16 where the CPU's bfloat16 dot products pay (AMD) and in float32
-    where they do not (Intel): either path, forced, gives W x with x as int8_in_bfloat16 says (float32 sums)."""
-    lib = native.library()
-    if lib is None:
-        pytest.skip(f"the C kernels are unavailable ({native.unavailable_reason()})")
-    torch.manual_seed(0)
-    layer = Int8Linear.from_float(torch.randn(24, 96), torch.randn(24), group_size=group)
-    x = torch.randn(3, 96)
-    lib.qkv_set_int8_bf16(choice)
-    try:
-        in_bfloat16 = int8_in_bfloat16(96)
-        y = native_product(layer, x)
-    finally:
-        lib.qkv_set_int8_bf16(-1)
-    if choice == 1 and not in_bfloat16:
-        pytest.skip("this CPU has no AVX512_BF16: its int8 rows always multiply x in float32")
-    assert in_bfloat16 == (choice == 1)
-    weight = layer.weight.double()
-    if in_bfloat16:  # with groups, s Q is rounded to bfloat16 too
-        x = x.bfloat16()
-        weight = weight.bfloat16() if group else weight
-    reference = torch.nn.functional.linear(x.double(), weight.double(), layer.bias.double())
-    assert (y.double() - reference).abs().max() <= 1e-5 * reference.abs().max()

@@ -1,5 +1,6 @@
 """The C step's own embedding lookup (W_E's row, plus a positional table's) and its activations, against PyTorch's
-numbers: the parts of the step around the products (tests/decoding/test_native_step.py has the rest)."""
+numbers: the parts of the step around the products (tests/decoding/test_native_step.py and
+test_native_step_products.py have the rest)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from qkv.decoding.decode_step import gpt_step
 from qkv.decoding.fast_step import fast_step_for
 from qkv.models import GPT, GPTConfig
 from qkv.models.config import ACTIVATIONS
-from tests.decoding.test_native_step import _library, float64_reference, make  # noqa: F401 (the autouse fixture)
+from tests.decoding.native_reference import _library, float64_reference, make  # noqa: F401 (the autouse fixture)
 
 
 def step_error(model: GPT, head_dim: int, positions: tuple[int, int]) -> float:

@@ -139,3 +139,29 @@ def encoder(encoder_dir) -> Iterator[Served]:
 def busy_gpt(gpt_run) -> Iterator[Served]:
     """One generation at a time (one row of the batch), a short wait for a slot, and room for long generations."""
     yield from serve(gpt_run, Limits(max_tokens=100_000, max_concurrent=1, max_batch=1, queue_timeout=0.3))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium driven by Playwright, for the browser tests (tests/server/browser_page.py: which Chromium,
+    and the skip without it)."""
+    from tests.server.browser_page import CHROMIUM, sync_api
+
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    page = browser.new_page(viewport={"width": 1100, "height": 1400})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.set_default_timeout(30_000)
+    yield page
+    page.close()
+    assert not errors, errors  # the page ran without a JavaScript error
