@@ -90,7 +90,11 @@ def test_prompt_lookup_writes_the_greedy_text_in_fewer_passes_and_refuses_sampli
     assert main([*base, "--temperature", "0"]) == 0
     greedy = capsys.readouterr().out
     assert not checked_drafts
-    for flags in (["--prompt-lookup", "5"], ["--prompt-lookup", "3", "--temperature", "0", "--step", "model"]):
+    for flags in (
+        ["--prompt-lookup", "5"],
+        ["--prompt-lookup", "3", "--temperature", "0", "--step", "model"],
+        ["--prompt-lookup", "4", "--temperature", "0.000001"],  # below 1e-5: greedy, as SamplingParams says
+    ):
         assert main([*base, *flags]) == 0  # greedy by default with --prompt-lookup
         out, err = capsys.readouterr()
         assert out == greedy
@@ -99,7 +103,8 @@ def test_prompt_lookup_writes_the_greedy_text_in_fewer_passes_and_refuses_sampli
     assert checked_drafts
     for flags, named in ((["--temperature", "0.8"], "--temperature 0.8"),
                          (["--repetition-penalty", "1.2"], "--repetition-penalty 1.2"),
-                         (["--presence-penalty", "0.5"], "--presence-penalty 0.5")):  # fmt: skip
+                         (["--presence-penalty", "0.5"], "--presence-penalty 0.5"),
+                         (["--frequency-penalty", "-0.5"], "--frequency-penalty -0.5")):  # fmt: skip
         assert main([*base, "--prompt-lookup", "5", *flags]) == 2
         err = capsys.readouterr().err
         assert f"checks its drafts against greedy decoding, which {named} changes" in err and err.count("\n") == 1

@@ -99,8 +99,15 @@ def test_prompt_lookup_is_refused_where_it_would_change_the_text() -> None:
         SamplingParams(temperature=0.7, prompt_lookup=4)
     with pytest.raises(QkvError, match="without penalties"):
         SamplingParams(temperature=0, repetition_penalty=1.2, prompt_lookup=4)
+    with pytest.raises(QkvError, match="without penalties"):
+        SamplingParams(temperature=0, frequency_penalty=-0.5, prompt_lookup=4)
     with pytest.raises(QkvError, match="whole number >= 0"):
         SamplingParams(temperature=0, prompt_lookup=-1)
+    assert SamplingParams(temperature=1e-6, prompt_lookup=4).not_greedy() == []  # below GREEDY_BELOW: greedy
+    assert SamplingParams(temperature=0.7, presence_penalty=0.5).not_greedy() == [
+        ("temperature", 0.7),
+        ("presence_penalty", 0.5),
+    ]
 
 
 def test_prompt_lookup_without_a_cache_is_refused_at_once(smol_bundle) -> None:

@@ -49,18 +49,10 @@ def sampling_params(args: argparse.Namespace):
     from qkv.decoding.sampling_params import SamplingParams
 
     lookup = args.prompt_lookup
-    if lookup > 0:
-        for flag, value, plain in (("--temperature", args.temperature or 0.0, 0.0),
-                                   ("--repetition-penalty", args.repetition_penalty, 1.0),
-                                   ("--presence-penalty", args.presence_penalty, 0.0),
-                                   ("--frequency-penalty", args.frequency_penalty, 0.0)):  # fmt: skip
-            if value != plain:
-                raise QkvError(f"--prompt-lookup {lookup} checks its drafts against greedy decoding, which {flag} "
-                               f"{value:g} changes: leave out {flag}, or --prompt-lookup")  # fmt: skip
     temperature = args.temperature
     if temperature is None:
         temperature = 0.0 if lookup > 0 else args.default_temperature
-    return SamplingParams(
+    params = SamplingParams(
         max_new_tokens=args.max_new_tokens,
         temperature=temperature,
         top_k=args.top_k,
@@ -69,5 +61,10 @@ def sampling_params(args: argparse.Namespace):
         repetition_penalty=args.repetition_penalty,
         presence_penalty=args.presence_penalty,
         frequency_penalty=args.frequency_penalty,
-        prompt_lookup=lookup,
     )
+    breakers = params.not_greedy() if lookup > 0 else []  # SamplingParams' rule, said with the flag's name
+    if breakers:
+        flag, value = "--" + breakers[0][0].replace("_", "-"), breakers[0][1]
+        raise QkvError(f"--prompt-lookup {lookup} checks its drafts against greedy decoding, which {flag} "
+                       f"{value:g} changes: leave out {flag}, or --prompt-lookup")  # fmt: skip
+    return params.replace(prompt_lookup=lookup)

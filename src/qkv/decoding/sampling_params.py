@@ -110,7 +110,7 @@ class SamplingParams:
     def _check_prompt_lookup(self) -> None:
         if not _is_whole(self.prompt_lookup) or self.prompt_lookup < 0:
             raise QkvError(f"prompt_lookup={self.prompt_lookup!r} must be a whole number >= 0: drafted tokens a step")
-        if self.prompt_lookup and (self.temperature >= GREEDY_BELOW or self.penalized):
+        if self.prompt_lookup and self.not_greedy():
             raise QkvError(
                 f"prompt_lookup={self.prompt_lookup} checks drafted tokens against greedy decoding: use temperature=0 "
                 "without penalties, or prompt_lookup=0"
@@ -136,6 +136,15 @@ class SamplingParams:
     def penalized(self) -> bool:
         """Whether any penalty changes the logits (the engine then counts each row's tokens)."""
         return self.repetition_penalty != 1 or self.presence_penalty != 0 or self.frequency_penalty != 0
+
+    def not_greedy(self) -> list[tuple[str, float]]:
+        """The settings, (name, value), that make a token other than the model's most likely one: a temperature
+        of GREEDY_BELOW or more, each penalty. Empty: greedy decoding, which prompt lookup checks drafts against."""
+        settings = (("temperature", self.temperature, self.temperature >= GREEDY_BELOW),
+                    ("repetition_penalty", self.repetition_penalty, self.repetition_penalty != 1),
+                    ("presence_penalty", self.presence_penalty, self.presence_penalty != 0),
+                    ("frequency_penalty", self.frequency_penalty, self.frequency_penalty != 0))  # fmt: skip
+        return [(name, value) for name, value, changes in settings if changes]
 
     @property
     def filtered(self) -> bool:

@@ -143,7 +143,7 @@ def sampling_params(request, *, max_tokens: int, logprobs: int | None, prompt_lo
         )
     except QkvError as error:
         raise ServiceError(400, str(error), code="invalid_value") from None
-    if prompt_lookup and params.greedy and not params.penalized:
+    if prompt_lookup and not params.not_greedy():
         return replace(params, prompt_lookup=prompt_lookup)
     return params
 
