@@ -109,3 +109,17 @@ def test_every_field_holds_its_declared_type(settings, message) -> None:
     with pytest.raises(QkvError, match=re.escape(message)):
         LlamaConfig(vocab_size=10, **settings)
     assert LlamaConfig(vocab_size=10, dropout=0, rope_base=500000).rope_base == 500000  # ints are numbers
+
+
+def test_a_config_says_whether_it_rotates_and_its_block_widths() -> None:
+    """The questions the model base and the memory estimates ask a config instead of testing its class."""
+    from qkv.models import LlamaConfig, RNNSearchConfig
+    from qkv.models.config import BlockSizes
+    from qkv.models.rnnsearch import RNNSearch
+
+    llama = LlamaConfig(d_model=64, n_heads=8, n_kv_heads=2, n_layers=1, d_ff=96, vocab_size=10)
+    assert llama.rotary() and not GPTConfig(vocab_size=10).rotary() and not RNNSearchConfig().rotary()
+    assert llama.block_sizes() == BlockSizes(d_ff=96, kv_dim=16, heads=8, gated=True)
+    assert GPTConfig(vocab_size=10, d_model=32, n_heads=4).block_sizes() == BlockSizes(128, 32, 4, False)
+    assert RNNSearchConfig().block_sizes() is None
+    assert RNNSearch(RNNSearchConfig(src_vocab_size=10, tgt_vocab_size=10)).rotary is None

@@ -17,11 +17,32 @@ from qkv.models.memory import available_memory, check_fits, parameter_count
         ("gpt-nano", {"vocab_size": 50, "n_layers": 5}),
         ("transformer-tiny", {"src_vocab_size": 40, "tgt_vocab_size": 40, "n_encoder_layers": 3}),
         ("rnnsearch-small", {"src_vocab_size": 30, "tgt_vocab_size": 30}),
+        ("encoder-mini", {"vocab_size": 50, "n_layers": 3}),
+        ("llama-micro", {"vocab_size": 50, "n_layers": 4, "n_kv_heads": 2}),
+        ("word2vec", {"vocab_size": 50}),
     ],
 )
 def test_parameter_count_equals_the_built_models(preset, changes) -> None:
     config = make_config(preset, **changes)
     assert parameter_count(config) == sum(p.numel() for p in build_model(config).parameters())
+
+
+def test_every_familys_layer_fields_are_its_configs_block_counts() -> None:
+    """The fields the memory estimates scale by (each stack's blocks, the cached decoder's) are whole-number fields
+    of the family's config, and a model built with one more block of each has more parameters."""
+    import dataclasses
+
+    from qkv.models.family import families
+
+    for family in families().values():
+        config = make_config(next(iter(family.presets)))
+        own = {f.name: f for f in dataclasses.fields(config)}
+        for name in family.layer_fields:
+            assert name in own and isinstance(getattr(config, name), int), (family.name, name)
+            small = dataclasses.replace(config, **{name: 1}, **({"vocab_size": 50} if "vocab_size" in own else {}))
+            assert parameter_count(dataclasses.replace(small, **{name: 2})) > parameter_count(small)
+        assert family.cached_layers in (*family.layer_fields, None)
+        assert (family.cached_layers is not None) == (family.decode_step in ("causal", "cross")), family.name
 
 
 def test_available_memory_is_positive_and_below_total() -> None:

@@ -30,9 +30,10 @@ class Model(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
+        rope = cast(BaseConfig, config)  # a config that rotates is a Transformer's (RNNSearch has no positions)
         self.rotary = (
-            RotaryEmbedding(config.context_length, config.head_dim, base=config.rope_base, scaling=config.rope_scaling)
-            if isinstance(config, BaseConfig) and config.positional == "rope"  # RNNSearch has no positions to rotate
+            RotaryEmbedding(rope.context_length, rope.head_dim, base=rope.rope_base, scaling=rope.rope_scaling)
+            if config.rotary()
             else None
         )
 

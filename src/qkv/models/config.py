@@ -46,6 +46,16 @@ CONFIG_CLASSES: dict[str, type[ModelConfig]] = {}
 """Every family's config class by its kind ("gpt" -> GPTConfig, ...), filled as the classes are defined."""
 
 
+@dataclass(frozen=True)
+class BlockSizes:
+    """One residual block's widths, as the memory estimates count them (:mod:`qkv.models.memory`)."""
+
+    d_ff: int  # the feed-forward's hidden width
+    kv_dim: int  # keys' and values' width: h_kv d_k
+    heads: int  # h: one attention map over the n positions each
+    gated: bool  # W_2 (act(W_g x) * W_1 x): four d_ff-wide tensors kept instead of two
+
+
 @dataclass
 class ModelConfig:
     """What every model config does, whatever its fields: name its kind, validate, round-trip JSON.
@@ -66,6 +76,14 @@ class ModelConfig:
 
     def validate(self) -> None:
         """Check that the fields fit together; raise QkvError saying what to change."""
+
+    def rotary(self) -> bool:
+        """Whether positions enter by rotating queries and keys (RoPE); the Transformers' configs say."""
+        return False
+
+    def block_sizes(self) -> BlockSizes | None:
+        """The widths of one residual block (the Transformers'); None for a model without attention blocks."""
+        return None
 
     def check_types(self) -> None:
         """Each field holds a value of its declared type: a whole number (not a bool, not 64.0, not "64"), a finite
@@ -174,6 +192,13 @@ class BaseConfig(ModelConfig):
     def head_dim(self) -> int:
         """d_k = d_v = d_model / n_heads."""
         return self.d_model // self.n_heads
+
+    def rotary(self) -> bool:
+        return self.positional == "rope"
+
+    def block_sizes(self) -> BlockSizes:
+        assert self.d_ff is not None  # __post_init__ fills it
+        return BlockSizes(self.d_ff, self.kv_dim, self.n_heads, self.feed_forward == "glu")
 
     def validate(self) -> None:
         self._require_positive("d_model", "n_heads", "d_ff", "context_length")

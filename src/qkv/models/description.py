@@ -142,12 +142,18 @@ class Family:
     width: Callable[[Any], int] = lambda config: config.d_model  # the vectors it passes (the paper's d_model)
     positional: Callable[[Any], str] | None = None
     input_norm: Callable[[Any], str | None] | None = None
+    # The config fields that count each stack's blocks ("n_layers"; a translator's "n_encoder_layers" and
+    # "n_decoder_layers"), and the one counting the blocks that keep a KV cache as it generates (None: no cache).
+    layer_fields: tuple[str, ...] = ()
+    cached_layers: str | None = None
 
     def __post_init__(self) -> None:
         if self.decode_step not in (None, *DECODE_STEPS):
             raise ValueError(f"decode_step={self.decode_step!r}: one of {', '.join(DECODE_STEPS)} or None")
         if self.role not in ROLES:
             raise ValueError(f"role={self.role!r}: one of {', '.join(ROLES)}")
+        if self.cached_layers is not None and self.cached_layers not in self.layer_fields:
+            raise ValueError(f"cached_layers={self.cached_layers!r}: one of layer_fields {self.layer_fields}")
         if bool(self.hf_model_types) != (self.hf_conversion is not None):
             raise ValueError("a family that imports Hugging Face model types needs its conversion, and only then")
 

@@ -24,8 +24,8 @@ import os
 import torch
 
 from qkv.errors import QkvError
+from qkv.models.config import BlockSizes
 
-LAYER_FIELDS = ("n_layers", "n_encoder_layers", "n_decoder_layers")
 GIB = 2**30
 
 
@@ -37,10 +37,9 @@ def parameter_count(config) -> int:
 def model_numbers(config) -> tuple[int, int]:
     """(parameters, numbers held in buffers such as RoPE's cos/sin tables) of the model ``config`` describes,
     counted without allocating them."""
-    from qkv.models.family import build_model
+    from qkv.models.family import build_model, family_of
 
-    own = {f.name for f in dataclasses.fields(config)}  # (RNNSearch has n_*_layers properties, not fields)
-    stacks = [name for name in LAYER_FIELDS if name in own]
+    stacks = family_of(config).layer_fields
 
     def count(**layers: int) -> tuple[int, int]:
         try:
@@ -88,15 +87,12 @@ def activation_numbers(config, batch_size: int, length: int | None = None) -> in
 
     family = family_of(config)
     d_model = family.model_width(config)
-    d_ff = getattr(config, "d_ff", None) or 4 * d_model
-    kv_dim = getattr(config, "kv_dim", d_model)  # keys and values: h_kv d_k each
-    ff_tensors = 4 if getattr(config, "feed_forward", "mlp") == "glu" else 2
-    heads = getattr(config, "n_heads", 1)
+    sizes = config.block_sizes() or BlockSizes(4 * d_model, d_model, 1, False)  # RNNSearch: as wide blocks would be
     length = (family.context_length(config) or 1) if length is None else length
-    own = {f.name for f in dataclasses.fields(config)}
-    blocks = sum(getattr(config, name) for name in LAYER_FIELDS if name in own) or 1
+    blocks = sum(getattr(config, name) for name in family.layer_fields) or 1
     vocab = getattr(config, family.vocab_fields[-1])  # the output's vocabulary: a translator's target one
-    per_token = blocks * (14 * d_model + 2 * kv_dim + ff_tensors * d_ff + 3 * heads * length) + 3 * vocab
+    block = 14 * d_model + 2 * sizes.kv_dim + (4 if sizes.gated else 2) * sizes.d_ff + 3 * sizes.heads * length
+    per_token = blocks * block + 3 * vocab
     return batch_size * length * per_token
 
 
@@ -132,9 +128,9 @@ def kv_cache_bytes_per_token(config, dtype: torch.dtype = torch.float32) -> int:
     from qkv.models.family import family_of
 
     family = family_of(config)
-    if not family.has("self-attention heads") or family.output is None:  # no decoder that generates
+    if family.cached_layers is None:  # no decoder that generates over a cache
         return 0
-    layers = getattr(config, "n_decoder_layers", None) or config.n_layers  # a translator's decoder, or a GPT's
+    layers = getattr(config, family.cached_layers)  # a GPT's n_layers, a translator's n_decoder_layers
     element = torch.empty((), dtype=dtype).element_size()
     return 2 * layers * config.kv_dim * element
 

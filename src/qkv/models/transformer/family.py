@@ -48,4 +48,6 @@ FAMILY = Family(
     context=lambda config: config.context_length,
     positional=lambda config: config.positional,
     input_norm=lambda config: NORM_TITLES[config.norm] if config.norm_first else None,
+    layer_fields=("n_encoder_layers", "n_decoder_layers"),
+    cached_layers="n_decoder_layers",
 )
