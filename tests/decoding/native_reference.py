@@ -19,54 +19,22 @@ from qkv.quantization import Int4Linear, Int8Linear, quantize_model, set_activat
 
 BLOCK = 32
 
+SMALL = dict(vocab_size=97, d_model=64, n_heads=4, n_layers=2, context_length=48, init_std=0.3)
+
+
+def _small(family: type[nn.Module], config: type, **changes) -> nn.Module:
+    """A two-block model of 64-wide vectors and 4 heads (``SMALL``), with ``changes``."""
+    return family(config(**{**SMALL, **changes}))
+
+
 MODELS = {  # every branch of the C step: norms, feed-forwards, RoPE or learned positions, biases, head widths
-    "rope, gated": lambda: Llama(
-        LlamaConfig(
-            vocab_size=97,
-            d_model=64,
-            n_heads=4,
-            n_kv_heads=2,
-            d_ff=96,
-            n_layers=2,
-            context_length=48,
-            tie_embeddings=True,
-            init_std=0.3,
-        )
-    ),  # fmt: skip
-    "qwen2, window": lambda: Llama(
-        LlamaConfig(
-            vocab_size=97,
-            d_model=64,
-            n_heads=4,
-            n_kv_heads=1,
-            d_ff=64,
-            n_layers=2,
-            context_length=48,
-            qkv_bias=True,
-            sliding_window=5,
-            init_std=0.3,
-        )
-    ),  # fmt: skip
-    "learned positions": lambda: GPT(
-        GPTConfig(vocab_size=97, d_model=64, n_heads=4, d_ff=128, n_layers=2, context_length=48, init_std=0.3)
-    ),  # fmt: skip
-    "rope, scaled embeddings": lambda: GPT(  # W_E's rows times sqrt(d_model), looked up by the C step
-        GPTConfig(
-            vocab_size=97,
-            d_model=64,
-            n_heads=4,
-            d_ff=128,
-            n_layers=2,
-            context_length=48,
-            positional="rope",
-            scale_embeddings=True,
-            init_std=0.3,
-        )
-    ),  # fmt: skip
-    "wide heads": lambda: Llama(
-        LlamaConfig(
-            vocab_size=97, d_model=256, n_heads=2, n_kv_heads=1, d_ff=128, n_layers=1, context_length=48, init_std=0.1
-        )
+    "rope, gated": lambda: _small(Llama, LlamaConfig, n_kv_heads=2, d_ff=96, tie_embeddings=True),
+    "qwen2, window": lambda: _small(Llama, LlamaConfig, n_kv_heads=1, d_ff=64, qkv_bias=True, sliding_window=5),
+    "learned positions": lambda: _small(GPT, GPTConfig, d_ff=128),
+    # W_E's rows times sqrt(d_model), looked up by the C step
+    "rope, scaled embeddings": lambda: _small(GPT, GPTConfig, d_ff=128, positional="rope", scale_embeddings=True),
+    "wide heads": lambda: _small(
+        Llama, LlamaConfig, d_model=256, n_heads=2, n_kv_heads=1, d_ff=128, n_layers=1, init_std=0.1
     ),  # fmt: skip
 }
 SCHEMES = ("float32", "int8", "int8 activations", "int8 g32", "int8 activations g32", "int4", "int4 activations",
