@@ -71,30 +71,9 @@ function drawAttention() {
   const target = data.target_text === null || data.target_text === undefined ? "" : `. Target: "${data.target_text}"`;
   $("attention-description").textContent = `${map.description}${target}.`;
   const canvas = $("heatmap");
-  const ctx = canvas.getContext("2d");
-  const font = "12px ui-monospace, Menlo, Consolas, monospace";
-  ctx.font = font;
-  const labelW = Math.min(160, Math.max(...rows.map((r) => ctx.measureText(r).width)) + 10);
-  const labelH = Math.min(120, Math.max(...cols.map((c) => ctx.measureText(c).width)) + 10);
   const cell = Math.max(8, Math.min(34, Math.floor(820 / Math.max(rows.length, cols.length))));
-  const ratio = window.devicePixelRatio || 1;
-  const width = labelW + cell * cols.length + 4, height = labelH + cell * rows.length + 4;
-  Object.assign(canvas, { width: width * ratio, height: height * ratio });
-  Object.assign(canvas.style, { width: `${width}px`, height: `${height}px` });
-  ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
-  ctx.clearRect(0, 0, width, height);
-  ctx.font = font;
-  ctx.fillStyle = "#1d2330";
-  ctx.textBaseline = "middle";
-  ctx.textAlign = "right";
-  rows.forEach((r, i) => ctx.fillText(r, labelW - 6, labelH + cell * (i + 0.5), labelW - 8));
-  ctx.textAlign = "left";
-  cols.forEach((c, j) => {
-    ctx.save();
-    ctx.translate(labelW + cell * (j + 0.5), labelH - 6);
-    ctx.rotate(-Math.PI / 2);
-    ctx.fillText(c, 0, 0, labelH - 8);
-    ctx.restore();
+  const { ctx, labelW, labelH } = QkvWalkthrough.labelledGrid(canvas, {
+    rows, cols, nCols: cols.length, cellW: cell, cellH: cell, maxLabelW: 160, maxLabelH: 120, pad: 4,
   });
   matrix.forEach((row, i) => row.forEach((w, j) => {
     ctx.fillStyle = `rgba(47, 91, 211, ${Math.min(1, w)})`;

@@ -29,36 +29,47 @@ const QkvWalkthrough = (() => {
   const sequential = (w) => `rgba(47, 91, 211, ${Math.max(0, Math.min(1, w))})`;
 
   /**
-   * A heatmap on a canvas: rows x cols cells, row labels on the left, optional column labels on top.
-   * Clicking a cell calls onPick(i, j); the canvas keeps its geometry in dataset for tests.
+   * Size ``canvas`` for a grid of rows.length x nCols cells (cellW x cellH) right of the row labels and under the
+   * column labels (written upwards; cols may be null), and draw the labels. The attention panel draws its grid
+   * with this too. Returns the context and where the grid starts.
    */
-  function heatmap(matrix, { rows, cols, colour, cellW, cellH, label, onPick }) {
-    const canvas = el("canvas", { role: "img", "aria-label": label, class: "wt-heatmap" });
+  function labelledGrid(canvas, { rows, cols, nCols, cellW, cellH, maxLabelW, maxLabelH, pad }) {
     const ctx = canvas.getContext("2d");
     const font = "12px ui-monospace, Menlo, Consolas, monospace";
     ctx.font = font;
-    const labelW = Math.min(140, Math.max(...rows.map((r) => ctx.measureText(r).width)) + 10);
-    const labelH = cols ? Math.min(100, Math.max(...cols.map((c) => ctx.measureText(c).width)) + 10) : 4;
-    const width = labelW + cellW * matrix[0].length + 2, height = labelH + cellH * matrix.length + 2;
+    const labelW = Math.min(maxLabelW, Math.max(...rows.map((r) => ctx.measureText(r).width)) + 10);
+    const labelH = cols ? Math.min(maxLabelH, Math.max(...cols.map((c) => ctx.measureText(c).width)) + 10) : 4;
+    const width = labelW + cellW * nCols + pad, height = labelH + cellH * rows.length + pad;
     const ratio = window.devicePixelRatio || 1;
     Object.assign(canvas, { width: width * ratio, height: height * ratio });
     Object.assign(canvas.style, { width: `${width}px`, height: `${height}px` });
     ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+    ctx.clearRect(0, 0, width, height);
     ctx.font = font;
     ctx.fillStyle = "#1d2330";
     ctx.textBaseline = "middle";
     ctx.textAlign = "right";
     rows.forEach((r, i) => ctx.fillText(r, labelW - 6, labelH + cellH * (i + 0.5), labelW - 8));
-    if (cols) {
-      ctx.textAlign = "left";
-      cols.forEach((c, j) => {
-        ctx.save();
-        ctx.translate(labelW + cellW * (j + 0.5), labelH - 6);
-        ctx.rotate(-Math.PI / 2);
-        ctx.fillText(c, 0, 0, labelH - 8);
-        ctx.restore();
-      });
-    }
+    ctx.textAlign = "left";
+    (cols || []).forEach((c, j) => {
+      ctx.save();
+      ctx.translate(labelW + cellW * (j + 0.5), labelH - 6);
+      ctx.rotate(-Math.PI / 2);
+      ctx.fillText(c, 0, 0, labelH - 8);
+      ctx.restore();
+    });
+    return { ctx, labelW, labelH };
+  }
+
+  /**
+   * A heatmap on a canvas: rows x cols cells, row labels on the left, optional column labels on top.
+   * Clicking a cell calls onPick(i, j); the canvas keeps its geometry in dataset for tests.
+   */
+  function heatmap(matrix, { rows, cols, colour, cellW, cellH, label, onPick }) {
+    const canvas = el("canvas", { role: "img", "aria-label": label, class: "wt-heatmap" });
+    const { ctx, labelW, labelH } = labelledGrid(canvas, {
+      rows, cols, nCols: matrix[0].length, cellW, cellH, maxLabelW: 140, maxLabelH: 100, pad: 2,
+    });
     const gap = cellW > 4 ? 1 : 0;
     matrix.forEach((row, i) => row.forEach((v, j) => {
       ctx.fillStyle = colour(v);
@@ -371,5 +382,5 @@ const QkvWalkthrough = (() => {
     };
   }
 
-  return { render, samplingDistribution, localProbabilities };
+  return { render, samplingDistribution, localProbabilities, labelledGrid };
 })();
