@@ -36,6 +36,8 @@ INLINE void row_i4(const uint8_t *w, const uint16_t *s16, const uint16_t *m16, i
         }
     }
     for (int b = 0; b < B; b++) out[b] = _mm512_reduce_add_ps(acc[b]);
+#elif AVX2
+    row_i4_levels_avx2(w, s16, k, shift, in, B, out);
 #else
     for (int b = 0; b < B; b++) {
         const int8_t *swapped = in->swapped + b * in->stride;

@@ -53,6 +53,8 @@ INLINE void row_i8a8(const int8_t *w, int64_t k, const float *gs, int64_t group,
         }
     }
     for (int b = 0; b < B; b++) out[b] = _mm512_reduce_add_ps(acc[b]);
+#elif AVX2
+    row_i8a8_avx2(w, k, gs, group, in, B, out);
 #else
     for (int b = 0; b < B; b++) {
         const uint8_t *offq = in->offq + b * in->stride;

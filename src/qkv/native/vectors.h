@@ -11,6 +11,12 @@
 
 #define LANES 16
 
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+#define AVX2 1  /* 8-float registers only: products.h takes rows_avx2.h's rows */
+#else
+#define AVX2 0
+#endif
+
 typedef float vf __attribute__((vector_size(64)));
 
 static inline vf load_f(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
@@ -103,11 +109,30 @@ static inline __m256i round_bf16(__m512 v) {
 }
 #endif
 
-/* 16 int8 widened to float: one instruction with AVX-512, a loop the compiler vectorises elsewhere (GCC
-   scalarises __builtin_convertvector's widening). */
+#if AVX2
+/* The sum of 8 floats: the upper half onto the lower, then pairs. */
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* 8 int8 widened to float. */
+static inline __m256 load_i8x8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+#endif
+
+/* 16 int8 widened to float: one instruction with AVX-512, two with AVX2, a loop the compiler vectorises elsewhere
+   (GCC scalarises __builtin_convertvector's widening). */
 static inline vf load_i8(const int8_t *p) {
 #if defined(__AVX512F__)
     return (vf)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+#elif AVX2
+    __m256 t[2] = {load_i8x8(p), load_i8x8(p + 8)};
+    vf v;
+    memcpy(&v, t, sizeof v);
+    return v;
 #else
     float t[LANES];
     vf v;

@@ -1,0 +1,163 @@
+/* The rows of products.h on CPUs with AVX2 and FMA but not AVX-512 (most laptops; AMD's Zen 3 and older, Intel's
+   client chips): the same products over 8-float registers, of which there are 16, not 32.
+
+   The generic rows (a 16-float vector, two registers here) keep R x B sums in registers: 3 x 8 of them at batch 8,
+   48 registers, which AVX2 does not have, so the sums spilled to memory and a batch-8 step of SmolLM2-135M took
+   5.9x a batch-1 step. Here each row and vector has one 8-float chain of sums, and the rows that share a load of x
+   are as many as the registers allow (ROWS_AVX2(B)): 3 or 4 at batch 1 and 2, 2 up to batch 6, then 1. The sums of
+   a vector never depend on R or B: each chain adds its 8 columns at a time in column order, so several tokens of
+   one text in one step get the numbers they would get one at a time.
+
+   MAT_I8 widens 8 int8 weights to float per instruction pair (the generic path converted them one by one);
+   MAT_I4F forms s q + m of 8 levels at a time from their nibbles, the numbers of the dequantized matrix; MAT_I8A8
+   and MAT_I4 multiply x's int8 blocks with maddubs (unsigned bytes times signed ones, pairs summed into 16 bits,
+   then into 32): for int8 weights the signs of x move onto the weights first (|xq| <= 127, so a pair's
+   2 x 127 x 127 cannot saturate, as llama.cpp's AVX2 Q8 dot does); 4-bit levels (0..15) are unsigned already. */
+
+#if AVX2
+
+#define ROWS_AVX2(B) ((B) <= 2 ? 4 : (B) <= 6 ? 2 : 1)
+
+/* R rows of float32 weights, `ldw` apart, times B vectors: out[r * MAX_ROWS + b]. */
+INLINE void rows_float_avx2(const float *w, int64_t ldw, const int R, int64_t k, const Input *in, int B,
+                            float *out) {
+    __m256 acc[4][MAX_ROWS];
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < B; b++) acc[r][b] = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= k; j += 8) {
+        __m256 a[4];
+        for (int r = 0; r < R; r++) {
+            if ((j & 15) == 0) __builtin_prefetch(w + r * ldw + j + PREFETCH_ROWS * k, 0, 1);
+            a[r] = _mm256_loadu_ps(w + r * ldw + j);
+        }
+        for (int b = 0; b < B; b++) {
+            const __m256 x = _mm256_loadu_ps(in->x + b * in->ldx + j);
+            for (int r = 0; r < R; r++) acc[r][b] = _mm256_fmadd_ps(a[r], x, acc[r][b]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < B; b++) {
+            float sum = hsum8(acc[r][b]);
+            for (int64_t t = j; t < k; t++) sum += w[r * ldw + t] * in->x[b * in->ldx + t];
+            out[r * MAX_ROWS + b] = sum;
+        }
+}
+
+/* R rows of int8 weights times B float32 vectors; with gs (groups of `group` columns, a multiple of 32; gs_ld floats
+   between the rows' scales) each 8 weights are scaled by their group's before the FMAs. */
+INLINE void rows_i8f_avx2(const int8_t *w, int64_t ldw, const int R, int64_t k, const float *gs, int64_t gs_ld,
+                          int64_t group, const Input *in, int B, float *out) {
+    __m256 acc[4][MAX_ROWS];
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < B; b++) acc[r][b] = _mm256_setzero_ps();
+    const int shift = group > 0 && (group & (group - 1)) == 0 ? __builtin_ctzll((unsigned long long)group) : -1;
+    int64_t j = 0;
+    for (; j + 8 <= k; j += 8) {
+        __m256 a[4];
+        for (int r = 0; r < R; r++) {
+            if ((j & 63) == 0) __builtin_prefetch(w + r * ldw + j + PREFETCH_INT8, 0, 1);
+            a[r] = load_i8x8(w + r * ldw + j);
+            if (gs) a[r] = _mm256_mul_ps(a[r], _mm256_set1_ps(gs[r * gs_ld + (shift >= 0 ? j >> shift : j / group)]));
+        }
+        for (int b = 0; b < B; b++) {
+            const __m256 x = _mm256_loadu_ps(in->x + b * in->ldx + j);
+            for (int r = 0; r < R; r++) acc[r][b] = _mm256_fmadd_ps(a[r], x, acc[r][b]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < B; b++) {
+            float sum = hsum8(acc[r][b]);
+            for (int64_t t = j; t < k; t++)
+                sum += (float)w[r * ldw + t] * (gs ? gs[r * gs_ld + t / group] : 1.0f) * in->x[b * in->ldx + t];
+            out[r * MAX_ROWS + b] = sum;
+        }
+}
+
+/* 8 levels of a 4-bit row as floats: the low (high = 0) or high (high = 1) nibbles of the 8 bytes at p. */
+static inline __m256 nibbles8(const uint8_t *p, int high) {
+    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    v = high ? _mm256_srli_epi32(v, 4) : _mm256_and_si256(v, _mm256_set1_epi32(15));
+    return _mm256_cvtepi32_ps(v);
+}
+
+/* R rows of 4-bit weights (MAT_I4F: W = s q + m, x unrounded in Input.fswapped's order) times B vectors. Each
+   block of 32 columns in four parts of 8: the low nibbles of bytes 0-7 and 8-15 (fswapped's first 16), then their
+   high nibbles (its last 16). */
+INLINE void rows_i4f_avx2(const uint8_t *w, const uint16_t *s16, const uint16_t *m16, int64_t k, int shift,
+                          const int R, int64_t groups, const Input *in, int B, float *out) {
+    const int64_t blocks = k / BLOCK;
+    __m256 acc[4][MAX_ROWS];
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < B; b++) acc[r][b] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < blocks; c++) {
+        float s[4], m[4];
+        for (int r = 0; r < R; r++) {
+            __builtin_prefetch(w + r * (k / 2) + c * 16 + PREFETCH_INT4, 0, 1);
+            s[r] = half_to_float(s16[r * groups + (c >> shift)]), m[r] = half_to_float(m16[r * groups + (c >> shift)]);
+        }
+        for (int part = 0; part < 4; part++) {  /* (bytes 0-7, low), (8-15, low), (0-7, high), (8-15, high) */
+            __m256 a[4];
+            for (int r = 0; r < R; r++)
+                a[r] = _mm256_fmadd_ps(nibbles8(w + r * (k / 2) + c * 16 + (part & 1) * 8, part >> 1),
+                                       _mm256_set1_ps(s[r]), _mm256_set1_ps(m[r]));
+            for (int b = 0; b < B; b++) {
+                const __m256 x = _mm256_loadu_ps(in->fswapped + b * in->stride + c * BLOCK + part * 8);
+                for (int r = 0; r < R; r++) acc[r][b] = _mm256_fmadd_ps(a[r], x, acc[r][b]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < B; b++) out[r * MAX_ROWS + b] = hsum8(acc[r][b]);
+}
+
+/* The 8 int32 sums of 4 byte products each: unsigned u times signed s (pairs can't saturate: see the top). */
+static inline __m256i dot_u8s8(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* MAT_I8A8: a row w of int8 weights times B vectors rounded to int8 blocks (Input.offq, xq + 128), as row_i8a8. */
+INLINE void row_i8a8_avx2(const int8_t *w, int64_t k, const float *gs, int64_t group, const Input *in, int B,
+                          float *out) {
+    __m256 acc[MAX_ROWS];
+    for (int b = 0; b < B; b++) acc[b] = _mm256_setzero_ps();
+    const int shift = group > 0 && (group & (group - 1)) == 0 ? __builtin_ctzll((unsigned long long)group) : -1;
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (int64_t c = 0; c < k / BLOCK; c++) {
+        const int64_t j = c * BLOCK;
+        __builtin_prefetch(w + j + PREFETCH_INT8, 0, 1);
+        const __m256i wv = _mm256_loadu_si256((const __m256i *)(w + j));
+        const float s = gs ? gs[shift >= 0 ? j >> shift : j / group] : 1.0f;
+        for (int b = 0; b < B; b++) {
+            const __m256i x = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(in->offq + b * in->stride + j)), flip);
+            const __m256i dots = dot_u8s8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(wv, x));
+            const float d = in->scales[b * (in->stride / 64 * LANES) + (c / 2) * LANES + (c % 2) * (LANES / 2)];
+            acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), _mm256_set1_ps(gs ? d * s : d), acc[b]);
+        }
+    }
+    for (int b = 0; b < B; b++) out[b] = hsum8(acc[b]);
+}
+
+/* MAT_I4: a row of 4-bit levels times B vectors rounded to int8 blocks (Input.swapped: each block's columns in the
+   order of the bytes' low nibbles, then their high ones), as row_i4; the minimums are added by row_i4. */
+INLINE void row_i4_levels_avx2(const uint8_t *w, const uint16_t *s16, int64_t k, int shift, const Input *in, int B,
+                               float *out) {
+    __m256 acc[MAX_ROWS];
+    for (int b = 0; b < B; b++) acc[b] = _mm256_setzero_ps();
+    const __m128i nibble = _mm_set1_epi8(15);
+    for (int64_t c = 0; c < k / BLOCK; c++) {
+        __builtin_prefetch(w + c * 16 + PREFETCH_INT4, 0, 1);
+        const __m128i bytes = _mm_loadu_si128((const __m128i *)(w + c * 16));
+        const __m256i levels = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), nibble),
+                                                _mm_and_si128(bytes, nibble));
+        const float s = half_to_float(s16[c >> shift]);
+        for (int b = 0; b < B; b++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(in->swapped + b * in->stride + c * BLOCK));
+            const float d = in->scales[b * (in->stride / 64 * LANES) + (c / 2) * LANES + (c % 2) * (LANES / 2)];
+            acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(levels, x)), _mm256_set1_ps(s * d), acc[b]);
+        }
+    }
+    for (int b = 0; b < B; b++) out[b] = hsum8(acc[b]);
+}
+
+#endif
