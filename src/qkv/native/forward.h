@@ -74,6 +74,18 @@ void qkv_dequantize_int4(const uint8_t *w, const uint16_t *s16, const uint16_t *
                     _mm512_storeu_ps((float *)out + at + j + LANES, hi);
                 }
             }
+#elif AVX2
+            for (; j + BLOCK <= group && !bf16; j += BLOCK) {  /* as above, 8 columns a register */
+                __m256i words = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(bytes + j / 2)));
+                __m256i levels = _mm256_or_si256(_mm256_and_si256(words, _mm256_set1_epi16(15)),
+                                                 _mm256_and_si256(_mm256_slli_epi16(words, 4), _mm256_set1_epi16(0x0F00)));
+                for (int part = 0; part < 4; part++) {
+                    const __m128i eight = part < 2 ? _mm256_castsi256_si128(levels) : _mm256_extracti128_si256(levels, 1);
+                    __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part % 2 ? _mm_srli_si128(eight, 8) : eight));
+                    _mm256_storeu_ps((float *)out + at + j + 8 * part,
+                                     _mm256_add_ps(_mm256_mul_ps(v, _mm256_set1_ps(s)), _mm256_set1_ps(m)));
+                }
+            }
 #endif
             for (; j < group; j++) {
                 const float v = (float)(j % 2 ? bytes[j / 2] >> 4 : bytes[j / 2] & 15) * s + m;
@@ -101,6 +113,9 @@ void qkv_dequantize_int8(const int8_t *q, const float *scale, int64_t rows, int6
                 if (bf16) _mm256_storeu_si256((__m256i *)((uint16_t *)out + at + j), round_bf16(v));
                 else _mm512_storeu_ps((float *)out + at + j, v);
             }
+#elif AVX2
+            for (; j + 8 <= group && !bf16; j += 8)
+                _mm256_storeu_ps((float *)out + at + j, _mm256_mul_ps(load_i8x8(q + at + j), _mm256_set1_ps(s)));
 #endif
             for (; j < group; j++) {
                 const float v = (float)q[at + j] * s;

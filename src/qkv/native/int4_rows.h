@@ -54,10 +54,15 @@ INLINE void row_i4(const uint8_t *w, const uint16_t *s16, const uint16_t *m16, i
         out[b] = total;
     }
 #endif
+#if AVX2
+    const int64_t done = shift == 0 ? row_i4_mins_avx2(m16, blocks, in, B, out) : 0;
+#else
+    const int64_t done = 0;
+#endif
     for (int b = 0; b < B; b++) {  /* + sum_c m_c d_c sum(xq_c) */
         const float *sums = in->sums + b * (in->stride / BLOCK);
         float low = 0.0f;
-        int64_t c = 0;
+        int64_t c = done;
 #if defined(__AVX512F__)
         if (shift == 0) {
             __m512 lows = _mm512_setzero_ps();

@@ -3,10 +3,11 @@
 
    The generic rows (a 16-float vector, two registers here) keep R x B sums in registers: 3 x 8 of them at batch 8,
    48 registers, which AVX2 does not have, so the sums spilled to memory and a batch-8 step of SmolLM2-135M took
-   5.9x a batch-1 step. Here each row and vector has one 8-float chain of sums, and the rows that share a load of x
-   are as many as the registers allow (ROWS_AVX2(B)): 3 or 4 at batch 1 and 2, 2 up to batch 6, then 1. The sums of
-   a vector never depend on R or B: each chain adds its 8 columns at a time in column order, so several tokens of
-   one text in one step get the numbers they would get one at a time.
+   5.9x a batch-1 step. Here each row and vector has one 8-float chain of sums, and two rows share each load of x
+   up to batch 6, one beyond (ROWS_AVX2(B); on SmolLM2-135M at batch 1, two rows made 4-bit rows 1.3x and int8 ones
+   1.1x faster than four, whose sums and widened weights spilled, and than one). The sums of a vector never depend
+   on R or B: each chain adds its 8 columns at a time in column order, so several tokens of one text in one step
+   get the numbers they would get one at a time.
 
    MAT_I8 widens 8 int8 weights to float per instruction pair (the generic path converted them one by one);
    MAT_I4F forms s q + m of 8 levels at a time from their nibbles, the numbers of the dequantized matrix; MAT_I8A8
@@ -16,7 +17,7 @@
 
 #if AVX2
 
-#define ROWS_AVX2(B) ((B) <= 2 ? 4 : (B) <= 6 ? 2 : 1)
+#define ROWS_AVX2(B) ((B) <= 6 ? 2 : 1)
 
 /* R rows of float32 weights, `ldw` apart, times B vectors: out[r * MAX_ROWS + b]. */
 INLINE void rows_float_avx2(const float *w, int64_t ldw, const int R, int64_t k, const Input *in, int B,
@@ -53,13 +54,28 @@ INLINE void rows_i8f_avx2(const int8_t *w, int64_t ldw, const int R, int64_t k, 
         for (int b = 0; b < B; b++) acc[r][b] = _mm256_setzero_ps();
     const int shift = group > 0 && (group & (group - 1)) == 0 ? __builtin_ctzll((unsigned long long)group) : -1;
     int64_t j = 0;
-    for (; j + 8 <= k; j += 8) {
-        __m256 a[4];
+    for (; j + BLOCK <= k; j += BLOCK) {  /* 32 columns, one scale per row (group is a multiple of 32) */
+        __m256 s[4];
         for (int r = 0; r < R; r++) {
-            if ((j & 63) == 0) __builtin_prefetch(w + r * ldw + j + PREFETCH_INT8, 0, 1);
-            a[r] = load_i8x8(w + r * ldw + j);
-            if (gs) a[r] = _mm256_mul_ps(a[r], _mm256_set1_ps(gs[r * gs_ld + (shift >= 0 ? j >> shift : j / group)]));
+            __builtin_prefetch(w + r * ldw + j + PREFETCH_INT8, 0, 1);
+            s[r] = _mm256_set1_ps(gs ? gs[r * gs_ld + (shift >= 0 ? j >> shift : j / group)] : 1.0f);
         }
+#pragma GCC unroll 4
+        for (int part = 0; part < BLOCK; part += 8) {
+            __m256 a[4];
+            for (int r = 0; r < R; r++) {
+                a[r] = load_i8x8(w + r * ldw + j + part);
+                if (gs) a[r] = _mm256_mul_ps(a[r], s[r]);
+            }
+            for (int b = 0; b < B; b++) {
+                const __m256 x = _mm256_loadu_ps(in->x + b * in->ldx + j + part);
+                for (int r = 0; r < R; r++) acc[r][b] = _mm256_fmadd_ps(a[r], x, acc[r][b]);
+            }
+        }
+    }
+    for (; j + 8 <= k; j += 8) {  /* (no groups: k need not be a multiple of 32) */
+        __m256 a[4];
+        for (int r = 0; r < R; r++) a[r] = load_i8x8(w + r * ldw + j);
         for (int b = 0; b < B; b++) {
             const __m256 x = _mm256_loadu_ps(in->x + b * in->ldx + j);
             for (int r = 0; r < R; r++) acc[r][b] = _mm256_fmadd_ps(a[r], x, acc[r][b]);
@@ -96,6 +112,7 @@ INLINE void rows_i4f_avx2(const uint8_t *w, const uint16_t *s16, const uint16_t 
             __builtin_prefetch(w + r * (k / 2) + c * 16 + PREFETCH_INT4, 0, 1);
             s[r] = half_to_float(s16[r * groups + (c >> shift)]), m[r] = half_to_float(m16[r * groups + (c >> shift)]);
         }
+#pragma GCC unroll 4
         for (int part = 0; part < 4; part++) {  /* (bytes 0-7, low), (8-15, low), (0-7, high), (8-15, high) */
             __m256 a[4];
             for (int r = 0; r < R; r++)
@@ -127,12 +144,13 @@ INLINE void row_i8a8_avx2(const int8_t *w, int64_t k, const float *gs, int64_t g
         const int64_t j = c * BLOCK;
         __builtin_prefetch(w + j + PREFETCH_INT8, 0, 1);
         const __m256i wv = _mm256_loadu_si256((const __m256i *)(w + j));
-        const float s = gs ? gs[shift >= 0 ? j >> shift : j / group] : 1.0f;
+        const __m256 s = _mm256_set1_ps(gs ? gs[shift >= 0 ? j >> shift : j / group] : 1.0f);
         for (int b = 0; b < B; b++) {
             const __m256i x = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(in->offq + b * in->stride + j)), flip);
             const __m256i dots = dot_u8s8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(wv, x));
-            const float d = in->scales[b * (in->stride / 64 * LANES) + (c / 2) * LANES + (c % 2) * (LANES / 2)];
-            acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), _mm256_set1_ps(gs ? d * s : d), acc[b]);
+            __m256 d = _mm256_loadu_ps(in->scales + b * (in->stride / 64 * LANES) + (c / 2) * LANES + (c % 2) * (LANES / 2));
+            if (gs) d = _mm256_mul_ps(d, s);  /* (the block's d, 8 copies) */
+            acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), d, acc[b]);
         }
     }
     for (int b = 0; b < B; b++) out[b] = hsum8(acc[b]);
@@ -150,14 +168,28 @@ INLINE void row_i4_levels_avx2(const uint8_t *w, const uint16_t *s16, int64_t k,
         const __m128i bytes = _mm_loadu_si128((const __m128i *)(w + c * 16));
         const __m256i levels = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), nibble),
                                                 _mm_and_si128(bytes, nibble));
-        const float s = half_to_float(s16[c >> shift]);
+        const __m256 s = _mm256_set1_ps(half_to_float(s16[c >> shift]));
         for (int b = 0; b < B; b++) {
             const __m256i x = _mm256_loadu_si256((const __m256i *)(in->swapped + b * in->stride + c * BLOCK));
-            const float d = in->scales[b * (in->stride / 64 * LANES) + (c / 2) * LANES + (c % 2) * (LANES / 2)];
-            acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(levels, x)), _mm256_set1_ps(s * d), acc[b]);
+            const __m256 d = _mm256_loadu_ps(in->scales + b * (in->stride / 64 * LANES) + (c / 2) * LANES + (c % 2) * (LANES / 2));
+            acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(levels, x)), _mm256_mul_ps(s, d), acc[b]);
         }
     }
     for (int b = 0; b < B; b++) out[b] = hsum8(acc[b]);
+}
+
+/* MAT_I4's minimums, + sum_c m_c d_c sum(xq_c) into out (B), with a minimum per block (shift 0): 8 blocks a
+   register, each 8 minimums widened once for all B vectors (one float chain per block went at the adds' latency). */
+INLINE int64_t row_i4_mins_avx2(const uint16_t *m16, int64_t blocks, const Input *in, int B, float *out) {
+    __m256 low[MAX_ROWS];
+    for (int b = 0; b < B; b++) low[b] = _mm256_setzero_ps();
+    int64_t c = 0;
+    for (; c + 8 <= blocks; c += 8) {
+        const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(m16 + c)));
+        for (int b = 0; b < B; b++) low[b] = _mm256_fmadd_ps(m, _mm256_loadu_ps(in->sums + b * (in->stride / BLOCK) + c), low[b]);
+    }
+    for (int b = 0; b < B; b++) out[b] += hsum8(low[b]);
+    return c;  /* the blocks done */
 }
 
 #endif
