@@ -47,6 +47,16 @@ static inline __attribute__((always_inline)) void attend_heads(const int DK, int
             sums = _mm512_add_ps(sums, _mm512_maskz_mov_ps(m, e));
         }
         total = _mm512_reduce_add_ps(sums);
+#elif AVX2
+        __m256 sums = _mm256_setzero_ps();
+        int64_t j = first;
+        for (; j + 8 <= last + 1; j += 8) {
+            const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(p + j), _mm256_set1_ps(top)));
+            _mm256_storeu_ps(p + j, e);
+            sums = _mm256_add_ps(sums, e);
+        }
+        total = hsum8(sums);
+        for (; j <= last; j++) total += p[j] = expf(p[j] - top);
 #else
         for (int64_t j = first; j <= last; j++) total += p[j] = expf(p[j] - top);
 #endif

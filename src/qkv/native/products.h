@@ -148,7 +148,10 @@ static inline int32_t round_block(const Input *in, int b, int64_t c, const float
 /* A block of 32 values' int8 step d = max|x| / 127 (into *d), and 127 / max, what x is scaled by (0 for zeros). */
 static inline float block_scale(const float *xc, float *d) {
     float top = 0.0f;
-    for (int j = 0; j < BLOCK; j++) top = fmaxf(top, fabsf(xc[j]));
+    for (int j = 0; j < BLOCK; j++) {  /* (not fmaxf: a call into libm per value where the CPU lacks AVX-512) */
+        const float a = fabsf(xc[j]);
+        top = a > top ? a : top;
+    }
     *d = top / 127.0f;
     return top > 0.0f ? 127.0f / top : 0.0f;
 }

@@ -145,13 +145,15 @@ INLINE void row_i8a8_avx2(const int8_t *w, int64_t k, const float *gs, int64_t g
         __builtin_prefetch(w + j + PREFETCH_INT8, 0, 1);
         const __m256i wv = _mm256_loadu_si256((const __m256i *)(w + j));
         const __m256 s = _mm256_set1_ps(gs ? gs[shift >= 0 ? j >> shift : j / group] : 1.0f);
-        for (int b = 0; b < B; b++) {
-            const __m256i x = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(in->offq + b * in->stride + j)), flip);
-            const __m256i dots = dot_u8s8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(wv, x));
-            __m256 d = _mm256_loadu_ps(in->scales + b * (in->stride / 64 * LANES) + (c / 2) * LANES + (c % 2) * (LANES / 2));
-            if (gs) d = _mm256_mul_ps(d, s);  /* (the block's d, 8 copies) */
-            acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), d, acc[b]);
+#define I8A8_VECTOR(scaled)                                                                                     \
+        for (int b = 0; b < B; b++) {                                                                           \
+            const __m256i x = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(in->offq + b * in->stride + j)), flip); \
+            const __m256i dots = dot_u8s8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(wv, x));                    \
+            const __m256 d = _mm256_loadu_ps(in->scales + b * (in->stride / 64 * LANES) + (c / 2) * LANES + (c % 2) * (LANES / 2)); \
+            acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), scaled, acc[b]);  /* (d: the block's, 8 copies) */ \
         }
+        if (gs) I8A8_VECTOR(_mm256_mul_ps(d, s)) else I8A8_VECTOR(d)
+#undef I8A8_VECTOR
     }
     for (int b = 0; b < B; b++) out[b] = hsum8(acc[b]);
 }
