@@ -252,14 +252,6 @@ INLINE void rows_float(const float *w, int64_t ldw, const int R, int64_t k, cons
         }
 }
 
-#include "rows_avx2.h"
-#include "int8_rows.h"
-#include "int4_rows.h"
-#include "int4_lanes.h"
-#include "int8_lanes.h"
-
-/* ------------------------------------------------------------------------------------- a slice of rows */
-
 /* y[b * ldy + i] = (or +=, with add) row i of W x + b, for vector b < B. */
 INLINE void store(const Mat *m, int64_t i, const float *out, int B, float *y, int64_t ldy, int add) {
     float bias = m->bias ? m->bias[i] : 0.0f;
@@ -269,6 +261,14 @@ INLINE void store(const Mat *m, int64_t i, const float *out, int B, float *y, in
     }
 }
 
+#include "rows_avx2.h"
+#include "int8_rows.h"
+#include "int4_rows.h"
+#include "int4_lanes.h"
+#include "int8_lanes.h"
+
+/* ------------------------------------------------------------------------------------- a slice of rows */
+
 /* Rows n0 .. n1-1 of y = W x + b for B vectors. */
 INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t ldy, int64_t n0, int64_t n1,
                          int add) {
@@ -276,36 +276,7 @@ INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t
     const int64_t k = m->k, groups = m->group ? k / m->group : 0;
     const int shift = m->group ? __builtin_ctz((unsigned)(m->group / BLOCK)) : 0;  /* groups of 32 << shift */
 #if AVX2
-    if (m->kind == MAT_F32 || m->kind == MAT_I4F || (m->kind == MAT_I8 && !int8_rows_in_bf16(m))) {
-        /* ROWS_AVX2(B) rows at a time (the sums in registers), then the last few one by one */
-        for (int64_t i = n0; i < n1;) {
-            const int R = n1 - i >= ROWS_AVX2(B) ? ROWS_AVX2(B) : 1;
-            if (m->kind == MAT_F32) {
-                const float *w = (const float *)m->w + i * k;
-                if (R == 4) rows_float_avx2(w, k, 4, k, in, B, out);
-                else if (R == 2) rows_float_avx2(w, k, 2, k, in, B, out);
-                else rows_float_avx2(w, k, 1, k, in, B, out);
-            } else if (m->kind == MAT_I4F) {
-                const uint8_t *w = (const uint8_t *)m->w + i * (k / 2);
-                const uint16_t *s16 = m->s16 + i * groups, *m16 = m->m16 + i * groups;
-                if (R == 4) rows_i4f_avx2(w, s16, m16, k, shift, 4, groups, in, B, out);
-                else if (R == 2) rows_i4f_avx2(w, s16, m16, k, shift, 2, groups, in, B, out);
-                else rows_i4f_avx2(w, s16, m16, k, shift, 1, groups, in, B, out);
-            } else {
-                const int8_t *w = (const int8_t *)m->w + i * k;
-                const float *gs = m->group ? m->scale + i * groups : NULL;
-                if (R == 4) rows_i8f_avx2(w, k, 4, k, gs, groups, m->group, in, B, out);
-                else if (R == 2) rows_i8f_avx2(w, k, 2, k, gs, groups, m->group, in, B, out);
-                else rows_i8f_avx2(w, k, 1, k, gs, groups, m->group, in, B, out);
-            }
-            for (int r = 0; r < R; r++, i++) {
-                if (m->kind == MAT_I8 && !m->group)
-                    for (int b = 0; b < B; b++) out[r * MAX_ROWS + b] *= m->scale[i];
-                store(m, i, out + r * MAX_ROWS, B, y, ldy, add);
-            }
-        }
-        return;
-    }
+    if (product_rows_avx2(m, in, B, y, ldy, n0, n1, add, out)) return;
 #endif
     if (m->kind == MAT_F32) {  /* ROW_BLOCK rows at a time, then the last few one by one */
         for (int64_t i = n0; i < n1;) {

@@ -17,17 +17,17 @@
 
 #if AVX2
 
-#define ROWS_AVX2(B) ((B) <= 6 ? 2 : 1)
+#define ROWS_AVX2(B) ((B) <= 6 ? 2 : 1)  /* at most 2: the arrays below hold 2 rows */
 
 /* R rows of float32 weights, `ldw` apart, times B vectors: out[r * MAX_ROWS + b]. */
 INLINE void rows_float_avx2(const float *w, int64_t ldw, const int R, int64_t k, const Input *in, int B,
                             float *out) {
-    __m256 acc[4][MAX_ROWS];
+    __m256 acc[2][MAX_ROWS];
     for (int r = 0; r < R; r++)
         for (int b = 0; b < B; b++) acc[r][b] = _mm256_setzero_ps();
     int64_t j = 0;
     for (; j + 8 <= k; j += 8) {
-        __m256 a[4];
+        __m256 a[2];
         for (int r = 0; r < R; r++) {
             if ((j & 15) == 0) __builtin_prefetch(w + r * ldw + j + PREFETCH_ROWS * k, 0, 1);
             a[r] = _mm256_loadu_ps(w + r * ldw + j);
@@ -49,20 +49,20 @@ INLINE void rows_float_avx2(const float *w, int64_t ldw, const int R, int64_t k,
    between the rows' scales) each 8 weights are scaled by their group's before the FMAs. */
 INLINE void rows_i8f_avx2(const int8_t *w, int64_t ldw, const int R, int64_t k, const float *gs, int64_t gs_ld,
                           int64_t group, const Input *in, int B, float *out) {
-    __m256 acc[4][MAX_ROWS];
+    __m256 acc[2][MAX_ROWS];
     for (int r = 0; r < R; r++)
         for (int b = 0; b < B; b++) acc[r][b] = _mm256_setzero_ps();
     const int shift = group > 0 && (group & (group - 1)) == 0 ? __builtin_ctzll((unsigned long long)group) : -1;
     int64_t j = 0;
     for (; j + BLOCK <= k; j += BLOCK) {  /* 32 columns, one scale per row (group is a multiple of 32) */
-        __m256 s[4];
+        __m256 s[2];
         for (int r = 0; r < R; r++) {
             __builtin_prefetch(w + r * ldw + j + PREFETCH_INT8, 0, 1);
             s[r] = _mm256_set1_ps(gs ? gs[r * gs_ld + (shift >= 0 ? j >> shift : j / group)] : 1.0f);
         }
 #pragma GCC unroll 4
         for (int part = 0; part < BLOCK; part += 8) {
-            __m256 a[4];
+            __m256 a[2];
             for (int r = 0; r < R; r++) {
                 a[r] = load_i8x8(w + r * ldw + j + part);
                 if (gs) a[r] = _mm256_mul_ps(a[r], s[r]);
@@ -74,7 +74,7 @@ INLINE void rows_i8f_avx2(const int8_t *w, int64_t ldw, const int R, int64_t k, 
         }
     }
     for (; j + 8 <= k; j += 8) {  /* (no groups: k need not be a multiple of 32) */
-        __m256 a[4];
+        __m256 a[2];
         for (int r = 0; r < R; r++) a[r] = load_i8x8(w + r * ldw + j);
         for (int b = 0; b < B; b++) {
             const __m256 x = _mm256_loadu_ps(in->x + b * in->ldx + j);
@@ -103,18 +103,18 @@ static inline __m256 nibbles8(const uint8_t *p, int high) {
 INLINE void rows_i4f_avx2(const uint8_t *w, const uint16_t *s16, const uint16_t *m16, int64_t k, int shift,
                           const int R, int64_t groups, const Input *in, int B, float *out) {
     const int64_t blocks = k / BLOCK;
-    __m256 acc[4][MAX_ROWS];
+    __m256 acc[2][MAX_ROWS];
     for (int r = 0; r < R; r++)
         for (int b = 0; b < B; b++) acc[r][b] = _mm256_setzero_ps();
     for (int64_t c = 0; c < blocks; c++) {
-        float s[4], m[4];
+        float s[2], m[2];
         for (int r = 0; r < R; r++) {
             __builtin_prefetch(w + r * (k / 2) + c * 16 + PREFETCH_INT4, 0, 1);
             s[r] = half_to_float(s16[r * groups + (c >> shift)]), m[r] = half_to_float(m16[r * groups + (c >> shift)]);
         }
 #pragma GCC unroll 4
         for (int part = 0; part < 4; part++) {  /* (bytes 0-7, low), (8-15, low), (0-7, high), (8-15, high) */
-            __m256 a[4];
+            __m256 a[2];
             for (int r = 0; r < R; r++)
                 a[r] = _mm256_fmadd_ps(nibbles8(w + r * (k / 2) + c * 16 + (part & 1) * 8, part >> 1),
                                        _mm256_set1_ps(s[r]), _mm256_set1_ps(m[r]));
@@ -192,6 +192,41 @@ INLINE int64_t row_i4_mins_avx2(const uint16_t *m16, int64_t blocks, const Input
     }
     for (int b = 0; b < B; b++) out[b] += hsum8(low[b]);
     return c;  /* the blocks done */
+}
+
+/* products.h's product_rows for the float32, int8 (x in float32) and 4-bit (MAT_I4F) rows: 1 if it took m, else 0. */
+INLINE int product_rows_avx2(const Mat *m, const Input *in, int B, float *y, int64_t ldy, int64_t n0, int64_t n1,
+                             int add, float *out) {
+    const int64_t k = m->k, groups = m->group ? k / m->group : 0;
+    const int shift = m->group ? __builtin_ctz((unsigned)(m->group / BLOCK)) : 0;
+    if (m->kind == MAT_F32 || m->kind == MAT_I4F || (m->kind == MAT_I8 && !int8_rows_in_bf16(m))) {
+        /* ROWS_AVX2(B) rows at a time (the sums in registers), then the last few one by one */
+        for (int64_t i = n0; i < n1;) {
+            const int R = n1 - i >= ROWS_AVX2(B) ? ROWS_AVX2(B) : 1;
+            if (m->kind == MAT_F32) {
+                const float *w = (const float *)m->w + i * k;
+                if (R == 2) rows_float_avx2(w, k, 2, k, in, B, out);
+                else rows_float_avx2(w, k, 1, k, in, B, out);
+            } else if (m->kind == MAT_I4F) {
+                const uint8_t *w = (const uint8_t *)m->w + i * (k / 2);
+                const uint16_t *s16 = m->s16 + i * groups, *m16 = m->m16 + i * groups;
+                if (R == 2) rows_i4f_avx2(w, s16, m16, k, shift, 2, groups, in, B, out);
+                else rows_i4f_avx2(w, s16, m16, k, shift, 1, groups, in, B, out);
+            } else {
+                const int8_t *w = (const int8_t *)m->w + i * k;
+                const float *gs = m->group ? m->scale + i * groups : NULL;
+                if (R == 2) rows_i8f_avx2(w, k, 2, k, gs, groups, m->group, in, B, out);
+                else rows_i8f_avx2(w, k, 1, k, gs, groups, m->group, in, B, out);
+            }
+            for (int r = 0; r < R; r++, i++) {
+                if (m->kind == MAT_I8 && !m->group)
+                    for (int b = 0; b < B; b++) out[r * MAX_ROWS + b] *= m->scale[i];
+                store(m, i, out + r * MAX_ROWS, B, y, ldy, add);
+            }
+        }
+        return 1;
+    }
+    return 0;
 }
 
 #endif
