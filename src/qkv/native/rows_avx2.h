@@ -19,6 +19,14 @@
 
 #define ROWS_AVX2(B) ((B) <= 6 ? 2 : 1)  /* at most 2: the arrays below hold 2 rows */
 
+/* acc[r][b] += a[r] times the 8 numbers at x + b ld, for R rows and B vectors: each x loaded once for the R rows. */
+INLINE void fma_rows(__m256 acc[2][MAX_ROWS], const __m256 *a, const int R, const float *x, int64_t ld, int B) {
+    for (int b = 0; b < B; b++) {
+        const __m256 xb = _mm256_loadu_ps(x + b * ld);
+        for (int r = 0; r < R; r++) acc[r][b] = _mm256_fmadd_ps(a[r], xb, acc[r][b]);
+    }
+}
+
 /* R rows of float32 weights, `ldw` apart, times B vectors: out[r * MAX_ROWS + b]. */
 INLINE void rows_float_avx2(const float *w, int64_t ldw, const int R, int64_t k, const Input *in, int B,
                             float *out) {
@@ -32,10 +40,7 @@ INLINE void rows_float_avx2(const float *w, int64_t ldw, const int R, int64_t k,
             if ((j & 15) == 0) __builtin_prefetch(w + r * ldw + j + PREFETCH_ROWS * k, 0, 1);
             a[r] = _mm256_loadu_ps(w + r * ldw + j);
         }
-        for (int b = 0; b < B; b++) {
-            const __m256 x = _mm256_loadu_ps(in->x + b * in->ldx + j);
-            for (int r = 0; r < R; r++) acc[r][b] = _mm256_fmadd_ps(a[r], x, acc[r][b]);
-        }
+        fma_rows(acc, a, R, in->x + j, in->ldx, B);
     }
     for (int r = 0; r < R; r++)
         for (int b = 0; b < B; b++) {
@@ -67,19 +72,13 @@ INLINE void rows_i8f_avx2(const int8_t *w, int64_t ldw, const int R, int64_t k, 
                 a[r] = load_i8x8(w + r * ldw + j + part);
                 if (gs) a[r] = _mm256_mul_ps(a[r], s[r]);
             }
-            for (int b = 0; b < B; b++) {
-                const __m256 x = _mm256_loadu_ps(in->x + b * in->ldx + j + part);
-                for (int r = 0; r < R; r++) acc[r][b] = _mm256_fmadd_ps(a[r], x, acc[r][b]);
-            }
+            fma_rows(acc, a, R, in->x + j + part, in->ldx, B);
         }
     }
     for (; j + 8 <= k; j += 8) {  /* (no groups: k need not be a multiple of 32) */
         __m256 a[2];
         for (int r = 0; r < R; r++) a[r] = load_i8x8(w + r * ldw + j);
-        for (int b = 0; b < B; b++) {
-            const __m256 x = _mm256_loadu_ps(in->x + b * in->ldx + j);
-            for (int r = 0; r < R; r++) acc[r][b] = _mm256_fmadd_ps(a[r], x, acc[r][b]);
-        }
+        fma_rows(acc, a, R, in->x + j, in->ldx, B);
     }
     for (int r = 0; r < R; r++)
         for (int b = 0; b < B; b++) {
@@ -118,10 +117,7 @@ INLINE void rows_i4f_avx2(const uint8_t *w, const uint16_t *s16, const uint16_t 
             for (int r = 0; r < R; r++)
                 a[r] = _mm256_fmadd_ps(nibbles8(w + r * (k / 2) + c * 16 + (part & 1) * 8, part >> 1),
                                        _mm256_set1_ps(s[r]), _mm256_set1_ps(m[r]));
-            for (int b = 0; b < B; b++) {
-                const __m256 x = _mm256_loadu_ps(in->fswapped + b * in->stride + c * BLOCK + part * 8);
-                for (int r = 0; r < R; r++) acc[r][b] = _mm256_fmadd_ps(a[r], x, acc[r][b]);
-            }
+            fma_rows(acc, a, R, in->fswapped + c * BLOCK + part * 8, in->stride, B);
         }
     }
     for (int r = 0; r < R; r++)

@@ -38,6 +38,21 @@ static inline vf fmadd(vf a, vf b, vf c) {
 #endif
 }
 
+/* p = e^r for r = x - n ln 2 (ln 2 in two parts), a polynomial of degree 6: exp_lanes' (W _mm512) and exp8's (W
+   _mm256); the caller multiplies by 2^n. */
+#define EXP_REDUCED(W, x, n, p)                                                                                 \
+    do {                                                                                                      \
+        const __typeof__(x) r_ = W##_fnmadd_ps(n, W##_set1_ps(-2.12194440e-4f),                               \
+                                               W##_fnmadd_ps(n, W##_set1_ps(0.693359375f), x));              \
+        p = W##_set1_ps(1.0f / 720.0f);                                                                       \
+        p = W##_fmadd_ps(p, r_, W##_set1_ps(1.0f / 120.0f));                                                  \
+        p = W##_fmadd_ps(p, r_, W##_set1_ps(1.0f / 24.0f));                                                   \
+        p = W##_fmadd_ps(p, r_, W##_set1_ps(1.0f / 6.0f));                                                    \
+        p = W##_fmadd_ps(p, r_, W##_set1_ps(0.5f));                                                           \
+        p = W##_fmadd_ps(p, r_, W##_set1_ps(1.0f));                                                           \
+        p = W##_fmadd_ps(p, r_, W##_set1_ps(1.0f));                                                           \
+    } while (0)
+
 #if defined(__AVX512F__)
 /* The lanes of a vector that hold numbers when `left` of them remain: all 16, or the first `left`. */
 static inline __mmask16 lanes_left(int64_t left) {
@@ -51,15 +66,8 @@ static inline __m512 exp_lanes(__m512 x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);  /* ln 2 in two parts: r = x - n ln 2 */
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    __m512 p;
+    EXP_REDUCED(_mm512, x, n, p);
     return _mm512_scalef_ps(p, n);
 }
 #endif
@@ -124,15 +132,8 @@ static inline __m256 exp8(__m256 x) {
     x = _mm256_min_ps(x, _mm256_set1_ps(88.0f));
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256 p;
+    EXP_REDUCED(_mm256, x, n, p);
     /* 2^n, n in [-126, 127] (x clamped to [-87, 88]): n + 127 in the exponent's bits */
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
