@@ -145,12 +145,23 @@ def speed(qkv: Peer, llama: Peer, files: dict, prompts: list[list[int]], long: l
                 entry = runs.setdefault((engine, width, batch), {"rates": [], "ids": out["ids"]})
                 entry["rates"].append(rate)
                 entry["mode"] = out.get("mode")
-                print(f"round {r + 1} batch {batch} {engine} {width}: {rate:.1f} tokens/s", file=sys.stderr)
+                step = f" ({out['mode']} step)" if engine == "qkv" else ""  # a C library that failed to build: "static"
+                print(f"round {r + 1} batch {batch} {engine} {width}: {rate:.1f} tokens/s{step}", file=sys.stderr)
         for engine, width in widths:
             peer, key = (qkv, "width") if engine == "qkv" else (llama, "file")
             seconds = peer.ask(op="prefill", ids=long, **{key: width if engine == "qkv" else files[width]})["seconds"]
             runs.setdefault((engine, width, "prefill"), {"rates": []})["rates"].append(len(long) / seconds)
     return runs
+
+
+def steps(runs: dict) -> str:
+    """The decode step each qkv width ran: one name where all ran the same (the native step where it builds), else
+    each width's, so that a run whose C library failed to build says so instead of reading as slow."""
+    modes = {key[1]: entry["mode"] for key, entry in runs.items() if isinstance(key, tuple) and key[0] == "qkv"
+             and key[2] == 1}  # fmt: skip
+    if len(set(modes.values())) == 1:
+        return f"{next(iter(modes.values()))} at every width"
+    return ", ".join(f"{width} {mode}" for width, mode in modes.items())
 
 
 def speed_table(runs: dict, pairs: list) -> list[str]:
@@ -254,8 +265,7 @@ def main(argv: list[str] | None = None) -> None:
         print("\n".join(["", *speed_table(runs, pairs)]))
         print(bandwidth_line(runs, qkv.ask(op="weights")["bytes"], args.threads))
         same = agreement(runs[("qkv", "fp32", 8)]["ids"], runs[("llama.cpp", "F32", 8)]["ids"])
-        print(f"\ngreedy tokens, qkv fp32 vs llama.cpp F32 at batch 8: {same:.1%} equal; qkv's step: "
-              f"{runs[('qkv', 'fp32', 1)]['mode']}")  # fmt: skip
+        print(f"\ngreedy tokens, qkv fp32 vs llama.cpp F32 at batch 8: {same:.1%} equal; qkv's step: {steps(runs)}")
         report["speed"] = {
             " ".join(map(str, key)): value["rates"] for key, value in runs.items() if isinstance(key, tuple)
         }

@@ -58,3 +58,14 @@ def test_a_peer_killed_by_an_illegal_instruction_says_how_to_rebuild_llama_cpp(b
     other.write_text("import sys\nsys.exit(3)\n")
     with pytest.raises(SystemExit, match=r"^other.py ended early \(exit code 3\)$"):
         llamacpp.Peer([str(other)])
+
+
+def test_the_run_says_which_step_each_width_ran(bench) -> None:
+    """A native library that failed to build leaves qkv on the PyTorch step: the line names the widths it slowed."""
+    llamacpp, _ = bench
+    runs = {("qkv", "fp32", 1): {"mode": "native"}, ("qkv", "int8", 1): {"mode": "native"},
+            ("qkv", "int8", 8): {"mode": "static"}, ("llama.cpp", "F32", 1): {"mode": None},
+            "read with": "C"}  # fmt: skip
+    assert llamacpp.steps(runs) == "native at every width"
+    runs[("qkv", "int8", 1)]["mode"] = "static"
+    assert llamacpp.steps(runs) == "fp32 native, int8 static"
