@@ -16,6 +16,7 @@ W_o) is refused in one line. Llama 3.1's scaled RoPE is the tensor ``rope_freqs`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, cast
 
 from torch import Tensor, nn
@@ -28,7 +29,18 @@ from qkv.gguf.reader import GGUFFile
 from qkv.gguf.rope import ROPE_FREQS, rope_factors, scaling_from_factors
 from qkv.models.llama.config import LlamaConfig
 
-ARCHITECTURES: tuple[str, ...] = ("llama", "qwen2")
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What one ``general.architecture`` of the Llama family stores differently."""
+
+    pairwise_rope: bool  # W_q's and W_k's rows permuted per head for llama.cpp's pairwise RoPE
+    qkv_bias: bool  # may hold biases on W_q, W_k and W_v
+
+
+DIALECTS = {"llama": Dialect(pairwise_rope=True, qkv_bias=False), "qwen2": Dialect(pairwise_rope=False, qkv_bias=True)}
+ARCHITECTURES: tuple[str, ...] = tuple(DIALECTS)
 IGNORED: tuple[str, ...] = (r"rope_freqs\.weight",)
 """GGUF tensors that are no parameter (regular expressions): Llama 3's RoPE factors, read into the config."""
 
@@ -48,8 +60,8 @@ def config_from_gguf(meta: ArchMetadata, file: GGUFFile) -> LlamaConfig:
     if "blk.0.attn_output.bias" in tensors or "blk.0.ffn_up.bias" in tensors:
         raise QkvError(f"this {meta.arch} file has biases on W_o or the feed-forward, which qkv's Llama lacks")
     qkv_bias = "blk.0.attn_q.bias" in tensors
-    if qkv_bias and meta.arch == "llama":
-        raise QkvError("this llama file has biases on W_q, W_k and W_v, which qkv reads from qwen2 files only")
+    if qkv_bias and not DIALECTS[meta.arch].qkv_bias:
+        raise QkvError(f"this {meta.arch} file has biases on W_q, W_k and W_v, which qkv reads from qwen2 files only")
     head_dim, rope_base = d_model // n_heads, meta.rope_base(d_model // n_heads)
     scaling = None
     if ROPE_FREQS in tensors:  # Llama 3.1's scaled RoPE
@@ -76,7 +88,7 @@ def rows(config: LlamaConfig, arch: str) -> list[Row]:
     """The name table of ``arch`` ("llama" or "qwen2") for a model of ``config``."""
     q: dict[str, Any] = {}
     k: dict[str, Any] = {}
-    if arch == "llama":  # llama.cpp's pairwise RoPE: rows permuted per head (query heads for W_q, key heads for W_k)
+    if DIALECTS[arch].pairwise_rope:  # llama.cpp's pairwise RoPE: rows permuted per head (query heads for W_q, key heads for W_k)
         n_kv_heads = config.n_kv_heads
         assert n_kv_heads is not None  # BaseConfig.__post_init__ fills it
         q = dict(to_qkv=rope_unpermute(config.n_heads), to_gguf=rope_permute(config.n_heads))
@@ -121,7 +133,7 @@ def export_architecture(config: LlamaConfig) -> str:
                 f"this Llama has {field}={value!r}, and llama.cpp's llama and qwen2 architectures need "
                 f"{field}={wanted!r}: GGUF cannot express this model"
             )
-    return "qwen2" if config.qkv_bias else "llama"
+    return next(arch for arch, said in DIALECTS.items() if said.qkv_bias == config.qkv_bias)
 
 
 def extra_tensors(config: LlamaConfig) -> dict[str, Tensor]:

@@ -29,6 +29,7 @@ from config.json's token ids (Qwen2 has no bos).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,24 @@ from qkv.tokenizers import HFTokenizer
 
 WHAT = "Llama"
 BLOCK = "decoder.blocks.{i}"
-TITLES = {"llama": "Llama", "qwen2": "Qwen2", "mistral": "Mistral"}
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What one ``model_type`` of the Llama family says differently in config.json."""
+
+    title: str  # how errors name the model
+    qkv_bias: bool = False  # biases on W_q, W_k and W_v (Qwen2), implied: config.json has no field for them
+    window_everywhere: bool = False  # a ``sliding_window`` slides over every layer (Mistral), with no layer list
+
+
+DIALECTS = {"llama": Dialect("Llama"), "qwen2": Dialect("Qwen2", qkv_bias=True),
+            "mistral": Dialect("Mistral", window_everywhere=True)}  # fmt: skip
+
+
+def dialect(hf_config: dict[str, Any]) -> Dialect:
+    """The :class:`Dialect` of a config.json (plain Llama's for a model_type the loader let through)."""
+    return DIALECTS.get(hf_config.get("model_type", "llama"), Dialect(WHAT))
 
 NAMES: list[Row] = [
     # Hugging Face name (without "model.")     qkv name                                   transform
@@ -104,7 +122,7 @@ def rope_settings(hf_config: dict[str, Any], *, what: str) -> tuple[float, dict[
 
 def _sliding_layers(hf_config: dict[str, Any], n_layers: int) -> int:
     """How many layers slide the window config.json gives (counted from the last)."""
-    if hf_config.get("model_type") == "mistral":  # Mistral: a window in config.json is used by every layer
+    if dialect(hf_config).window_everywhere:
         return n_layers
     if isinstance(hf_config.get("layer_types"), list):  # transformers 5 names each layer's attention
         return hf_config["layer_types"].count("sliding_attention")
@@ -133,8 +151,8 @@ def sliding_window(hf_config: dict[str, Any], n_layers: int, context: int, *, wh
 
 def config_from_hf(hf_config: dict[str, Any]) -> LlamaConfig:
     """qkv's LlamaConfig for a Llama / Qwen2 / Mistral config.json (hidden_size, num_key_value_heads, ...)."""
-    model_type = hf_config.get("model_type", "llama")
-    what = TITLES.get(model_type, WHAT)
+    said = dialect(hf_config)
+    what = said.title
     d_model = whole(hf_config, "hidden_size", what=what)
     n_heads = whole(hf_config, "num_attention_heads", what=what)
     n_kv_heads = whole(hf_config, "num_key_value_heads", what=what, default=n_heads)
@@ -159,7 +177,7 @@ def config_from_hf(hf_config: dict[str, Any]) -> LlamaConfig:
         raise _refuse(what, "hidden_act", activation, "qkv's SwiGLU feed-forward uses silu")
     if hf_config.get("mlp_bias"):
         raise _refuse(what, "mlp_bias", True, "qkv's Llama has no biases in the feed-forward")
-    if model_type != "qwen2" and hf_config.get("attention_bias"):
+    if not said.qkv_bias and hf_config.get("attention_bias"):
         raise _refuse(what, "attention_bias", True, "qkv's Llama has biases only on W_q, W_k, W_v (as Qwen2), not W_o")
     window = sliding_window(hf_config, n_layers, context, what=what)
     rope_base, rope_scaling = rope_settings(hf_config, what=what)
@@ -174,7 +192,7 @@ def config_from_hf(hf_config: dict[str, Any]) -> LlamaConfig:
         layer_norm_eps=number(hf_config, "rms_norm_eps", what=what, default=1e-6),
         rope_base=rope_base,
         rope_scaling=rope_scaling,
-        qkv_bias=model_type == "qwen2",
+        qkv_bias=said.qkv_bias,
         tie_embeddings=flag(hf_config, "tie_word_embeddings", what=what, default=False),
         dropout=0.0,
         attention_dropout=number(hf_config, "attention_dropout", what=what, default=0.0, positive=False, below=1.0),
@@ -185,7 +203,7 @@ def config_from_hf(hf_config: dict[str, Any]) -> LlamaConfig:
 def convert_llama(hf_state_dict: dict[str, Tensor], hf_config: dict[str, Any]) -> Llama:
     """A qkv Llama holding the weights of a Llama / Qwen2 / Mistral state dict (*Model or *ForCausalLM names)."""
     model = Llama(config_from_hf(hf_config))
-    what = TITLES.get(hf_config.get("model_type", "llama"), WHAT)
+    what = dialect(hf_config).title
     return convert_state_dict(model, strip_prefix(hf_state_dict, "model."), NAMES, IGNORED, what=what)
 
 
