@@ -30,7 +30,6 @@ from qkv.gguf.rope import ROPE_FREQS, rope_factors, scaling_from_factors
 from qkv.models.llama.config import LlamaConfig
 
 
-
 @dataclass(frozen=True)
 class Dialect:
     """What one ``general.architecture`` of the Llama family stores differently."""
@@ -88,7 +87,7 @@ def rows(config: LlamaConfig, arch: str) -> list[Row]:
     """The name table of ``arch`` ("llama" or "qwen2") for a model of ``config``."""
     q: dict[str, Any] = {}
     k: dict[str, Any] = {}
-    if DIALECTS[arch].pairwise_rope:  # llama.cpp's pairwise RoPE: rows permuted per head (query heads for W_q, key heads for W_k)
+    if DIALECTS[arch].pairwise_rope:  # rows permuted per head: query heads for W_q, key heads for W_k
         n_kv_heads = config.n_kv_heads
         assert n_kv_heads is not None  # BaseConfig.__post_init__ fills it
         q = dict(to_qkv=rope_unpermute(config.n_heads), to_gguf=rope_permute(config.n_heads))

@@ -64,6 +64,7 @@ def dialect(hf_config: dict[str, Any]) -> Dialect:
     """The :class:`Dialect` of a config.json (plain Llama's for a model_type the loader let through)."""
     return DIALECTS.get(hf_config.get("model_type", "llama"), Dialect(WHAT))
 
+
 NAMES: list[Row] = [
     # Hugging Face name (without "model.")     qkv name                                   transform
     ("embed_tokens.weight", "embedding.token_embedding.weight", same),  # W_E
