@@ -110,114 +110,7 @@ typedef struct {            /* B vectors of k <= kmax values, in every form a pr
     int32_t second;         /* where vector b's second rounding is prepared (PREPARE_TWO): vector b + second */
 } Input;
 
-/* ------------------------------------------------------------------------------------- preparing inputs */
-
-/* Block c of 32 values (zeros past k): its int8 levels into the arrays of vector b; returns their sum. */
-static inline int32_t round_block(const Input *in, int b, int64_t c, const float *xc, float inv) {
-    int64_t at = c * BLOCK;
-    uint8_t *offq = in->offq + b * in->stride + at;
-    int8_t *swapped = in->swapped + b * in->stride + at;
-    float *fswapped = in->fswapped + b * in->stride + at;
-#if defined(__AVX512BW__)
-    __m512i lo = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xc), _mm512_set1_ps(inv)));  /* nearest, ties even */
-    __m512i hi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xc + LANES), _mm512_set1_ps(inv)));
-    __m128i q0 = _mm512_cvtepi32_epi8(lo), q1 = _mm512_cvtepi32_epi8(hi);
-    __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
-    _mm256_storeu_si256((__m256i *)offq, _mm256_xor_si256(q, _mm256_set1_epi8((char)0x80)));  /* + 128 */
-    const __m512i evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    const __m512i odds = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    _mm_storeu_si128((__m128i *)swapped, _mm512_cvtepi32_epi8(_mm512_permutex2var_epi32(lo, evens, hi)));
-    _mm_storeu_si128((__m128i *)(swapped + LANES), _mm512_cvtepi32_epi8(_mm512_permutex2var_epi32(lo, odds, hi)));
-    __m512 x0 = _mm512_loadu_ps(xc), x1 = _mm512_loadu_ps(xc + LANES);
-    _mm512_storeu_ps(fswapped, _mm512_permutex2var_ps(x0, evens, x1));
-    _mm512_storeu_ps(fswapped + LANES, _mm512_permutex2var_ps(x0, odds, x1));
-    return _mm512_reduce_add_epi32(_mm512_add_epi32(lo, hi));
-#else
-    int32_t total = 0;
-    for (int j = 0; j < BLOCK; j++) {
-        int q = (int)lrintf(xc[j] * inv);
-        total += q;
-        offq[j] = (uint8_t)(q + 128);
-        swapped[(j % 2) * (BLOCK / 2) + j / 2] = (int8_t)q;
-        fswapped[(j % 2) * (BLOCK / 2) + j / 2] = xc[j];
-    }
-    return total;
-#endif
-}
-
-/* A block of 32 values' int8 step d = max|x| / 127 (into *d), and 127 / max, what x is scaled by (0 for zeros). */
-static inline float block_scale(const float *xc, float *d) {
-    float top = 0.0f;
-    for (int j = 0; j < BLOCK; j++) {  /* (not fmaxf: a call into libm per value where the CPU lacks AVX-512) */
-        const float a = fabsf(xc[j]);
-        top = a > top ? a : top;
-    }
-    *d = top / 127.0f;
-    return top > 0.0f ? 127.0f / top : 0.0f;
-}
-
-/* Block c of vector b rounded to int8 (round_block), its step d and d sum(xq_c) stored; returns d. */
-static inline float round_into(Input *in, int b, int64_t c, const float *xc) {
-    float d;
-    const float inv = block_scale(xc, &d);
-    const int32_t levels = round_block(in, b, c, xc, inv);
-    float *scales = in->scales + b * (in->stride / 64 * LANES);
-    for (int j = 0; j < LANES / 2; j++) scales[(c / 2) * LANES + (c % 2) * (LANES / 2) + j] = d;
-    in->sums[b * (in->stride / BLOCK) + c] = d * (float)levels;
-    return d;
-}
-
-/* The input from vector b0 on (its second roundings, Input.second further, from b0 on too). */
-static Input from(const Input *in, int b0) {
-    Input part = *in;
-    part.x += b0 * in->ldx, part.offq += b0 * in->stride, part.swapped += b0 * in->stride;
-    part.fswapped += b0 * in->stride;
-    part.scales += b0 * (in->stride / 64 * LANES);
-    part.sums += b0 * (in->stride / BLOCK), part.xh += b0 * in->stride;
-    return part;
-}
-
-/* What a product reads of its input besides x (prepare_blocks): nothing, x in bfloat16, that and the int8
-   blocks and the 4-bit order, or those and the same of what the int8 blocks missed (Mat.slices 2). */
-enum { PREPARE_NONE = 0, PREPARE_BF16 = 1, PREPARE_ALL = 2, PREPARE_TWO = 3 };
-
-/* Whether m is MAT_I8 multiplied with x in bfloat16 (row_i8h; else rows_i8f, x in float32). */
-static int int8_rows_in_bf16(const Mat *m) { return I8_BF16 && m->kind == MAT_I8 && m->k % BLOCK == 0 && int8_bf16(); }
-
-static int prepares(const Mat *m) {
-    if (!m || m->n == 0) return PREPARE_NONE;
-    if ((m->kind == MAT_I8A8 || m->kind == MAT_I4) && m->slices == 2) return PREPARE_TWO;
-    if (m->kind == MAT_I8A8 || m->kind == MAT_I4 || m->kind == MAT_I4F) return PREPARE_ALL;
-    return int8_rows_in_bf16(m) ? PREPARE_BF16 : PREPARE_NONE;
-}
-
-/* Blocks c0 .. c1-1 of vector b (k values, k a multiple of 32; blocks past k are zeros) in bfloat16 (int8_bf16()),
-   and with PREPARE_ALL rounded to int8: their parts of in->offq, swapped, scales and sums. c0 even: a
-   pair of blocks shares a vector of scales. */
-static void prepare_blocks(Input *in, int b, int64_t k, int64_t c0, int64_t c1, int what) {
-    const float *x = in->x + b * in->ldx;
-    static const float zeros[BLOCK];
-    for (int64_t c = c0; c < c1 && what != PREPARE_NONE; c++) {
-        const float *xc = c * BLOCK < k ? x + c * BLOCK : zeros;
-#if I8_BF16
-        if (int8_bf16()) {
-            __m512 x0 = _mm512_loadu_ps(xc), x1 = _mm512_loadu_ps(xc + LANES);
-            _mm512_storeu_si512((void *)(in->xh + b * in->stride + c * BLOCK), (__m512i)_mm512_cvtne2ps_pbh(x1, x0));
-        }
-#endif
-        if (what < PREPARE_ALL) continue;
-        const float d = round_into(in, b, c, xc);
-        if (what == PREPARE_TWO) {  /* the second rounding: of x - d xq, into vector b + second */
-            const uint8_t *offq = in->offq + b * in->stride + c * BLOCK;
-            float missed[BLOCK];
-            for (int j = 0; j < BLOCK; j++) missed[j] = xc[j] - (float)((int)offq[j] - 128) * d;
-            round_into(in, b + in->second, c, missed);
-        }
-    }
-}
-
-/* All of vector b's blocks (to the end of the stride). */
-static void prepare_input(Input *in, int b, int64_t k, int what) { prepare_blocks(in, b, k, 0, in->stride / BLOCK, what); }
+#include "inputs.h"
 
 /* ------------------------------------------------------------------------------------ one row, B vectors */
 
@@ -266,6 +159,7 @@ INLINE void store(const Mat *m, int64_t i, const float *out, int B, float *y, in
 #include "int4_rows.h"
 #include "int4_lanes.h"
 #include "int8_lanes.h"
+#include "lanes_avx2.h"
 
 /* ------------------------------------------------------------------------------------- a slice of rows */
 
@@ -332,6 +226,10 @@ INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t
             else rows_i8a8_lanes(m, n0 / 16, in, B, y, ldy, add);
         }
     }
+#elif AVX2
+    if (m->lanes && m->kind == MAT_I4)  /* as above, MAT_I4's only (lanes_avx2.h) */
+        for (; n0 % 16 == 0 && n0 + 16 <= n1 && n0 + 16 <= m->n; n0 += 16)
+            rows_i4_lanes_avx2(m, n0 / 16, shift, in, B, y, ldy, add);
 #endif
     for (int64_t i = n0; i < n1; i++) {
         switch (m->kind) {
