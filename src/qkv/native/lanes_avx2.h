@@ -1,16 +1,26 @@
-/* int4_lanes.h's 16-row kernel on CPUs with AVX2 but not AVX-512 (after rows_avx2.h): the same Mat.lanes layout,
-   each 64-byte vector taken as two halves of 8 rows (bytes 0-31: rows 0-7, bytes 32-63: rows 8-15), one row to
-   each lane of an 8-float register. Without VNNI, a block's integer sums come from maddubs (unsigned levels times
-   signed xq, pairs summed into 16 bits) whose 16-bit results add up before one madd widens them to 32 bits:
-   8 vectors of a block give each lane (row) at most 8 x 2 x 15 x 127 = 30480 (|xq| <= 127: block_scale), within
-   int16. Per block, vector and 8 rows: 8 maddubs, 7 adds, 1 madd, 1 conversion and 2 FMAs, where row_i4_levels_avx2
-   spends a dot product, a conversion, a scaling and an FMA per row.
+/* int4_lanes.h's and int8_lanes.h's 16-row kernels on CPUs with AVX2 but not AVX-512 (after rows_avx2.h): the
+   same Mat.lanes layouts, each 64-byte vector taken as two halves of 8 rows (bytes 0-31: rows 0-7, 32-63: rows
+   8-15), one row to each lane of an 8-float register.
+
+   Int4: without VNNI, a block's integer sums come from maddubs (unsigned levels times signed xq, pairs summed
+   into 16 bits) whose 16-bit results add up before one madd widens them to 32 bits: 8 vectors of a block give
+   each lane (row) at most 8 x 2 x 15 x 127 = 30480 (|xq| <= 127: block_scale), within int16. Per block, vector
+   and 8 rows: 8 maddubs, 7 adds, 1 madd, 1 conversion and 2 FMAs, where row_i4_levels_avx2 spends a dot product,
+   a conversion, a scaling and an FMA per row.
 
        y_r = sum_c ( s_rc d_c (q_rc . xq_c) + m_rc d_c sum(xq_c) )        (as int4_lanes.h)
 
-   The integer sums are exact and the float32 steps are int4_lanes.h's, lane for lane, so a row gets the numbers
-   it gets there, and the same at every batch size. The vectors go four at a time over a half's blocks (four
-   chains of sums and the 8 level registers fit AVX2's 16; eight spilled). */
+   Int8 weights cannot take xq + 128 as VNNI does: a pair of unsigned 255 times signed -128 overflows maddubs' 16
+   bits. Their magnitudes |q| (at most 128) go unsigned instead, the weights' signs onto xq (vpsignb), and each
+   product pair (at most 2 x 128 x 127) widens to 32 bits before the next is added:
+
+       q_r . xq = sum_j |q_rj| (sign(q_rj) xq_j)      (no -128 sum(q_r) to add back: Mat.lane_off is unused)
+
+   The integer sums are exact and the float32 steps are int4_lanes.h's and int8_lanes.h's, lane for lane, so a
+   row gets the numbers it gets there, the same at every batch size however the vectors are grouped: four at a
+   time over one half's blocks (four chains of sums and a block's 8 registers of weights fit AVX2's 16; eight
+   spilled), or, int8 at batch 1 and 2, both halves in one pass (two passes over a block's 8 lines of weights
+   made a batch-1 step slower than row_i8a8_avx2's rows). */
 
 #if AVX2
 /* Rows 8 h .. 8 h + 7 of the 16-row group g times vectors b0 .. b0 + nb - 1 (nb <= 4), x rounded `slices` times
@@ -69,7 +79,117 @@ INLINE void rows_i4_lanes_avx2(const Mat *m, int64_t g, int shift, const Input *
         else if (B - b0 == 1) HALF(1, slices);                                                                  \
     }
     if (m->slices == 2) HALVES(2) else HALVES(1)
-#undef HALVES
 #undef HALF
+}
+
+/* int8_lanes.h's rows 8 h .. 8 h + 7 of group g times vectors b0 .. b0 + nb - 1, as i4_lanes_half. */
+INLINE void i8a8_lanes_half(const Mat *m, int64_t g, int h, int shift, const Input *in, int b0, const int nb,
+                            const int slices, float *y, int64_t ldy, int add) {
+    (void)shift;
+    const int64_t k = m->k, blocks = k / BLOCK, groups = m->group ? k / m->group : 1;
+    const int8_t *w = (const int8_t *)m->lanes + g * blocks * 512 + h * 32;
+    const float *gs = m->group ? m->lane_f + g * groups * 16 + h * 8 : NULL;
+    const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    __m256 acc[4];
+    for (int b = 0; b < nb; b++) acc[b] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < blocks; c++) {
+        const int8_t *wc = w + c * 512;
+        __m256i magnitude[8];
+        for (int v = 0; v < 8; v++) {
+            __builtin_prefetch(wc + v * 64 + PREFETCH_INT8, 0, 1);
+            magnitude[v] = _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(wc + v * 64)));
+        }
+        const __m256 s = gs ? _mm256_loadu_ps(gs + c * BLOCK / m->group * 16) : _mm256_set1_ps(1.0f);
+        for (int b = 0; b < nb; b++)
+            for (int t = 0; t < slices; t++) {  /* x's rounding, then (Mat.slices 2) what it missed */
+                const int64_t at = b0 + b + t * in->second;
+                const int32_t *x = (const int32_t *)(in->offq + at * in->stride + c * BLOCK);  /* xq + 128 */
+                __m256i dots = _mm256_setzero_si256();
+                for (int v = 0; v < 8; v++) {
+                    const __m256i xq = _mm256_xor_si256(_mm256_set1_epi32(x[v]), flip);
+                    const __m256i signed_x = _mm256_sign_epi8(xq, _mm256_loadu_si256((const __m256i *)(wc + v * 64)));
+                    const __m256i pairs = _mm256_maddubs_epi16(magnitude[v], signed_x);
+                    dots = _mm256_add_epi32(dots, _mm256_madd_epi16(pairs, ones));
+                }
+                const float d = in->scales[at * (in->stride / 64 * LANES) + (c / 2) * LANES + (c % 2) * (LANES / 2)];
+                const __m256 scale = gs ? _mm256_mul_ps(s, _mm256_set1_ps(d)) : _mm256_set1_ps(d);
+                acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), scale, acc[b]);
+            }
+    }
+    const __m256 rows = m->group ? _mm256_set1_ps(1.0f) : _mm256_loadu_ps(m->scale + g * 16 + h * 8);
+    const __m256 bias = m->bias ? _mm256_loadu_ps(m->bias + g * 16 + h * 8) : _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        float *dst = y + (b0 + b) * ldy + g * 16 + h * 8;
+        const __m256 out = _mm256_fmadd_ps(acc[b], rows, bias);
+        _mm256_storeu_ps(dst, add ? _mm256_add_ps(_mm256_loadu_ps(dst), out) : out);
+    }
+}
+
+/* All 16 rows of group g times vectors b0 .. b0 + nb - 1 (nb <= 2) in one pass over the weights, each 64 bytes
+   loaded once for both halves: at batch 1 and 2, where two passes over a block's 8 lines of weights cost more than
+   the products. The same integer sums and float32 steps as i8a8_lanes_half. */
+INLINE void i8a8_lanes_whole(const Mat *m, int64_t g, const Input *in, int b0, const int nb, const int slices,
+                             float *y, int64_t ldy, int add) {
+    const int64_t k = m->k, blocks = k / BLOCK, groups = m->group ? k / m->group : 1;
+    const int8_t *w = (const int8_t *)m->lanes + g * blocks * 512;
+    const float *gs = m->group ? m->lane_f + g * groups * 16 : NULL;
+    const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    __m256 acc[2][4];  /* [half][vector b x slices] */
+    for (int b = 0; b < nb * slices; b++) acc[0][b] = acc[1][b] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < blocks; c++) {
+        const int8_t *wc = w + c * 512;
+        __m256i dots[2][4];
+        for (int b = 0; b < nb * slices; b++) dots[0][b] = dots[1][b] = _mm256_setzero_si256();
+        for (int v = 0; v < 8; v++) {
+            __builtin_prefetch(wc + v * 64 + PREFETCH_INT8, 0, 1);
+            const __m256i w0 = _mm256_loadu_si256((const __m256i *)(wc + v * 64));
+            const __m256i w1 = _mm256_loadu_si256((const __m256i *)(wc + v * 64 + 32));
+            const __m256i m0 = _mm256_abs_epi8(w0), m1 = _mm256_abs_epi8(w1);
+            for (int b = 0; b < nb * slices; b++) {  /* (b, t): vector b0 + b / slices, rounding b % slices */
+                const int64_t at = b0 + b / slices + (b % slices) * in->second;
+                const int32_t *x = (const int32_t *)(in->offq + at * in->stride + c * BLOCK);  /* xq + 128 */
+                const __m256i xq = _mm256_xor_si256(_mm256_set1_epi32(x[v]), flip);
+                const __m256i p0 = _mm256_maddubs_epi16(m0, _mm256_sign_epi8(xq, w0));
+                const __m256i p1 = _mm256_maddubs_epi16(m1, _mm256_sign_epi8(xq, w1));
+                dots[0][b] = _mm256_add_epi32(dots[0][b], _mm256_madd_epi16(p0, ones));
+                dots[1][b] = _mm256_add_epi32(dots[1][b], _mm256_madd_epi16(p1, ones));
+            }
+        }
+        for (int h = 0; h < 2; h++) {
+            const __m256 s = gs ? _mm256_loadu_ps(gs + c * BLOCK / m->group * 16 + h * 8) : _mm256_set1_ps(1.0f);
+            for (int b = 0; b < nb * slices; b++) {
+                const int64_t at = b0 + b / slices + (b % slices) * in->second;
+                const float d = in->scales[at * (in->stride / 64 * LANES) + (c / 2) * LANES + (c % 2) * (LANES / 2)];
+                const __m256 scale = gs ? _mm256_mul_ps(s, _mm256_set1_ps(d)) : _mm256_set1_ps(d);
+                /* a vector's two roundings: into one chain, the first's then the second's, as i8a8_lanes_half */
+                __m256 *chain = &acc[h][b / slices * slices];
+                *chain = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[h][b]), scale, *chain);
+            }
+        }
+    }
+    for (int h = 0; h < 2; h++) {
+        const __m256 rows = m->group ? _mm256_set1_ps(1.0f) : _mm256_loadu_ps(m->scale + g * 16 + h * 8);
+        const __m256 bias = m->bias ? _mm256_loadu_ps(m->bias + g * 16 + h * 8) : _mm256_setzero_ps();
+        for (int b = 0; b < nb; b++) {
+            float *dst = y + (b0 + b) * ldy + g * 16 + h * 8;
+            const __m256 out = _mm256_fmadd_ps(acc[h][b * slices], rows, bias);
+            _mm256_storeu_ps(dst, add ? _mm256_add_ps(_mm256_loadu_ps(dst), out) : out);
+        }
+    }
+}
+
+/* The 16 rows of group g times B vectors: one pass over both halves at batch 1 and 2, else each half, four
+   vectors at a time (the same numbers either way). */
+INLINE void rows_i8a8_lanes_avx2(const Mat *m, int64_t g, const Input *in, int B, float *y, int64_t ldy, int add) {
+    const int shift = 0;
+    if (B <= 2) {
+        if (m->slices == 2) i8a8_lanes_whole(m, g, in, 0, B, 2, y, ldy, add);
+        else i8a8_lanes_whole(m, g, in, 0, B, 1, y, ldy, add);
+        return;
+    }
+#define HALF(nb, slices) i8a8_lanes_half(m, g, h, shift, in, b0, nb, slices, y, ldy, add)
+    if (m->slices == 2) HALVES(2) else HALVES(1)
+#undef HALF
+#undef HALVES
 }
 #endif
