@@ -28,9 +28,19 @@ static inline __attribute__((always_inline)) void attend_heads(const int DK, int
             const float *key = keys + j * d;
             float s;
             if (DK) {
+#if AVX2  /* vf's two halves in two registers: the same sums, lane for lane, as hsum's tree over them */
+                __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+                for (int c = 0; c < vecs; c++) {
+                    lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + c * LANES), _mm256_loadu_ps(key + c * LANES), lo);
+                    const int at = c * LANES + 8;
+                    hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + at), _mm256_loadu_ps(key + at), hi);
+                }
+                s = hsum8(_mm256_add_ps(lo, hi));
+#else
                 vf acc = {0};
                 for (int c = 0; c < vecs; c++) acc = fmadd(load_f(q + c * LANES), load_f(key + c * LANES), acc);
                 s = hsum(acc);
+#endif
             } else {
                 s = 0.0f;
                 for (int c = 0; c < d; c++) s += q[c] * key[c];
@@ -61,7 +71,19 @@ static inline __attribute__((always_inline)) void attend_heads(const int DK, int
         for (int64_t j = first; j <= last; j++) total += p[j] = expf(p[j] - top);
 #endif
         float *o = out + h * d;
-        if (DK) {
+        if (DK && AVX2) {  /* the loop below with vf's halves in registers (it spilled them, through memcpy) */
+#if AVX2
+            __m256 acc[DK ? DK / 8 : 1];
+            for (int c = 0; c < 2 * vecs; c++) acc[c] = _mm256_setzero_ps();
+            for (int64_t j = first; j <= last; j++) {
+                const __m256 pj = _mm256_set1_ps(p[j]);
+                for (int c = 0; c < 2 * vecs; c++)
+                    acc[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(values + j * d + c * 8), acc[c]);
+            }
+            const __m256 sum = _mm256_set1_ps(total);
+            for (int c = 0; c < 2 * vecs; c++) _mm256_storeu_ps(o + c * 8, _mm256_div_ps(acc[c], sum));
+#endif
+        } else if (DK) {
             vf acc[DK ? DK / LANES : 1];
             for (int c = 0; c < vecs; c++) acc[c] = (vf){0};
             for (int64_t j = first; j <= last; j++)
