@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from qkv import native
-from qkv.decoding.native_step import native_product
+from qkv.decoding.native_step import NativeStep, lane_kernels, native_product
 from qkv.quantization import Int4Linear, Int8Linear
 from tests.decoding.native_reference import Reference
 
@@ -42,3 +42,29 @@ def test_rows_in_lanes_at_any_batch_and_thread_count(n: int, weights: str, activ
         assert torch.equal(native_product(layer, x[:b]), together[:b])
     reference = Reference(layer)(x.double())
     assert (together.double() - reference).abs().max() <= 1e-5 * reference.abs().max()
+
+
+def test_layers_are_repacked_only_for_the_kernels_this_cpu_has() -> None:
+    """Mat.lanes is packed where a kernel reads it (AVX2 or AVX-512 VNNI) and Mat.lane_off only for VNNI's, as the
+    CPU's flags say (the library is built for this CPU)."""
+    if native.library() is None:
+        pytest.skip(f"the C kernels are unavailable ({native.unavailable_reason()})")
+    try:
+        flags = set(open("/proc/cpuinfo").read().split("flags")[1].split("\n")[0].split())
+    except (OSError, IndexError):
+        pytest.skip("no /proc/cpuinfo to read the CPU's flags from")
+    if {"avx512vnni", "avx512bw", "avx512vl"} <= flags:
+        expected = 2
+    else:
+        expected = 1 if {"avx2", "fma"} <= flags and "avx512f" not in flags else 0
+    assert lane_kernels() == expected
+    holder = NativeStep.__new__(NativeStep)
+    holder._keep = []
+    torch.manual_seed(0)
+    int8 = Int8Linear.from_float(torch.randn(32, 64), None)
+    int8.activations = "int8"
+    int4 = Int4Linear.from_float(torch.randn(32, 64), None, group_size=32)
+    int4.activations = "int8"
+    mat8, mat4 = holder._mat(int8), holder._mat(int4)
+    assert bool(mat8.lanes) == bool(mat4.lanes) == (expected > 0)
+    assert bool(mat8.lane_off) == (expected == 2)

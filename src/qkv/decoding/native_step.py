@@ -195,7 +195,7 @@ class NativeStep:
             q, scale = self._int8(module.qweight, module.weight_scale, group)
             kind = MAT_I8A8 if module.activations in INT8_ACTIVATIONS and k % BLOCK == 0 else MAT_I8
             slices = ROUNDINGS.get(module.activations, 0)
-            if kind == MAT_I8A8 and n >= LANE_ROWS:
+            if kind == MAT_I8A8 and n >= LANE_ROWS and lane_kernels():
                 packed, lane_f, lane_off = self._int8_lanes(module)
                 return Mat(kind, n, k, group, q, scale, None, None, bias, packed, None, None, lane_f, lane_off, slices)
             return Mat(kind, n, k, group, q, scale, None, None, bias, slices=slices)
@@ -203,7 +203,7 @@ class NativeStep:
             n, k = module.out_features, module.in_features
             s, m = self._ptr(module.weight_scale, torch.float16), self._ptr(module.weight_min, torch.float16)
             kind = MAT_I4 if module.activations in INT8_ACTIVATIONS else MAT_I4F
-            lanes = self._lanes(module) if kind == MAT_I4 and n >= LANE_ROWS else (None, None, None)
+            lanes = self._lanes(module) if kind == MAT_I4 and n >= LANE_ROWS and lane_kernels() else (None,) * 3
             q4 = self._ptr(module.qweight, torch.uint8)
             slices = ROUNDINGS.get(module.activations, 0)
             return Mat(kind, n, k, module.group_size, q4, None, s, m, bias, *lanes, slices=slices)
@@ -222,17 +222,21 @@ class NativeStep:
 
     def _int8_lanes(self, module: Int8Linear) -> tuple[int | None, ...]:
         """An int8 layer with int8 activations repacked 16 rows to a vector (int8_lanes.h): the weights, the scales
-        per group (None: one per row), and -128 times each block's sum of weights; pointers to the copies."""
+        per group (None: one per row), and -128 times each block's sum of weights (None where only AVX2's kernel
+        reads the lanes: it has no use for them); pointers to the copies."""
         n, k = module.qweight.shape
         g, rows, blocks = n // LANE_ROWS, n // LANE_ROWS * LANE_ROWS, k // BLOCK
         q = module.qweight[:rows].reshape(g, LANE_ROWS, blocks, 8, 4)  # columns 32 c + 4 v + t
         packed = q.permute(0, 2, 3, 1, 4)  # (g, c, v, r, t): vector v of block c holds 4 weights of each row
-        sums = q.sum(dim=(3, 4), dtype=torch.int32).mul_(-128).transpose(1, 2)  # (g, c, r)
         scales = None
         if module.group_size:
             groups = module.weight_scale.shape[1]
             scales = self._ptr(module.weight_scale[:rows].reshape(g, LANE_ROWS, groups).transpose(1, 2), torch.float32)
-        return self._ptr(packed, torch.int8), scales, self._ptr(sums, torch.int32)
+        offsets = None
+        if lane_kernels() == 2:
+            sums = q.sum(dim=(3, 4), dtype=torch.int32).mul_(-128).transpose(1, 2)  # (g, c, r)
+            offsets = self._ptr(sums, torch.int32)
+        return self._ptr(packed, torch.int8), scales, offsets
 
     def _lanes(self, module: Int4Linear) -> tuple[int | None, ...]:
         """An int4 layer's levels, scales and minimums repacked 16 rows to a vector for int8 activations (the
@@ -370,6 +374,13 @@ def int8_in_bfloat16(in_features: int) -> bool:
     does; else with x in float32."""
     lib = native.library()
     return lib is not None and in_features % 32 == 0 and bool(lib.qkv_int8_in_bfloat16())
+
+
+def lane_kernels() -> int:
+    """Which C kernels multiply 16 rows to a vector (``Mat.lanes``): 2 AVX-512 VNNI's, 1 AVX2's (which do not read
+    ``lane_off``), 0 none (no C kernels, or a CPU without AVX2: the layers are not repacked)."""
+    lib = native.library()
+    return int(lib.qkv_lane_kernels()) if lib is not None else 0
 
 
 def native_step(model: GPT, projections: Sequence[nn.Module]) -> NativeStep | str:

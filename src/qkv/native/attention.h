@@ -71,8 +71,8 @@ static inline __attribute__((always_inline)) void attend_heads(const int DK, int
         for (int64_t j = first; j <= last; j++) total += p[j] = expf(p[j] - top);
 #endif
         float *o = out + h * d;
-        if (DK && AVX2) {  /* the loop below with vf's halves in registers (it spilled them, through memcpy) */
 #if AVX2
+        if (DK) {  /* the vf loop below with vf's halves in registers (it spilled them, through memcpy) */
             __m256 acc[DK ? DK / 8 : 1];
             for (int c = 0; c < 2 * vecs; c++) acc[c] = _mm256_setzero_ps();
             for (int64_t j = first; j <= last; j++) {
@@ -82,8 +82,9 @@ static inline __attribute__((always_inline)) void attend_heads(const int DK, int
             }
             const __m256 sum = _mm256_set1_ps(total);
             for (int c = 0; c < 2 * vecs; c++) _mm256_storeu_ps(o + c * 8, _mm256_div_ps(acc[c], sum));
-#endif
-        } else if (DK) {
+        }
+#else
+        if (DK) {
             vf acc[DK ? DK / LANES : 1];
             for (int c = 0; c < vecs; c++) acc[c] = (vf){0};
             for (int64_t j = first; j <= last; j++)
@@ -92,7 +93,9 @@ static inline __attribute__((always_inline)) void attend_heads(const int DK, int
                 vf r = acc[c] / total;
                 memcpy(o + c * LANES, &r, sizeof r);
             }
-        } else {
+        }
+#endif
+        else {
             for (int c = 0; c < d; c++) o[c] = 0.0f;
             for (int64_t j = first; j <= last; j++)
                 for (int c = 0; c < d; c++) o[c] += p[j] * values[j * d + c];

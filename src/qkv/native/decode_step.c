@@ -377,6 +377,10 @@ int qkv_decode_step(const Model *m, int32_t B, const float *x0, const int64_t *t
 /* Whether MAT_I8 products multiply x in bfloat16 (int8_bf16(): for k a multiple of 32), for the tests' reference. */
 int qkv_int8_in_bfloat16(void) { return int8_bf16(); }
 
+/* Which kernels read Mat.lanes: 2 VNNI's (int4_lanes.h, int8_lanes.h: lane_off too), 1 AVX2's (lanes_avx2.h, no
+   lane_off), 0 none (the rows compute every layer). */
+int qkv_lane_kernels(void) { return HAVE_VNNI ? 2 : AVX2 ? 1 : 0; }
+
 /* Overrides int8_bf16()'s choice: 1 bfloat16 (where the CPU has it), 0 float32, -1 the CPU's (tests). */
 void qkv_set_int8_bf16(int32_t choice) { int8_bf16_choice = choice; }
 

@@ -23,11 +23,20 @@
    made a batch-1 step slower than row_i8a8_avx2's rows). */
 
 #if AVX2
+/* y's rows 16 g + 8 h .. 16 g + 8 h + 7 of one vector (y_b): acc times the rows' scales (1 where none) plus the
+   bias, written or (add) added. */
+INLINE void store_rows8(const Mat *m, int64_t g, int h, __m256 acc, __m256 rows, float *y_b, int add) {
+    const int64_t r = g * 16 + h * 8;
+    const __m256 out = _mm256_fmadd_ps(acc, rows, m->bias ? _mm256_loadu_ps(m->bias + r) : _mm256_setzero_ps());
+    _mm256_storeu_ps(y_b + r, add ? _mm256_add_ps(_mm256_loadu_ps(y_b + r), out) : out);
+}
+
 /* Rows 8 h .. 8 h + 7 of the 16-row group g times vectors b0 .. b0 + nb - 1 (nb <= 4), x rounded `slices` times
    (Mat.slices): nb and slices constants where inlined, so that the sums stay in registers. */
-INLINE void i4_lanes_half(const Mat *m, int64_t g, int h, int shift, const Input *in, int b0, const int nb,
-                          const int slices, float *y, int64_t ldy, int add) {
+INLINE void i4_lanes_half(const Mat *m, int64_t g, int h, const Input *in, int b0, const int nb, const int slices,
+                          float *y, int64_t ldy, int add) {
     const int64_t k = m->k, blocks = k / BLOCK, groups = k / m->group;
+    const int shift = __builtin_ctz((unsigned)(m->group / BLOCK));  /* groups of 32 << shift */
     const uint8_t *w = (const uint8_t *)m->lanes + g * blocks * 256 + h * 32;
     const uint16_t *s16 = m->lane_s + g * groups * 16 + h * 8, *m16 = m->lane_m + g * groups * 16 + h * 8;
     const __m256i nibble = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
@@ -58,34 +67,12 @@ INLINE void i4_lanes_half(const Mat *m, int64_t g, int h, int shift, const Input
                 acc[b] = _mm256_fmadd_ps(mins, _mm256_set1_ps(in->sums[at * (in->stride / BLOCK) + c]), acc[b]);
             }
     }
-    const __m256 bias = m->bias ? _mm256_loadu_ps(m->bias + g * 16 + h * 8) : _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        float *dst = y + (b0 + b) * ldy + g * 16 + h * 8;
-        const __m256 out = _mm256_add_ps(acc[b], bias);
-        _mm256_storeu_ps(dst, add ? _mm256_add_ps(_mm256_loadu_ps(dst), out) : out);
-    }
-}
-
-/* The 16 rows of group g times B vectors: each half, four vectors at a time. */
-INLINE void rows_i4_lanes_avx2(const Mat *m, int64_t g, int shift, const Input *in, int B, float *y, int64_t ldy,
-                               int add) {
-#define HALF(nb, slices) i4_lanes_half(m, g, h, shift, in, b0, nb, slices, y, ldy, add)
-#define HALVES(slices)                                                                                          \
-    for (int h = 0; h < 2; h++) {                                                                               \
-        int b0 = 0;                                                                                             \
-        for (; b0 + 4 <= B; b0 += 4) HALF(4, slices);                                                           \
-        if (B - b0 == 3) HALF(3, slices);                                                                       \
-        else if (B - b0 == 2) HALF(2, slices);                                                                  \
-        else if (B - b0 == 1) HALF(1, slices);                                                                  \
-    }
-    if (m->slices == 2) HALVES(2) else HALVES(1)
-#undef HALF
+    for (int b = 0; b < nb; b++) store_rows8(m, g, h, acc[b], _mm256_set1_ps(1.0f), y + (b0 + b) * ldy, add);
 }
 
 /* int8_lanes.h's rows 8 h .. 8 h + 7 of group g times vectors b0 .. b0 + nb - 1, as i4_lanes_half. */
-INLINE void i8a8_lanes_half(const Mat *m, int64_t g, int h, int shift, const Input *in, int b0, const int nb,
-                            const int slices, float *y, int64_t ldy, int add) {
-    (void)shift;
+INLINE void i8a8_lanes_half(const Mat *m, int64_t g, int h, const Input *in, int b0, const int nb, const int slices,
+                            float *y, int64_t ldy, int add) {
     const int64_t k = m->k, blocks = k / BLOCK, groups = m->group ? k / m->group : 1;
     const int8_t *w = (const int8_t *)m->lanes + g * blocks * 512 + h * 32;
     const float *gs = m->group ? m->lane_f + g * groups * 16 + h * 8 : NULL;
@@ -117,12 +104,7 @@ INLINE void i8a8_lanes_half(const Mat *m, int64_t g, int h, int shift, const Inp
             }
     }
     const __m256 rows = m->group ? _mm256_set1_ps(1.0f) : _mm256_loadu_ps(m->scale + g * 16 + h * 8);
-    const __m256 bias = m->bias ? _mm256_loadu_ps(m->bias + g * 16 + h * 8) : _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        float *dst = y + (b0 + b) * ldy + g * 16 + h * 8;
-        const __m256 out = _mm256_fmadd_ps(acc[b], rows, bias);
-        _mm256_storeu_ps(dst, add ? _mm256_add_ps(_mm256_loadu_ps(dst), out) : out);
-    }
+    for (int b = 0; b < nb; b++) store_rows8(m, g, h, acc[b], rows, y + (b0 + b) * ldy, add);
 }
 
 /* All 16 rows of group g times vectors b0 .. b0 + nb - 1 (nb <= 2) in one pass over the weights, each 64 bytes
@@ -169,27 +151,36 @@ INLINE void i8a8_lanes_whole(const Mat *m, int64_t g, const Input *in, int b0, c
     }
     for (int h = 0; h < 2; h++) {
         const __m256 rows = m->group ? _mm256_set1_ps(1.0f) : _mm256_loadu_ps(m->scale + g * 16 + h * 8);
-        const __m256 bias = m->bias ? _mm256_loadu_ps(m->bias + g * 16 + h * 8) : _mm256_setzero_ps();
-        for (int b = 0; b < nb; b++) {
-            float *dst = y + (b0 + b) * ldy + g * 16 + h * 8;
-            const __m256 out = _mm256_fmadd_ps(acc[h][b * slices], rows, bias);
-            _mm256_storeu_ps(dst, add ? _mm256_add_ps(_mm256_loadu_ps(dst), out) : out);
-        }
+        for (int b = 0; b < nb; b++) store_rows8(m, g, h, acc[h][b * slices], rows, y + (b0 + b) * ldy, add);
     }
 }
 
-/* The 16 rows of group g times B vectors: one pass over both halves at batch 1 and 2, else each half, four
-   vectors at a time (the same numbers either way). */
-INLINE void rows_i8a8_lanes_avx2(const Mat *m, int64_t g, const Input *in, int B, float *y, int64_t ldy, int add) {
-    const int shift = 0;
-    if (B <= 2) {
+/* Rows 8 h .. 8 h + 7 of group g times vectors b0 .. b0 + nb - 1, in the kernel for the layer's kind. */
+INLINE void lanes_half(const Mat *m, int64_t g, int h, const Input *in, int b0, const int nb, const int slices,
+                       float *y, int64_t ldy, int add) {
+    if (m->kind == MAT_I4) i4_lanes_half(m, g, h, in, b0, nb, slices, y, ldy, add);
+    else i8a8_lanes_half(m, g, h, in, b0, nb, slices, y, ldy, add);
+}
+
+/* Each half of group g's rows times B vectors, four at a time: the vector count a constant in every call. */
+INLINE void lanes_halves(const Mat *m, int64_t g, const Input *in, int B, const int slices, float *y, int64_t ldy,
+                         int add) {
+    for (int h = 0; h < 2; h++) {
+        int b0 = 0;
+        for (; b0 + 4 <= B; b0 += 4) lanes_half(m, g, h, in, b0, 4, slices, y, ldy, add);
+        if (B - b0 == 3) lanes_half(m, g, h, in, b0, 3, slices, y, ldy, add);
+        else if (B - b0 == 2) lanes_half(m, g, h, in, b0, 2, slices, y, ldy, add);
+        else if (B - b0 == 1) lanes_half(m, g, h, in, b0, 1, slices, y, ldy, add);
+    }
+}
+
+/* The 16 rows of group g (MAT_I4 or MAT_I8A8) times B vectors: int8 at batch 1 and 2 in one pass over both
+   halves, else each half four vectors at a time (the same numbers either way); x's rounding count a constant. */
+INLINE void rows_lanes_avx2(const Mat *m, int64_t g, const Input *in, int B, float *y, int64_t ldy, int add) {
+    if (m->kind == MAT_I8A8 && B <= 2) {
         if (m->slices == 2) i8a8_lanes_whole(m, g, in, 0, B, 2, y, ldy, add);
         else i8a8_lanes_whole(m, g, in, 0, B, 1, y, ldy, add);
-        return;
-    }
-#define HALF(nb, slices) i8a8_lanes_half(m, g, h, shift, in, b0, nb, slices, y, ldy, add)
-    if (m->slices == 2) HALVES(2) else HALVES(1)
-#undef HALF
-#undef HALVES
+    } else if (m->slices == 2) lanes_halves(m, g, in, B, 2, y, ldy, add);
+    else lanes_halves(m, g, in, B, 1, y, ldy, add);
 }
 #endif

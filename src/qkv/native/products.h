@@ -228,10 +228,7 @@ INLINE void product_rows(const Mat *m, const Input *in, int B, float *y, int64_t
     }
 #elif AVX2
     if (m->lanes) {  /* as above (lanes_avx2.h) */
-        for (; n0 % 16 == 0 && n0 + 16 <= n1 && n0 + 16 <= m->n; n0 += 16) {
-            if (m->kind == MAT_I4) rows_i4_lanes_avx2(m, n0 / 16, shift, in, B, y, ldy, add);
-            else rows_i8a8_lanes_avx2(m, n0 / 16, in, B, y, ldy, add);
-        }
+        for (; n0 % 16 == 0 && n0 + 16 <= n1 && n0 + 16 <= m->n; n0 += 16) rows_lanes_avx2(m, n0 / 16, in, B, y, ldy, add);
     }
 #endif
     for (int64_t i = n0; i < n1; i++) {
