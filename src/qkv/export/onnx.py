@@ -55,7 +55,6 @@ from qkv.layers.attention import MultiHeadAttention
 from qkv.models import GPT, Encoder, Transformer, mean_pool
 from qkv.models.config import BaseConfig
 from qkv.models.family import ENCODER, LANGUAGE_MODEL, TRANSLATOR, WORD_VECTORS, family_of
-from qkv.models.gpt.config import GPTConfig
 from qkv.models.transformer.config import TransformerConfig
 from qkv.quantization import is_quantized, quantization_scheme, weight_bytes
 
@@ -299,7 +298,7 @@ _CACHE_DIMS = {0: "batch", 2: "past_sequence"}  # of a past or present key/value
 
 def _export_gpt(model: GPT, path: Path, meta: dict[str, str]) -> tuple[Any, Path, bool]:
     """The one graph of a language model: tokens and a KV cache in, logits and the grown cache out."""
-    n = cast(GPTConfig, model.config).n_layers
+    n = model.config.n_layers
     ids = torch.zeros(EXAMPLE_BATCH, EXAMPLE_LENGTH, dtype=torch.long)
     pasts = [t for _ in range(n) for t in _empty_like_cache(model, EXAMPLE_BATCH, EXAMPLE_PAST)]
     return _export(

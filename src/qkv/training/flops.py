@@ -20,13 +20,13 @@ from typing import cast
 import torch
 
 from qkv.models.family import family_of
-from qkv.models.gpt import GPT, GPTConfig
+from qkv.models.gpt import GPT
 
 
 def training_flops_per_token(model: GPT) -> float:
     """6 N + 12 L d T for a GPT or a Llama (N: parameters that take part in matmuls; see the module
     docstring)."""
-    config = cast(GPTConfig, model.config)  # Model.config is typed as the base ModelConfig
+    config = model.config
     n = model.num_parameters()
     if family_of(model).positions(config) == "learned":  # W_pos is a lookup table, not a matmul
         n -= cast(torch.nn.Embedding, model.embedding.positional_encoding).weight.numel()

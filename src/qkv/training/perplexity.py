@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import torch
 from torch import Tensor
@@ -25,7 +24,7 @@ from torch import Tensor
 from qkv.errors import QkvError
 from qkv.layers.softmax import log_softmax
 from qkv.models.eval_mode import eval_mode
-from qkv.models.gpt import GPT, GPTConfig
+from qkv.models.gpt import GPT
 from qkv.tokenizers import Tokenizer
 
 
@@ -61,7 +60,7 @@ def token_log_probs(model: GPT, ids: Sequence[int] | Tensor, *, top: int = 0, ba
     """Per-token log-probabilities of the token ids ``ids`` (N,) under ``model``: (N-1,) values, and with
     ``top`` > 0 the ``top`` likeliest tokens at each position with their log-probabilities."""
     ids = torch.as_tensor(ids, dtype=torch.long).flatten().cpu()
-    config = cast(GPTConfig, model.config)  # Model.config is typed as the base ModelConfig
+    config = model.config
     spans = windows(ids.numel(), config.context_length)
     device = next(model.parameters()).device
     top = min(top, config.vocab_size)
@@ -100,7 +99,7 @@ def score_text(model: GPT, tokenizer: Tokenizer, text: str, *, batch_size: int =
     total_tokens = logprobs.numel()
     total_chars = sum(
         len(tokenizer.decode(ids[s + 1 : e], skip_special=False))
-        for s, e in windows(len(ids), cast(GPTConfig, model.config).context_length)
+        for s, e in windows(len(ids), model.config.context_length)
     )
     loss = total_nats / total_tokens
     bits = total_nats / math.log(2)

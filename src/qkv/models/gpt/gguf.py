@@ -19,6 +19,8 @@ that way (RMSNorm, a gated feed-forward, post-LN blocks, another activation) is 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 import torch
@@ -33,7 +35,6 @@ from qkv.models.gpt.config import GPTConfig
 if TYPE_CHECKING:
     from qkv.models.gpt.model import GPT
 
-ARCHITECTURES: tuple[str, ...] = ("gpt2", "starcoder2")  # starcoder2: a GPT with rotary positions (and grouped heads)
 IGNORED: tuple[str, ...] = ()
 ATTN = BLOCK + ".self_attn."
 
@@ -213,26 +214,49 @@ def _starcoder2_metadata(config: GPTConfig, arch: str = "starcoder2") -> dict[st
     }
 
 
+@dataclass(frozen=True)
+class Dialect:
+    """What one architecture's files hold: its name table, config and metadata for a model of a config, and
+    whether its positions rotate (``starcoder2``) or are a learned row added to W_E (``gpt2``: one head of keys and
+    values per query head, stored stacked as ``attn_qkv``)."""
+
+    rows: Callable[[GPTConfig, str], list[Row]]
+    config: Callable[[ArchMetadata, GGUFFile], GPTConfig]
+    metadata: Callable[[GPTConfig, str], dict[str, object]]
+    rotary: bool
+
+
+DIALECTS = {
+    "gpt2": Dialect(_gpt2_rows, _gpt2_config, _gpt2_metadata, rotary=False),
+    "starcoder2": Dialect(_starcoder2_rows, _starcoder2_config, _starcoder2_metadata, rotary=True),
+}
+ARCHITECTURES: tuple[str, ...] = tuple(DIALECTS)
+
+
 def config_from_gguf(meta: ArchMetadata, file: GGUFFile) -> GPTConfig:
     """qkv's GPTConfig from a ``gpt2`` or ``starcoder2`` file's metadata."""
-    return (_starcoder2_config if file.architecture == "starcoder2" else _gpt2_config)(meta, file)
+    dialect = DIALECTS.get(file.architecture or "")
+    if dialect is None:
+        raise QkvError(f"a GGUF file of architecture {file.architecture!r} is not a GPT's ({', '.join(DIALECTS)})")
+    return dialect.config(meta, file)
 
 
 def rows(config: GPTConfig, arch: str) -> list[Row]:
     """The name table of ``arch`` for a model of ``config``."""
-    return (_starcoder2_rows if arch == "starcoder2" else _gpt2_rows)(config, arch)
+    return DIALECTS[arch].rows(config, arch)
 
 
 def metadata(config: GPTConfig, arch: str) -> dict[str, object]:
     """The hyperparameters of ``config`` as ``arch``'s GGUF metadata."""
-    return (_starcoder2_metadata if arch == "starcoder2" else _gpt2_metadata)(config, arch)
+    return DIALECTS[arch].metadata(config, arch)
 
 
 def export(model: nn.Module, *, approximate_gelu: bool = False) -> tuple[str, GPTConfig, dict[str, Tensor], dict]:
     """(architecture, config, tensors by qkv name, extra tensors) of the file ``model`` becomes: ``starcoder2``
     with rotary positions, else ``gpt2``; what neither can hold is one line."""
     config = cast(GPTConfig, model.config)
-    arch = "starcoder2" if config.positional == "rope" else "gpt2"
+    rotary = config.positional == "rope"
+    arch = next(name for name, dialect in DIALECTS.items() if dialect.rotary == rotary)
     check_gpt(config, arch, approximate_gelu=approximate_gelu)
-    config, state = export_state(model, multi_head=arch == "gpt2")
+    config, state = export_state(model, multi_head=not rotary)
     return arch, config, state, {}
