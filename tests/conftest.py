@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,17 @@ def _malloc_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def _session_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("qkv-cache")
+    """This session's cache; its ``native`` folder (the built C library, a minute of compiling) is shared by the
+    parallel workers of one run, which build it once (qkv.native locks the build)."""
+    cache = tmp_path_factory.mktemp("qkv-cache")
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "qkv-native"
+    shared.mkdir(exist_ok=True)
+    try:
+        (cache / "native").symlink_to(shared, target_is_directory=True)
+    except OSError:  # no symlinks here: each worker builds its own
+        pass
+    return cache
 
 
 @pytest.fixture(autouse=True)

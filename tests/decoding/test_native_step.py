@@ -6,6 +6,8 @@ reference are tests/decoding/native_reference.py's."""
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -196,6 +198,26 @@ def test_the_library_is_built_once_and_loaded_from_the_cache(monkeypatch, tmp_pa
     monkeypatch.setattr(native.subprocess, "run", lambda args, **kw: calls.append(args) or real_run(args, **kw))
     assert native.build() == first and first.stat().st_mtime_ns == stamp
     assert all("--version" in args for args in calls)  # the compiler was asked its version, never to build
+
+
+def test_processes_building_at_once_compile_once(monkeypatch, tmp_path) -> None:
+    """Two builders at once (threads here: each holds its own lock file handle, as processes do): one compiles,
+    the other waits for it and takes its library."""
+    monkeypatch.setenv("QKV_CACHE", str(tmp_path))
+    monkeypatch.setattr(native, "FLAGS", tuple("-O0" if flag == "-O3" else flag for flag in native.FLAGS))
+    compiles = []
+    real_run = native.subprocess.run
+
+    def run(args, **kw):  # noqa: ANN001, ANN003, ANN202
+        if "--version" not in args:
+            compiles.append(args)
+            time.sleep(0.5)  # long enough for the second builder to arrive while the first compiles
+        return real_run(args, **kw)
+
+    monkeypatch.setattr(native.subprocess, "run", run)
+    with ThreadPoolExecutor(2) as pool:
+        paths = list(pool.map(lambda _: native.build(), range(2)))
+    assert paths[0] == paths[1] and paths[0].is_file() and len(compiles) == 1
 
 
 def test_a_compiled_step_holds_the_native_step_as_one_operator(quick_compile, monkeypatch) -> None:

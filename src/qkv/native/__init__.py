@@ -9,8 +9,10 @@ are built the first time they are needed, with
 
 into ``$QKV_CACHE/native`` (default ``~/.cache/qkv/native``), under a name that hashes the sources, the
 flags, the compiler's version and the CPU's features, so a changed source or another machine builds anew
-and every later process loads the cached library in milliseconds. The library links the OpenMP runtime by
-its soname, so loaded after torch it shares torch's threads instead of bringing a second pool.
+and every later process loads the cached library in milliseconds. Processes that need the same library at once
+(a server's workers, parallel test workers) build it once: the others wait on a lock file beside it and load it.
+The library links the OpenMP runtime by its soname, so loaded after torch it shares torch's threads instead of
+bringing a second pool.
 
 Where no compiler is found, the build fails, or ``QKV_NATIVE=0`` is set, :func:`library` returns None and
 says why once (:func:`unavailable_reason`); callers then run their PyTorch path, which gives the same numbers
@@ -28,6 +30,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 SOURCES = (
@@ -97,6 +101,32 @@ def build(name: str = "decode_step") -> Path:
     if target.is_file():
         return target
     folder.mkdir(parents=True, exist_ok=True)
+    with _only_builder(folder / f"{target.stem}.lock"):
+        if target.is_file():  # another process built it while this one waited
+            return target
+        return _compile(cc, name, target)
+
+
+@contextmanager
+def _only_builder(lock: Path) -> Iterator[None]:
+    """Holds ``lock`` (an exclusive flock) so that one process at a time builds a library; where flock is missing
+    (Windows), concurrent builds each write the same bytes and the last rename wins."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _compile(cc: str, name: str, target: Path) -> Path:
+    """``name``.c built into ``target`` (atomically); OSError with the compiler's first line if it fails."""
+    folder = target.parent
     source = Path(__file__).parent / f"{name}.c"
     with tempfile.TemporaryDirectory(dir=folder) as scratch:  # the same file system: an atomic rename
         built = Path(scratch) / target.name
@@ -109,7 +139,7 @@ def build(name: str = "decode_step") -> Path:
         if result.returncode != 0 or not built.is_file():
             message = (result.stderr or result.stdout).strip().splitlines()
             raise OSError(f"{Path(cc).name} failed on {source.name}: {message[0] if message else result.returncode}")
-        os.replace(built, target)  # another process building the same library at once writes the same bytes
+        os.replace(built, target)
     return target
 
 
