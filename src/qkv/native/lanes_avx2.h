@@ -31,8 +31,10 @@ INLINE void store_rows8(const Mat *m, int64_t g, int h, __m256 acc, __m256 rows,
     _mm256_storeu_ps(y_b + r, add ? _mm256_add_ps(_mm256_loadu_ps(y_b + r), out) : out);
 }
 
-/* Rows 8 h .. 8 h + 7 of the 16-row group g times vectors b0 .. b0 + nb - 1 (nb <= 4), x rounded `slices` times
-   (Mat.slices): nb and slices constants where inlined, so that the sums stay in registers. */
+/* Rows 8 h .. 8 h + 7 of the 16-row group g times vectors b0 .. b0 + nb - 1, x rounded `slices` times (Mat.slices;
+   nb x slices <= 8, at most 4 keeping their sums in registers): nb and slices constants where inlined. Each 64 bytes of a
+   block's weights are split into their two nibbles once and multiplied by every vector at once (a block's eight
+   registers of levels held for all vectors left too few registers for the sums at prompt lengths). */
 INLINE void i4_lanes_half(const Mat *m, int64_t g, int h, const Input *in, int b0, const int nb, const int slices,
                           float *y, int64_t ldy, int add) {
     const int64_t k = m->k, blocks = k / BLOCK, groups = k / m->group;
@@ -40,32 +42,39 @@ INLINE void i4_lanes_half(const Mat *m, int64_t g, int h, const Input *in, int b
     const uint8_t *w = (const uint8_t *)m->lanes + g * blocks * 256 + h * 32;
     const uint16_t *s16 = m->lane_s + g * groups * 16 + h * 8, *m16 = m->lane_m + g * groups * 16 + h * 8;
     const __m256i nibble = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    const int8_t *xs[8];  /* (b, t) = j / slices, j % slices: x's rounding t of vector b0 + b, its scales, its sums */
+    const float *ds[8], *sums[8];
+    for (int j = 0; j < nb * slices; j++) {
+        const int64_t at = b0 + j / slices + (j % slices) * in->second;
+        xs[j] = in->swapped + at * in->stride;
+        ds[j] = in->scales + at * (in->stride / 64 * LANES);  /* block c's d at 8 c */
+        sums[j] = in->sums + at * (in->stride / BLOCK);
+    }
     __m256 acc[4];
     for (int b = 0; b < nb; b++) acc[b] = _mm256_setzero_ps();
     for (int64_t c = 0; c < blocks; c++) {
         const uint8_t *wc = w + c * 256;
         __builtin_prefetch(wc + PREFETCH_INT4, 0, 1);
         __builtin_prefetch(wc + 128 + PREFETCH_INT4, 0, 1);
-        __m256i levels[8];
-        for (int v = 0; v < 4; v++) {
+        __m256i dots[8];  /* 16-bit sums of pairs, two to a row */
+        for (int j = 0; j < nb * slices; j++) dots[j] = _mm256_setzero_si256();
+        for (int v = 0; v < 4; v++) {  /* levels 2 v (low nibbles) and 2 v + 1 (high) */
             const __m256i both = _mm256_loadu_si256((const __m256i *)(wc + v * 64));
-            levels[2 * v] = _mm256_and_si256(both, nibble);
-            levels[2 * v + 1] = _mm256_and_si256(_mm256_srli_epi16(both, 4), nibble);
+            const __m256i lo = _mm256_and_si256(both, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(both, 4), nibble);
+            for (int j = 0; j < nb * slices; j++) {
+                const int32_t *x = (const int32_t *)(xs[j] + c * BLOCK);
+                dots[j] = _mm256_add_epi16(dots[j], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(x[2 * v])));
+                dots[j] = _mm256_add_epi16(dots[j], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(x[2 * v + 1])));
+            }
         }
         const __m256 s = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s16 + (c >> shift) * 16)));
         const __m256 mins = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(m16 + (c >> shift) * 16)));
-        for (int b = 0; b < nb; b++)
-            for (int t = 0; t < slices; t++) {  /* x's rounding, then (Mat.slices 2) what it missed */
-                const int64_t at = b0 + b + t * in->second;
-                const int32_t *x = (const int32_t *)(in->swapped + at * in->stride + c * BLOCK);
-                __m256i sums = _mm256_maddubs_epi16(levels[0], _mm256_set1_epi32(x[0]));
-                for (int v = 1; v < 8; v++)
-                    sums = _mm256_add_epi16(sums, _mm256_maddubs_epi16(levels[v], _mm256_set1_epi32(x[v])));
-                const __m256i dots = _mm256_madd_epi16(sums, ones);
-                const float d = in->scales[at * (in->stride / 64 * LANES) + (c / 2) * LANES + (c % 2) * (LANES / 2)];
-                acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), _mm256_mul_ps(s, _mm256_set1_ps(d)), acc[b]);
-                acc[b] = _mm256_fmadd_ps(mins, _mm256_set1_ps(in->sums[at * (in->stride / BLOCK) + c]), acc[b]);
-            }
+        for (int j = 0; j < nb * slices; j++) {  /* x's rounding, then (Mat.slices 2) what it missed */
+            __m256 *chain = &acc[j / slices];
+            const __m256 sums32 = _mm256_cvtepi32_ps(_mm256_madd_epi16(dots[j], ones));
+            *chain = _mm256_fmadd_ps(sums32, _mm256_mul_ps(s, _mm256_set1_ps(ds[j][8 * c])), *chain);
+            *chain = _mm256_fmadd_ps(mins, _mm256_set1_ps(sums[j][c]), *chain);
+        }
     }
     for (int b = 0; b < nb; b++) store_rows8(m, g, h, acc[b], _mm256_set1_ps(1.0f), y + (b0 + b) * ldy, add);
 }
@@ -155,32 +164,36 @@ INLINE void i8a8_lanes_whole(const Mat *m, int64_t g, const Input *in, int b0, c
     }
 }
 
-/* Rows 8 h .. 8 h + 7 of group g times vectors b0 .. b0 + nb - 1, in the kernel for the layer's kind. */
-INLINE void lanes_half(const Mat *m, int64_t g, int h, const Input *in, int b0, const int nb, const int slices,
-                       float *y, int64_t ldy, int add) {
-    if (m->kind == MAT_I4) i4_lanes_half(m, g, h, in, b0, nb, slices, y, ldy, add);
+/* Rows 8 h .. 8 h + 7 of group g times vectors b0 .. b0 + nb - 1, in the kernel of int4 (i4) or int8 weights. */
+INLINE void lanes_half(const Mat *m, int64_t g, int h, const Input *in, const int i4, int b0, const int nb,
+                       const int slices, float *y, int64_t ldy, int add) {
+    if (i4) i4_lanes_half(m, g, h, in, b0, nb, slices, y, ldy, add);
     else i8a8_lanes_half(m, g, h, in, b0, nb, slices, y, ldy, add);
 }
 
-/* Each half of group g's rows times B vectors, four at a time: the vector count a constant in every call. */
-INLINE void lanes_halves(const Mat *m, int64_t g, const Input *in, int B, const int slices, float *y, int64_t ldy,
-                         int add) {
+/* Each half of group g's rows times B vectors, `step` at a time: the vector count a constant in every call. */
+INLINE void lanes_halves(const Mat *m, int64_t g, const Input *in, int B, const int i4, const int slices,
+                         const int step, float *y, int64_t ldy, int add) {
     for (int h = 0; h < 2; h++) {
         int b0 = 0;
-        for (; b0 + 4 <= B; b0 += 4) lanes_half(m, g, h, in, b0, 4, slices, y, ldy, add);
-        if (B - b0 == 3) lanes_half(m, g, h, in, b0, 3, slices, y, ldy, add);
-        else if (B - b0 == 2) lanes_half(m, g, h, in, b0, 2, slices, y, ldy, add);
-        else if (B - b0 == 1) lanes_half(m, g, h, in, b0, 1, slices, y, ldy, add);
+        for (; b0 + step <= B; b0 += step) lanes_half(m, g, h, in, i4, b0, step, slices, y, ldy, add);
+        if (step > 3 && B - b0 == 3) lanes_half(m, g, h, in, i4, b0, 3, slices, y, ldy, add);
+        else if (step > 2 && B - b0 == 2) lanes_half(m, g, h, in, i4, b0, 2, slices, y, ldy, add);
+        else if (B - b0 == 1) lanes_half(m, g, h, in, i4, b0, 1, slices, y, ldy, add);
     }
 }
 
 /* The 16 rows of group g (MAT_I4 or MAT_I8A8) times B vectors: int8 at batch 1 and 2 in one pass over both
-   halves, else each half four vectors at a time (the same numbers either way); x's rounding count a constant. */
+   halves, else each half four vectors at a time (int4 rounded twice: two, so that the sums of four roundings stay
+   in registers); the same numbers either way. x's rounding count a constant. */
 INLINE void rows_lanes_avx2(const Mat *m, int64_t g, const Input *in, int B, float *y, int64_t ldy, int add) {
-    if (m->kind == MAT_I8A8 && B <= 2) {
+    if (m->kind == MAT_I4) {
+        if (m->slices == 2) lanes_halves(m, g, in, B, 1, 2, 2, y, ldy, add);
+        else lanes_halves(m, g, in, B, 1, 1, 4, y, ldy, add);
+    } else if (B <= 2) {
         if (m->slices == 2) i8a8_lanes_whole(m, g, in, 0, B, 2, y, ldy, add);
         else i8a8_lanes_whole(m, g, in, 0, B, 1, y, ldy, add);
-    } else if (m->slices == 2) lanes_halves(m, g, in, B, 2, y, ldy, add);
-    else lanes_halves(m, g, in, B, 1, y, ldy, add);
+    } else if (m->slices == 2) lanes_halves(m, g, in, B, 0, 2, 4, y, ldy, add);
+    else lanes_halves(m, g, in, B, 0, 1, 4, y, ldy, add);
 }
 #endif
