@@ -79,38 +79,42 @@ INLINE void i4_lanes_half(const Mat *m, int64_t g, int h, const Input *in, int b
     for (int b = 0; b < nb; b++) store_rows8(m, g, h, acc[b], _mm256_set1_ps(1.0f), y + (b0 + b) * ldy, add);
 }
 
-/* int8_lanes.h's rows 8 h .. 8 h + 7 of group g times vectors b0 .. b0 + nb - 1, as i4_lanes_half. */
+/* int8_lanes.h's rows 8 h .. 8 h + 7 of group g times vectors b0 .. b0 + nb - 1, as i4_lanes_half: each 64 bytes
+   of weights loaded once, their magnitudes taken once, for every vector at once. */
 INLINE void i8a8_lanes_half(const Mat *m, int64_t g, int h, const Input *in, int b0, const int nb, const int slices,
                             float *y, int64_t ldy, int add) {
     const int64_t k = m->k, blocks = k / BLOCK, groups = m->group ? k / m->group : 1;
     const int8_t *w = (const int8_t *)m->lanes + g * blocks * 512 + h * 32;
     const float *gs = m->group ? m->lane_f + g * groups * 16 + h * 8 : NULL;
     const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    const uint8_t *xs[8];  /* (b, t) = j / slices, j % slices: xq + 128 of rounding t of vector b0 + b, its scales */
+    const float *ds[8];
+    for (int j = 0; j < nb * slices; j++) {
+        const int64_t at = b0 + j / slices + (j % slices) * in->second;
+        xs[j] = in->offq + at * in->stride;
+        ds[j] = in->scales + at * (in->stride / 64 * LANES);  /* block c's d at 8 c */
+    }
     __m256 acc[4];
     for (int b = 0; b < nb; b++) acc[b] = _mm256_setzero_ps();
     for (int64_t c = 0; c < blocks; c++) {
         const int8_t *wc = w + c * 512;
-        __m256i magnitude[8];
+        __m256i dots[8];
+        for (int j = 0; j < nb * slices; j++) dots[j] = _mm256_setzero_si256();
         for (int v = 0; v < 8; v++) {
             __builtin_prefetch(wc + v * 64 + PREFETCH_INT8, 0, 1);
-            magnitude[v] = _mm256_abs_epi8(_mm256_loadu_si256((const __m256i *)(wc + v * 64)));
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(wc + v * 64)), magnitude = _mm256_abs_epi8(q);
+            for (int j = 0; j < nb * slices; j++) {
+                const int32_t *x = (const int32_t *)(xs[j] + c * BLOCK);
+                const __m256i xq = _mm256_xor_si256(_mm256_set1_epi32(x[v]), flip);
+                const __m256i pairs = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(xq, q));
+                dots[j] = _mm256_add_epi32(dots[j], _mm256_madd_epi16(pairs, ones));
+            }
         }
         const __m256 s = gs ? _mm256_loadu_ps(gs + c * BLOCK / m->group * 16) : _mm256_set1_ps(1.0f);
-        for (int b = 0; b < nb; b++)
-            for (int t = 0; t < slices; t++) {  /* x's rounding, then (Mat.slices 2) what it missed */
-                const int64_t at = b0 + b + t * in->second;
-                const int32_t *x = (const int32_t *)(in->offq + at * in->stride + c * BLOCK);  /* xq + 128 */
-                __m256i dots = _mm256_setzero_si256();
-                for (int v = 0; v < 8; v++) {
-                    const __m256i xq = _mm256_xor_si256(_mm256_set1_epi32(x[v]), flip);
-                    const __m256i signed_x = _mm256_sign_epi8(xq, _mm256_loadu_si256((const __m256i *)(wc + v * 64)));
-                    const __m256i pairs = _mm256_maddubs_epi16(magnitude[v], signed_x);
-                    dots = _mm256_add_epi32(dots, _mm256_madd_epi16(pairs, ones));
-                }
-                const float d = in->scales[at * (in->stride / 64 * LANES) + (c / 2) * LANES + (c % 2) * (LANES / 2)];
-                const __m256 scale = gs ? _mm256_mul_ps(s, _mm256_set1_ps(d)) : _mm256_set1_ps(d);
-                acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots), scale, acc[b]);
-            }
+        for (int j = 0; j < nb * slices; j++) {  /* x's rounding, then (Mat.slices 2) what it missed */
+            const __m256 d = _mm256_set1_ps(ds[j][8 * c]);
+            acc[j / slices] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dots[j]), gs ? _mm256_mul_ps(s, d) : d, acc[j / slices]);
+        }
     }
     const __m256 rows = m->group ? _mm256_set1_ps(1.0f) : _mm256_loadu_ps(m->scale + g * 16 + h * 8);
     for (int b = 0; b < nb; b++) store_rows8(m, g, h, acc[b], rows, y + (b0 + b) * ldy, add);
@@ -184,8 +188,8 @@ INLINE void lanes_halves(const Mat *m, int64_t g, const Input *in, int B, const 
 }
 
 /* The 16 rows of group g (MAT_I4 or MAT_I8A8) times B vectors: int8 at batch 1 and 2 in one pass over both
-   halves, else each half four vectors at a time (int4 rounded twice: two, so that the sums of four roundings stay
-   in registers); the same numbers either way. x's rounding count a constant. */
+   halves, else each half four vectors at a time (x rounded twice: two, so that the sums of four roundings stay in
+   registers); the same numbers either way. x's rounding count a constant. */
 INLINE void rows_lanes_avx2(const Mat *m, int64_t g, const Input *in, int B, float *y, int64_t ldy, int add) {
     if (m->kind == MAT_I4) {
         if (m->slices == 2) lanes_halves(m, g, in, B, 1, 2, 2, y, ldy, add);
@@ -193,7 +197,7 @@ INLINE void rows_lanes_avx2(const Mat *m, int64_t g, const Input *in, int B, flo
     } else if (B <= 2) {
         if (m->slices == 2) i8a8_lanes_whole(m, g, in, 0, B, 2, y, ldy, add);
         else i8a8_lanes_whole(m, g, in, 0, B, 1, y, ldy, add);
-    } else if (m->slices == 2) lanes_halves(m, g, in, B, 0, 2, 4, y, ldy, add);
+    } else if (m->slices == 2) lanes_halves(m, g, in, B, 0, 2, 2, y, ldy, add);
     else lanes_halves(m, g, in, B, 0, 1, 4, y, ldy, add);
 }
 #endif

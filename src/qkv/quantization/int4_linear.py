@@ -36,7 +36,10 @@ tests compare the kernel with. bench/int4_linear.py measures the paths.
 integer levels by integer levels (AVX-512 VNNI), faster, at the price of x's rounding error (SmolLM2's Q4_1
 file agrees with its float32 numbers on fewer next tokens: docs/generation.md has the figures). ``"int8x2"``
 rounds x twice (the first rounding's error rounded again): the same integer products, twice as many, and
-SmolLM2's next tokens those of its weight-only numbers.
+SmolLM2's next tokens those of its weight-only numbers. A prompt of more than 64 rows with ``"int8"`` takes the C
+step's own product (:func:`~qkv.quantization.native_forward.lanes_product`: integer sums exact, the weights in the
+16-row layout of :meth:`Int4Linear.lanes`, on a CPU with AVX2 or AVX-512 VNNI), not the widened matrix's GEMM:
+fewer bytes and, on AVX2, more products per instruction than float32 FMAs.
 """
 
 from __future__ import annotations
