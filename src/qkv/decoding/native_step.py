@@ -47,7 +47,7 @@ from qkv.layers.linear import Linear
 from qkv.layers.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from qkv.models.family import family_of
 from qkv.quantization.activation_blocks import INT8_ACTIVATIONS, ROUNDINGS
-from qkv.quantization.int4_linear import LANE_ROWS, Int4Linear
+from qkv.quantization.int4_linear import Int4Linear, unpack_nibbles
 from qkv.quantization.int8_embedding import Int8TokenEmbedding
 from qkv.quantization.int8_linear import Int8Linear
 
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 MAT_F32, MAT_I8, MAT_I8A8, MAT_I4, MAT_I4F = 0, 1, 2, 3, 4
 NORM_NONE, NORM_RMS, NORM_LAYER = 0, 1, 2
 BLOCK = 32  # values of x rounded to int8 with one scale (int8 activations, int4 products)
+LANE_ROWS = 16  # rows of an int4 layer with int8 activations multiplied together, one to a lane (int4_lanes.h)
 ACTIVATIONS = {"relu": 0, "gelu": 1, "gelu_tanh": 2, "silu": 3, "relu2": 4}
 P = ctypes.c_void_p
 
@@ -238,9 +239,22 @@ class NativeStep:
         return self._ptr(packed, torch.int8), scales, offsets
 
     def _lanes(self, module: Int4Linear) -> tuple[int | None, ...]:
-        """Pointers to an int4 layer's levels, scales and minimums 16 rows to a vector (Int4Linear.lanes)."""
-        packed, scale, minimum = module.lanes()
-        return self._ptr(packed, torch.uint8), self._ptr(scale, torch.float16), self._ptr(minimum, torch.float16)
+        """An int4 layer's levels, scales and minimums repacked 16 rows to a vector for int8 activations (the
+        layout int4_lanes.h describes; the rows past the last 16 stay with row_i4): pointers to the copies."""
+        n, k, groups = module.out_features, module.in_features, module.weight_scale.shape[1]
+        g, rows = n // LANE_ROWS, n // LANE_ROWS * LANE_ROWS
+        levels = unpack_nibbles(module.qweight[:rows])  # (rows, k): the levels, columns in order
+        # each block's positions as Input.swapped orders x: its 16 even columns, then its 16 odd ones
+        levels = levels.reshape(rows, k // BLOCK, BLOCK // 2, 2).transpose(-1, -2)
+        levels = levels.reshape(g, LANE_ROWS, k // BLOCK, 4, 2, 4)  # position 8 v + 4 h + t of block c
+        packed = (levels[..., 0, :] | (levels[..., 1, :] << 4)).permute(0, 2, 3, 1, 4)  # (g, c, v, r, t)
+
+        def per_lane(t: Tensor) -> Tensor:  # (rows, groups) -> (g, groups, 16)
+            return t[:rows].reshape(g, LANE_ROWS, groups).transpose(1, 2)
+
+        f16 = torch.float16
+        return (self._ptr(packed.contiguous(), torch.uint8), self._ptr(per_lane(module.weight_scale), f16),
+                self._ptr(per_lane(module.weight_min), f16))  # fmt: skip
 
     def _norm(self, module: nn.Module) -> Norm:
         if isinstance(module, nn.Identity):
@@ -336,11 +350,10 @@ def _(token_ids: Tensor, positions: Tensor, kv: Tensor, handle: int, argmax: Ten
     return token_ids.new_empty((token_ids.shape[0], _steps[handle].struct.vocab), dtype=torch.float32)
 
 
-def native_product(layer: nn.Module, x: Tensor, threads: int | None = None, *, mark_unwritten: bool = True) -> Tensor:
+def native_product(layer: nn.Module, x: Tensor, threads: int | None = None) -> Tensor:
     """``layer(x)`` for x (B, K) float32 computed by the C step's product for the layer's kind (a float32, int8 or
-    int4 linear layer), on ``threads`` threads (default: torch's): the W4A8 forward on prompts
-    (:func:`qkv.quantization.native_forward.lanes_product`), and tests and benchmarks of the kernels alone. With
-    ``mark_unwritten``, rows the product left unwritten come back NaN (tests); without, y starts uninitialized."""
+    int4 linear layer), on ``threads`` threads (default: torch's): for tests and benchmarks of the kernels alone.
+    Rows the product left unwritten would come back NaN."""
     lib = native.library()
     if lib is None:
         raise RuntimeError(f"the C kernels are unavailable ({native.unavailable_reason()})")
@@ -348,7 +361,7 @@ def native_product(layer: nn.Module, x: Tensor, threads: int | None = None, *, m
     holder._keep = []
     mat = holder._mat(layer)
     x = x.to(torch.float32).contiguous()
-    y = torch.full((x.shape[0], mat.n), float("nan")) if mark_unwritten else torch.empty(x.shape[0], mat.n)
+    y = torch.full((x.shape[0], mat.n), float("nan"))
     lib.qkv_product.argtypes = [ctypes.POINTER(Mat), ctypes.c_int32, P, P, ctypes.c_int32]
     if lib.qkv_product(ctypes.byref(mat), x.shape[0], x.data_ptr(), y.data_ptr(), threads or torch.get_num_threads()):
         raise MemoryError("the native product could not allocate its scratch memory")

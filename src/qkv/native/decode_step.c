@@ -395,12 +395,9 @@ int qkv_product(const Mat *m, int32_t B, const float *x, float *y, int32_t threa
     memset(shares, 0, (size_t)threads * sizeof(Share));
     Input in = input_at(memory, B, m->k);
     in.x = x, in.ldx = m->k;
+    for (int b = 0; b < B; b++) prepare_input(&in, b, m->k, prepares(m));
 #pragma omp parallel num_threads(threads)
-    {
-#pragma omp for schedule(static)
-        for (int b = 0; b < B; b++) prepare_input(&in, b, m->k, prepares(m));
-        product_shared(m, &in, B, y, m->n, 0, shares);  /* after the loop's barrier */
-    }
+    product_shared(m, &in, B, y, m->n, 0, shares);
     free(memory), free(shares);
     return 0;
 }

@@ -94,28 +94,6 @@ def unpack_nibbles(qweight: Tensor) -> Tensor:
     return torch.stack([qweight & 15, qweight >> 4], dim=-1).flatten(-2)
 
 
-LANE_ROWS = 16  # rows multiplied together, one to a lane, by the C kernels of int8 activations (native/int4_lanes.h)
-
-
-def lanes_layout(qweight: Tensor, scale: Tensor, minimum: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Q's levels, s and m of the first n // 16 * 16 rows repacked 16 rows to a vector (the layout int4_lanes.h
-    describes; the rows past the last 16 stay with Q's rows): byte 4 r + t of vector v of block c holds row r's
-    levels at positions 8 v + t (low nibble) and 8 v + 4 + t (high), a block's positions in the order the C code
-    rounds x (its 16 even columns, then its 16 odd ones); s and m (n / 16, groups, 16)."""
-    n, k = qweight.shape[0], qweight.shape[1] * 2
-    groups, g = scale.shape[1], n // LANE_ROWS
-    rows = g * LANE_ROWS
-    levels = unpack_nibbles(qweight[:rows])  # (rows, k): the levels, columns in order
-    levels = levels.reshape(rows, k // 32, 16, 2).transpose(-1, -2)  # each block's even columns, then its odd
-    levels = levels.reshape(g, LANE_ROWS, k // 32, 4, 2, 4)  # position 8 v + 4 h + t of block c
-    packed = (levels[..., 0, :] | (levels[..., 1, :] << 4)).permute(0, 2, 3, 1, 4)  # (g, c, v, r, t)
-
-    def per_lane(t: Tensor) -> Tensor:  # (rows, groups) -> (g, groups, 16)
-        return t[:rows].reshape(g, LANE_ROWS, groups).transpose(1, 2).contiguous()
-
-    return packed.contiguous(), per_lane(scale), per_lane(minimum)
-
-
 def group_grid(low: Tensor, high: Tensor) -> tuple[Tensor, Tensor]:
     """float16 (s, m) of the 16-level grid from ``low`` up to ``high`` (each (N, groups))."""
     if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
@@ -257,7 +235,6 @@ class Int4Linear(nn.Module):
         self.weight_min = frozen(torch.zeros(out_features, groups, dtype=torch.float16))
         self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
         self._packed: tuple[tuple, tuple[Tensor, Tensor]] | None = None  # (key of Q, s, m; the kernel's operands)
-        self._lanes: tuple[tuple, tuple[Tensor, Tensor, Tensor]] | None = None  # (key of Q, s, m; lanes_layout's)
 
     @classmethod
     def from_float(cls, weight: Tensor, bias: Tensor | None = None, group_size: int = GROUP_SIZE) -> Int4Linear:
@@ -312,35 +289,20 @@ class Int4Linear(nn.Module):
         """The dequantized weight matrix s Q + m (N, K) in float32, a new tensor on every access."""
         return dequantize(self.qweight, self.weight_scale, self.weight_min)
 
-    def _key(self) -> tuple:
-        """What a copy of Q, s and m was made from: their storage, versions and dtype."""
-        q, s, m = self.qweight, self.weight_scale, self.weight_min
-        try:
-            return (q.data_ptr(), s.data_ptr(), m.data_ptr(), q._version, s._version, m._version, s.dtype)
-        except RuntimeError:  # inference tensors keep no version counter (and are never changed in place)
-            return (q.data_ptr(), s.data_ptr(), m.data_ptr(), s.dtype)
-
     def packed(self) -> tuple[Tensor, Tensor]:
         """The kernel's reordered copy of Q and its bfloat16 scales and zeros, made on first use and again
         when Q, s or m change."""
-        key = self._key()
+        q, s, m = self.qweight, self.weight_scale, self.weight_min
+        try:
+            key: tuple = (q.data_ptr(), s.data_ptr(), m.data_ptr(), q._version, s._version, m._version, s.dtype)
+        except RuntimeError:  # inference tensors keep no version counter (and are never changed in place)
+            key = (q.data_ptr(), s.data_ptr(), m.data_ptr(), s.dtype)
         if self._packed is None or self._packed[0] != key:
-            self._packed = (key, pack_for_kernel(self.qweight, self.weight_scale, self.weight_min))
+            self._packed = (key, pack_for_kernel(q, s, m))
         return self._packed[1]
-
-    def lanes(self) -> tuple[Tensor, Tensor, Tensor]:
-        """Q, s and m 16 rows to a vector for the C kernels of int8 activations (:func:`lanes_layout`), made on
-        first use and again when they change; shared by the decode step and the prompt's forward."""
-        key = self._key()
-        if self._lanes is None or self._lanes[0] != key:
-            self._lanes = (key, lanes_layout(self.qweight, self.weight_scale, self.weight_min))
-        return self._lanes[1]
 
     def forward(self, x: Tensor) -> Tensor:
         if self.activations in INT8_ACTIVATIONS and x.numel():  # W4A8: the product of the rounded x (as the C step's)
-            y = native_forward.lanes_product(self, x)  # the C step's own product, where it runs
-            if y is not None:
-                return y
             x = round_activations(x, self.activations)
         tensors = (self.qweight, self.weight_scale, self.weight_min)
         if x.device.type != "cpu" or x.dtype not in KERNEL_DTYPES or x.numel() == 0 or torch.compiler.is_compiling():

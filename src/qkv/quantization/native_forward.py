@@ -6,11 +6,7 @@ elementwise operations:
 - :func:`round_blocks`: x rounded to int8 in blocks of 32 and back (the int8-activation layers, W8A8 and W4A8);
 - :func:`round_blocks_twice`: that, plus what it missed rounded alike (activations "int8x2");
 - :func:`widen_int4`: a 4-bit matrix as W = s q + m, float32 or bfloat16;
-- :func:`widen_int8`: a grouped int8 matrix as W = s q, float32 or bfloat16;
-
-and :func:`lanes_product`, an int4 layer with int8 activations (W4A8) on a prompt by the decode step's own C product
-(``decode_step.c``'s 16-row kernels: integer sums exact, so the numbers of the step's product, where PyTorch would
-widen the weights to float32 for a GEMM).
+- :func:`widen_int8`: a grouped int8 matrix as W = s q, float32 or bfloat16.
 
 :func:`available` is what every caller asks first (with its own conditions on shapes and dtypes): CPU tensors,
 outside torch.compile, and a built library (:mod:`qkv.native`).
@@ -21,7 +17,7 @@ from __future__ import annotations
 import ctypes
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from qkv import native
 
@@ -84,28 +80,3 @@ def widen_int8(q: Tensor, scale: Tensor, dtype: torch.dtype) -> Tensor:
     _library().qkv_dequantize_int8(_pointer(q), _pointer(scale), *sizes, _pointer(out),
                                    ctypes.c_int32(dtype == torch.bfloat16), _threads())  # fmt: skip
     return out
-
-
-PROMPT_ROWS = 64  # rows of x above which lanes_product takes an int4 layer's product (below: PyTorch's int4 kernel)
-
-
-def lanes_product(layer: nn.Module, x: Tensor) -> Tensor | None:
-    """``layer(x)`` of an int4 layer with int8 activations (x rounded once) on more than PROMPT_ROWS rows by the
-    decode step's C product, or None where that does not run: fewer rows, x not float32 on the CPU, a gradient to
-    keep, torch.compile, K not a multiple of 32, or no 16-row kernel for this CPU (AVX2, or AVX-512 with VNNI;
-    elsewhere PyTorch's GEMM of the widened weights is the faster road)."""
-    if x.dtype != torch.float32 or x.shape[-1] % 32 or (x.requires_grad and torch.is_grad_enabled()):
-        return None
-    if getattr(layer, "activations", None) != "int8" or x.numel() <= PROMPT_ROWS * x.shape[-1]:
-        return None  # x rounded twice ("int8x2": two integer products, where one GEMM of the widened W takes both)
-    if not available(x):
-        return None
-    from qkv.decoding.native_step import Unsupported, lane_kernels, native_product  # decoding imports this package
-
-    if not lane_kernels():
-        return None
-    try:
-        y = native_product(layer, x.reshape(-1, x.shape[-1]), mark_unwritten=False)
-    except Unsupported:  # a bias in another dtype: the PyTorch road
-        return None
-    return y.reshape(*x.shape[:-1], y.shape[-1])
