@@ -8,6 +8,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import torch
 
 from qkv.chat_templates import hf_folder_template
 from qkv.model_dir import ModelBundle
@@ -45,6 +46,7 @@ def smol_hf_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
         num_key_value_heads=1, max_position_embeddings=128, tie_word_embeddings=True,
     )  # fmt: skip
+    torch.manual_seed(0)  # the same weights whichever test asks first (tests/cli/test_chat.py reads their answers)
     transformers.LlamaForCausalLM(config).save_pretrained(folder)
     return folder
 
