@@ -79,9 +79,14 @@ def rounded(x: torch.Tensor) -> torch.Tensor:
 
 
 def rounded_twice(x: torch.Tensor) -> torch.Tensor:
-    """x rounded to int8 blocks, plus what that missed (in float32, as the C step computes it) rounded alike."""
-    once = rounded(x.float())
-    return (once.double() + rounded(x.float() - once).double()).to(x.dtype)
+    """x rounded to int8 blocks, plus what that missed (in float32, as the C step computes it) rounded on its block's
+    step / 254."""
+    blocks = x.float().reshape(*x.shape[:-1], -1, BLOCK)
+    top = blocks.abs().amax(-1, keepdim=True)
+    inverse = torch.where(top > 0, 127 / top, torch.zeros_like(top))
+    once = torch.round(blocks * inverse) * (top / 127)
+    missed = torch.round((blocks - once) * (inverse * 254)) * (top / 127 / 254)
+    return (once.double() + missed.double()).reshape(x.shape).to(x.dtype)
 
 
 class Reference(nn.Module):

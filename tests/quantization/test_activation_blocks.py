@@ -22,7 +22,7 @@ def test_levels_are_integers_on_each_blocks_scale_within_half_a_step() -> None:
     blocks, rounded = x.view(3, 5, 3, 32), ours.view(3, 5, 3, 32)
     step = blocks.abs().amax(-1, keepdim=True) / 127
     levels = rounded / step
-    assert torch.allclose(levels, levels.round(), atol=1e-3) and levels.abs().max() <= 127 + 1e-3
+    assert torch.allclose(levels, levels.round(), atol=0.02) and levels.abs().max() <= 127.02  # (float32 sums)
     assert bool(((rounded - blocks).abs() <= step / 2 + 1e-6).all())
     assert torch.equal(ours[0, 0, 32:], round_blocks(x[0, 0, 32:]))  # the blocks are independent
     assert ours.shape == x.shape and ours.dtype == x.dtype
@@ -83,16 +83,16 @@ def test_the_c_library_rounds_a_prompts_rows_as_pytorch_does(monkeypatch) -> Non
 
 
 def test_rounding_twice_leaves_at_most_half_of_the_second_step() -> None:
-    """int8x2: x ~ d xq + d' xq', xq' the first rounding's error rounded on its own blocks' scale d' <= d / 254,
+    """int8x2: x ~ d xq + d' xq', xq' the first rounding's error rounded on the step d' = d / 254 with |xq'| <= 127,
     so the error is at most d' / 2 a value; zeros stay zeros."""
     torch.manual_seed(2)
     x = torch.randn(4, 96) * torch.rand(96).mul(3).exp()
     x[0, 3] = 80.0
     once, twice = round_blocks(x), round_activations(x, "int8x2")
-    missed = (x - once).view(4, 3, 32)
-    second = missed.abs().amax(-1, keepdim=True) / 127
-    assert bool(((twice - x).view(4, 3, 32).abs() <= second / 2 + 1e-6).all())
-    assert bool((second <= x.view(4, 3, 32).abs().amax(-1, keepdim=True) / 254 + 1e-7).all())
+    second = x.view(4, 3, 32).abs().amax(-1, keepdim=True) / 127 / 254
+    assert bool(((twice - x).view(4, 3, 32).abs() <= second / 2 * (1 + 1e-5)).all())
+    levels = (twice - once).view(4, 3, 32) / second  # xq': integers within int8
+    assert torch.allclose(levels, levels.round(), atol=0.02) and levels.abs().max() <= 127.02  # (float32 sums)
     assert (twice - x).abs().max() < (once - x).abs().max() / 100  # the first rounding's error, nearly all gone
     assert torch.equal(round_activations(x, "int8"), once)
     assert torch.equal(round_activations(torch.zeros(2, 64), "int8x2"), torch.zeros(2, 64))

@@ -221,7 +221,7 @@ static size_t input_bytes(int B, int64_t kmax) {
     const int64_t stride = (kmax + 63) / 64 * 64;
     const size_t V = 2 * (size_t)B;
     return lines(V * stride * sizeof(float)) + lines(V * (stride / 64 * LANES) * sizeof(float)) +
-           lines(V * (stride / BLOCK) * sizeof(float)) + 2 * lines(V * stride) + lines(V * stride * sizeof(uint16_t));
+           lines(V * (stride / BLOCK) * sizeof(float)) + 2 * lines(V * stride) + 3 * lines(V * stride * sizeof(uint16_t));
 }
 
 static Input input_at(void *memory, int B, int64_t kmax) {
@@ -234,7 +234,9 @@ static Input input_at(void *memory, int B, int64_t kmax) {
     in.sums = (float *)at, at += lines(V * (stride / BLOCK) * sizeof(float));
     in.offq = (uint8_t *)at, at += lines(V * stride);
     in.swapped = (int8_t *)at, at += lines(V * stride);
-    in.xh = (uint16_t *)at;
+    in.xh = (uint16_t *)at, at += lines(V * stride * sizeof(uint16_t));
+    in.x16 = (int16_t *)at, at += lines(V * stride * sizeof(int16_t));
+    in.x16s = (int16_t *)at;
     return in;
 }
 

@@ -6,10 +6,8 @@
 /* x (rows, k), k a multiple of 32, rounded to int8 in blocks of 32 and back: out = d_c round(x_c / d_c) with
    d_c = max|x_c| / 127, scaled by 127 / max as the step does, ties to even (activation_blocks.round_blocks: the
    PyTorch forward of the layers with int8 activations, a prompt's thousands of rows in one pass). */
-/* One block of 32 values rounded to int8 levels times its step: oc = round(xc / d) d, d = max|xc| / 127. */
-static inline void round_one_block(const float *xc, float *oc) {
-    float d;
-    const float inv = block_scale(xc, &d);
+/* One block of 32 values rounded to int8 levels on the step d (xc scaled by inv = 1 / d): oc = round(xc inv) d. */
+static inline void round_on_step(const float *xc, float *oc, float inv, float d) {
 #if defined(__AVX512F__)
     for (int j = 0; j < BLOCK; j += LANES) {
         __m512 level = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(xc + j), _mm512_set1_ps(inv)),
@@ -21,6 +19,13 @@ static inline void round_one_block(const float *xc, float *oc) {
 #endif
 }
 
+/* One block of 32 values rounded to int8 levels times its step: oc = round(xc / d) d, d = max|xc| / 127. */
+static inline void round_one_block(const float *xc, float *oc) {
+    float d;
+    const float inv = block_scale(xc, &d);
+    round_on_step(xc, oc, inv, d);
+}
+
 void qkv_round_blocks(const float *x, int64_t rows, int64_t k, float *out, int32_t threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t r = 0; r < rows; r++)
@@ -28,16 +33,19 @@ void qkv_round_blocks(const float *x, int64_t rows, int64_t k, float *out, int32
 }
 
 /* x rounded twice (activations "int8x2"): each block rounded, what that missed (x - rounded, in float32) rounded on
-   its own step, and the two added, the numbers of activation_blocks.round_activations in PyTorch's three passes. */
+   the step d / FINER (inputs.h), and the two added, the numbers of activation_blocks.round_activations in PyTorch's
+   three passes. */
 void qkv_round_blocks_twice(const float *x, int64_t rows, int64_t k, float *out, int32_t threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < k / BLOCK; c++) {
             const float *xc = x + r * k + c * BLOCK;
             float *oc = out + r * k + c * BLOCK, missed[BLOCK], second[BLOCK];
-            round_one_block(xc, oc);
+            float d;
+            const float inv = block_scale(xc, &d);
+            round_on_step(xc, oc, inv, d);
             for (int j = 0; j < BLOCK; j++) missed[j] = xc[j] - oc[j];
-            round_one_block(missed, second);
+            round_on_step(missed, second, inv * (float)FINER, d / (float)FINER);
             for (int j = 0; j < BLOCK; j++) oc[j] += second[j];
         }
 }

@@ -88,15 +88,27 @@ static inline float block_scale(const float *xc, float *d) {
     return top > 0.0f ? 127.0f / top : 0.0f;
 }
 
-/* Block c of vector b rounded to int8 (round_block), its step d and d sum(xq_c) stored; returns d. */
-static inline float round_into(Input *in, int b, int64_t c, const float *xc) {
-    float d;
-    const float inv = block_scale(xc, &d);
+/* Block c of vector b rounded to int8 on the step d (round_block, x scaled by inv = 1 / d), d and d sum(xq_c)
+   stored. */
+static inline void round_on(Input *in, int b, int64_t c, const float *xc, float inv, float d) {
     const int32_t levels = round_block(in, b, c, xc, inv);
     float *scales = in->scales + b * (in->stride / 64 * LANES);
     for (int j = 0; j < LANES / 2; j++) scales[(c / 2) * LANES + (c % 2) * (LANES / 2) + j] = d;
     in->sums[b * (in->stride / BLOCK) + c] = d * (float)levels;
-    return d;
+}
+
+/* The second rounding of x (Mat.slices 2): what the first missed, r = x - d xq (|r| <= d / 2), rounded on the step
+   d' = d / FINER, so |xq'| <= 127 and x ~ d' (FINER xq + xq'), one 16-bit integer (|.| <= 32385) a value. */
+#define FINER 254
+
+/* Block c of vector b's two roundings as those 16-bit integers FINER xq + xq', in column order (Input.x16) and in
+   the 4-bit order (Input.x16s), from the int8 blocks of vector b and b + Input.second. */
+static inline void combine_block(Input *in, int b, int64_t c) {
+    const int64_t at = b * in->stride + c * BLOCK, twin = at + in->second * in->stride;
+    for (int j = 0; j < BLOCK; j++) {
+        in->x16[at + j] = (int16_t)(FINER * ((int)in->offq[at + j] - 128) + ((int)in->offq[twin + j] - 128));
+        in->x16s[at + j] = (int16_t)(FINER * in->swapped[at + j] + in->swapped[twin + j]);
+    }
 }
 
 /* The input from vector b0 on (its second roundings, Input.second further, from b0 on too). */
@@ -106,6 +118,7 @@ static Input from(const Input *in, int b0) {
     part.fswapped += b0 * in->stride;
     part.scales += b0 * (in->stride / 64 * LANES);
     part.sums += b0 * (in->stride / BLOCK), part.xh += b0 * in->stride;
+    part.x16 += b0 * in->stride, part.x16s += b0 * in->stride;
     return part;
 }
 
@@ -138,12 +151,15 @@ static void prepare_blocks(Input *in, int b, int64_t k, int64_t c0, int64_t c1, 
         }
 #endif
         if (what < PREPARE_ALL) continue;
-        const float d = round_into(in, b, c, xc);
+        float d;
+        const float inv = block_scale(xc, &d);
+        round_on(in, b, c, xc, inv, d);
         if (what == PREPARE_TWO) {  /* the second rounding: of x - d xq, into vector b + second */
             const uint8_t *offq = in->offq + b * in->stride + c * BLOCK;
             float missed[BLOCK];
             for (int j = 0; j < BLOCK; j++) missed[j] = xc[j] - (float)((int)offq[j] - 128) * d;
-            round_into(in, b + in->second, c, missed);
+            round_on(in, b + in->second, c, missed, inv * (float)FINER, d / (float)FINER);
+            combine_block(in, b, c);
         }
     }
 }

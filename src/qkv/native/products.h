@@ -107,6 +107,8 @@ typedef struct {            /* B vectors of k <= kmax values, in every form a pr
     float *scales;          /* (B, stride / 64 * 16) per 64 columns: d of the first block x8, the second x8 */
     float *sums;            /* (B, stride / 32) d_c sum(xq_c) of each block */
     uint16_t *xh;           /* (B, stride) x in bfloat16, rounded to nearest even (MAT_I8 where int8_bf16()) */
+    int16_t *x16;           /* (B, stride) FINER xq + xq' of x rounded twice (PREPARE_TWO), column order */
+    int16_t *x16s;          /* (B, stride) the same in the 4-bit order (as swapped) */
     int32_t second;         /* where vector b's second rounding is prepared (PREPARE_TWO): vector b + second */
 } Input;
 
