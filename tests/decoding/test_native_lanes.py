@@ -58,8 +58,7 @@ def test_layers_are_repacked_only_for_the_kernels_this_cpu_has() -> None:
     else:
         expected = 1 if {"avx2", "fma"} <= flags and "avx512f" not in flags else 0
     assert lane_kernels() == expected
-    holder = NativeStep.__new__(NativeStep)
-    holder._keep = []
+    holder = NativeStep.layers_only()
     torch.manual_seed(0)
     int8 = Int8Linear.from_float(torch.randn(32, 64), None)
     int8.activations = "int8"

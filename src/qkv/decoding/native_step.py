@@ -97,11 +97,22 @@ class NativeStep:
     """A model described to the C step, and the step: logits for one new token per row."""
 
     def __init__(self, model: GPT, projections: Sequence[nn.Module]) -> None:
+        self._start()
         self.model = model
-        self._keep: list[object] = []  # the tensors (and ctypes arrays) the structs point into
         self.struct = self._describe(model, projections)
         self.handle = next(_handles)  # how the op qkv::native_decode_step finds this step (torch.compile)
         _steps[self.handle] = self
+
+    def _start(self) -> None:
+        self._keep: list[object] = []  # the tensors (and ctypes arrays) the structs point into
+        self._lane_kernels = lane_kernels()  # which kernels will read Mat.lanes (none: the layers are not repacked)
+
+    @classmethod
+    def layers_only(cls) -> NativeStep:
+        """A step without a model, whose ``_mat`` describes single layers (:func:`native_product`)."""
+        step = cls.__new__(cls)
+        step._start()
+        return step
 
     def bind(self, lib: ctypes.CDLL) -> NativeStep:
         """Use the step of the loaded library ``lib``."""
@@ -195,7 +206,7 @@ class NativeStep:
             q, scale = self._int8(module.qweight, module.weight_scale, group)
             kind = MAT_I8A8 if module.activations in INT8_ACTIVATIONS and k % BLOCK == 0 else MAT_I8
             slices = ROUNDINGS.get(module.activations, 0)
-            if kind == MAT_I8A8 and n >= LANE_ROWS and lane_kernels():
+            if kind == MAT_I8A8 and n >= LANE_ROWS and self._lane_kernels:
                 packed, lane_f, lane_off = self._int8_lanes(module)
                 return Mat(kind, n, k, group, q, scale, None, None, bias, packed, None, None, lane_f, lane_off, slices)
             return Mat(kind, n, k, group, q, scale, None, None, bias, slices=slices)
@@ -203,7 +214,7 @@ class NativeStep:
             n, k = module.out_features, module.in_features
             s, m = self._ptr(module.weight_scale, torch.float16), self._ptr(module.weight_min, torch.float16)
             kind = MAT_I4 if module.activations in INT8_ACTIVATIONS else MAT_I4F
-            lanes = self._lanes(module) if kind == MAT_I4 and n >= LANE_ROWS and lane_kernels() else (None,) * 3
+            lanes = self._lanes(module) if kind == MAT_I4 and n >= LANE_ROWS and self._lane_kernels else (None,) * 3
             q4 = self._ptr(module.qweight, torch.uint8)
             slices = ROUNDINGS.get(module.activations, 0)
             return Mat(kind, n, k, module.group_size, q4, None, s, m, bias, *lanes, slices=slices)
@@ -233,7 +244,7 @@ class NativeStep:
             groups = module.weight_scale.shape[1]
             scales = self._ptr(module.weight_scale[:rows].reshape(g, LANE_ROWS, groups).transpose(1, 2), torch.float32)
         offsets = None
-        if lane_kernels() == 2:
+        if self._lane_kernels == 2:
             sums = q.sum(dim=(3, 4), dtype=torch.int32).mul_(-128).transpose(1, 2)  # (g, c, r)
             offsets = self._ptr(sums, torch.int32)
         return self._ptr(packed, torch.int8), scales, offsets
@@ -357,8 +368,7 @@ def native_product(layer: nn.Module, x: Tensor, threads: int | None = None) -> T
     lib = native.library()
     if lib is None:
         raise RuntimeError(f"the C kernels are unavailable ({native.unavailable_reason()})")
-    holder = NativeStep.__new__(NativeStep)
-    holder._keep = []
+    holder = NativeStep.layers_only()
     mat = holder._mat(layer)
     x = x.to(torch.float32).contiguous()
     y = torch.full((x.shape[0], mat.n), float("nan"))

@@ -41,6 +41,7 @@ import torch
 from torch import Tensor, nn
 
 from qkv.layers.blocks import block_parts
+from qkv.layers.feedforward import GatedFeedForward
 from qkv.models.family import ENCODER, LANGUAGE_MODEL, family_of
 from qkv.quantization.activation_blocks import round_blocks
 from qkv.quantization.int8_linear import dequantize, quantize_per_channel, quantize_per_group
@@ -85,7 +86,7 @@ def _block_folds(block: Any) -> list[Fold]:
     for part, around, inner in block_parts(block):
         norm = around.norm if around.norm_first and getattr(around.norm, "weight", None) is not None else None
         if part.kind == "mlp":
-            gate = getattr(inner, "gate", None)
+            gate = inner.gate if isinstance(inner, GatedFeedForward) else None
             if norm is not None:
                 folds.append(Fold((inner.linear1,) if gate is None else (inner.linear1, gate), norm))
             if gate is not None:  # act(gate(x)) * linear1(x): linear in linear1's rows

@@ -13,14 +13,12 @@ through a page table in every attention call. docs/serve.md says why qkv keeps s
 
 from __future__ import annotations
 
-from typing import cast
-
 from torch import nn
 
 from qkv.decoding.fast_step import resolve_step
 from qkv.errors import QkvError
-from qkv.models.gpt.config import GPTConfig
-from qkv.models.memory import available_memory
+from qkv.models.family import family_of
+from qkv.models.memory import available_memory, kv_cache_bytes_per_token
 from qkv.server.limits import Gate, Limits
 from qkv.server.metrics import Metrics
 from qkv.server.model_thread import ModelThread
@@ -29,15 +27,16 @@ from qkv.server.scheduler import SCHEDULERS, BatchScheduler, SequentialScheduler
 
 def row_bytes(model: nn.Module, length: int) -> int:
     """Bytes of one slot: keys and values of every layer for ``length`` positions."""
-    config = cast(GPTConfig, model.config)  # a decoder's config: the families served are GPT's
     weight = next(p for p in model.parameters() if p.is_floating_point())
-    assert config.n_kv_heads is not None  # filled from n_heads by BaseConfig.__post_init__
-    return config.n_layers * 2 * config.n_kv_heads * length * config.head_dim * weight.element_size()
+    return length * kv_cache_bytes_per_token(model.config, weight.dtype)
 
 
 def pool_shape(model: nn.Module, limits: Limits) -> tuple[int, int]:
     """(slots, positions per slot) under ``limits``; QkvError (with the fix) when none fits."""
-    length = min(cast(GPTConfig, model.config).context_length, limits.max_prompt_tokens + limits.max_tokens)
+    context = family_of(model).context_length(model.config)
+    if not context:
+        raise QkvError(f"a {family_of(model).name} model generates no text over a context: serve a language model")
+    length = min(context, limits.max_prompt_tokens + limits.max_tokens)
     slots = limits.max_batch
     if limits.kv_tokens:
         slots = min(slots, limits.kv_tokens // length)

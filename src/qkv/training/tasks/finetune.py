@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -30,7 +29,6 @@ from qkv.errors import QkvError
 from qkv.loading import load
 from qkv.model_dir import QUANTIZATION_FILE, ModelBundle, save_model_dir
 from qkv.models.family import LANGUAGE_MODEL, family_of
-from qkv.models.gpt import GPTConfig
 from qkv.models.lora import AdapterWeights, LoRASettings, adapted_targets, apply_lora, has_lora, merge_lora
 from qkv.quantization.int8_linear import Int8Linear
 from qkv.training.config import TrainConfig
@@ -73,10 +71,10 @@ def prepare_finetune(
 ) -> Prepared:
     """The pretrained model (LoRA applied), its data and what the run folder saves (see the module docstring)."""
     bundle = open_base(config, session.device)
-    model, model_config = bundle.model, cast(GPTConfig, bundle.config)  # a language model's (open_base checks)
-    seq_len = check_seq_len(
-        config.seq_len or min(model_config.context_length, DEFAULT_SEQ_LEN), model_config.context_length
-    )
+    model, model_config = bundle.model, bundle.config
+    context = family_of(model_config).context_length(model_config)
+    assert context is not None  # a language model's (open_base checks)
+    seq_len = check_seq_len(config.seq_len or min(context, DEFAULT_SEQ_LEN), context)
     task, data_info, data_line = _data(config, bundle, seq_len, session)
     save_start, save_best = _savers(config, bundle)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
