@@ -41,13 +41,14 @@ from torch import Tensor, nn
 from qkv import native
 from qkv.decoding.configs import decoder_config
 from qkv.decoding.decode_step import decoder_blocks, embed_step
+from qkv.decoding.lane_layout import LANE_ROWS, int4_lanes, int8_lanes
 from qkv.layers.embedding import TokenEmbedding, Unembedding
 from qkv.layers.feedforward import ACTIVATION_FUNCTIONS, FeedForward, GatedFeedForward
 from qkv.layers.linear import Linear
 from qkv.layers.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from qkv.models.family import family_of
 from qkv.quantization.activation_blocks import INT8_ACTIVATIONS, ROUNDINGS
-from qkv.quantization.int4_linear import Int4Linear, unpack_nibbles
+from qkv.quantization.int4_linear import Int4Linear
 from qkv.quantization.int8_embedding import Int8TokenEmbedding
 from qkv.quantization.int8_linear import Int8Linear
 
@@ -58,7 +59,6 @@ if TYPE_CHECKING:
 MAT_F32, MAT_I8, MAT_I8A8, MAT_I4, MAT_I4F = 0, 1, 2, 3, 4
 NORM_NONE, NORM_RMS, NORM_LAYER = 0, 1, 2
 BLOCK = 32  # values of x rounded to int8 with one scale (int8 activations, int4 products)
-LANE_ROWS = 16  # rows of an int4 layer with int8 activations multiplied together, one to a lane (int4_lanes.h)
 ACTIVATIONS = {"relu": 0, "gelu": 1, "gelu_tanh": 2, "silu": 3, "relu2": 4}
 P = ctypes.c_void_p
 
@@ -207,14 +207,20 @@ class NativeStep:
             kind = MAT_I8A8 if module.activations in INT8_ACTIVATIONS and k % BLOCK == 0 else MAT_I8
             slices = ROUNDINGS.get(module.activations, 0)
             if kind == MAT_I8A8 and n >= LANE_ROWS and self._lane_kernels:
-                packed, lane_f, lane_off = self._int8_lanes(module)
-                return Mat(kind, n, k, group, q, scale, None, None, bias, packed, None, None, lane_f, lane_off, slices)
+                packed, lane_f, lane_off = int8_lanes(module, offsets=self._lane_kernels == 2)
+                w, f = self._ptr(packed, torch.int8), self._ptr(lane_f, torch.float32)
+                return Mat(kind, n, k, group, q, scale, None, None, bias, w, None, None, f,
+                           self._ptr(lane_off, torch.int32), slices)  # fmt: skip
             return Mat(kind, n, k, group, q, scale, None, None, bias, slices=slices)
         if type(module) is Int4Linear:
             n, k = module.out_features, module.in_features
             s, m = self._ptr(module.weight_scale, torch.float16), self._ptr(module.weight_min, torch.float16)
             kind = MAT_I4 if module.activations in INT8_ACTIVATIONS else MAT_I4F
-            lanes = self._lanes(module) if kind == MAT_I4 and n >= LANE_ROWS and self._lane_kernels else (None,) * 3
+            lanes: tuple[int | None, ...] = (None,) * 3
+            if kind == MAT_I4 and n >= LANE_ROWS and self._lane_kernels:
+                levels, scales, minimums = int4_lanes(module)
+                f16 = torch.float16
+                lanes = self._ptr(levels, torch.uint8), self._ptr(scales, f16), self._ptr(minimums, f16)
             q4 = self._ptr(module.qweight, torch.uint8)
             slices = ROUNDINGS.get(module.activations, 0)
             return Mat(kind, n, k, module.group_size, q4, None, s, m, bias, *lanes, slices=slices)
@@ -230,42 +236,6 @@ class NativeStep:
                 f"step takes groups of a multiple of {BLOCK} dividing the inputs)"
             )
         return self._ptr(qweight, torch.int8), self._ptr(scales, torch.float32)
-
-    def _int8_lanes(self, module: Int8Linear) -> tuple[int | None, ...]:
-        """An int8 layer with int8 activations repacked 16 rows to a vector (int8_lanes.h): the weights, the scales
-        per group (None: one per row), and -128 times each block's sum of weights (None where only AVX2's kernel
-        reads the lanes: it has no use for them); pointers to the copies."""
-        n, k = module.qweight.shape
-        g, rows, blocks = n // LANE_ROWS, n // LANE_ROWS * LANE_ROWS, k // BLOCK
-        q = module.qweight[:rows].reshape(g, LANE_ROWS, blocks, 8, 4)  # columns 32 c + 4 v + t
-        packed = q.permute(0, 2, 3, 1, 4)  # (g, c, v, r, t): vector v of block c holds 4 weights of each row
-        scales = None
-        if module.group_size:
-            groups = module.weight_scale.shape[1]
-            scales = self._ptr(module.weight_scale[:rows].reshape(g, LANE_ROWS, groups).transpose(1, 2), torch.float32)
-        offsets = None
-        if self._lane_kernels == 2:
-            sums = q.sum(dim=(3, 4), dtype=torch.int32).mul_(-128).transpose(1, 2)  # (g, c, r)
-            offsets = self._ptr(sums, torch.int32)
-        return self._ptr(packed, torch.int8), scales, offsets
-
-    def _lanes(self, module: Int4Linear) -> tuple[int | None, ...]:
-        """An int4 layer's levels, scales and minimums repacked 16 rows to a vector for int8 activations (the
-        layout int4_lanes.h describes; the rows past the last 16 stay with row_i4): pointers to the copies."""
-        n, k, groups = module.out_features, module.in_features, module.weight_scale.shape[1]
-        g, rows = n // LANE_ROWS, n // LANE_ROWS * LANE_ROWS
-        levels = unpack_nibbles(module.qweight[:rows])  # (rows, k): the levels, columns in order
-        # each block's positions as Input.swapped orders x: its 16 even columns, then its 16 odd ones
-        levels = levels.reshape(rows, k // BLOCK, BLOCK // 2, 2).transpose(-1, -2)
-        levels = levels.reshape(g, LANE_ROWS, k // BLOCK, 4, 2, 4)  # position 8 v + 4 h + t of block c
-        packed = (levels[..., 0, :] | (levels[..., 1, :] << 4)).permute(0, 2, 3, 1, 4)  # (g, c, v, r, t)
-
-        def per_lane(t: Tensor) -> Tensor:  # (rows, groups) -> (g, groups, 16)
-            return t[:rows].reshape(g, LANE_ROWS, groups).transpose(1, 2)
-
-        f16 = torch.float16
-        return (self._ptr(packed.contiguous(), torch.uint8), self._ptr(per_lane(module.weight_scale), f16),
-                self._ptr(per_lane(module.weight_min), f16))  # fmt: skip
 
     def _norm(self, module: nn.Module) -> Norm:
         if isinstance(module, nn.Identity):

@@ -1,0 +1,57 @@
+"""Quantized layers repacked 16 rows to a vector: the layout of the C step's 16-row kernels (``Mat.lanes``).
+
+A 64-byte vector of ``native/int8_lanes.h`` holds 4 consecutive weights of each of 16 rows, one row to a 32-bit
+lane, so that one VNNI dot product (``vpdpbusd``) multiplies 16 rows by 4 values of x at once; AVX2's kernels
+(``native/lanes_avx2.h``) read the same vector as two halves of 8 rows. For rows r of group g and block c of 32
+columns,
+
+    int8:  vector v of block c = [W[16 g + r, 32 c + 4 v + t] for r in 0..15 for t in 0..3]     (v = 0..7)
+    int4:  the same with levels (two to a byte), x's columns in Input.swapped's order (a block's 16 even columns,
+           then its 16 odd ones): the low nibbles of vector v hold positions 8 v + t, the high ones 8 v + 4 + t.
+
+The rows past the last whole 16 stay in the row-major matrix (the one-row kernels take them).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from qkv.quantization.int4_linear import Int4Linear, unpack_nibbles
+from qkv.quantization.int8_linear import Int8Linear
+
+BLOCK = 32  # columns per block: x's int8 rounding's
+LANE_ROWS = 16  # rows multiplied together, one to a lane
+
+
+def int8_lanes(module: Int8Linear, offsets: bool) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """An int8 layer's weights in the 16-row layout (g, c, v, r, t), its scales per group (g, groups, 16; None
+    with one per row) and, with ``offsets`` (VNNI's kernel, which multiplies xq + 128), -128 times each block's
+    sum of weights (g, c, 16)."""
+    n, k = module.qweight.shape
+    g, rows, blocks = n // LANE_ROWS, n // LANE_ROWS * LANE_ROWS, k // BLOCK
+    q = module.qweight[:rows].reshape(g, LANE_ROWS, blocks, 8, 4)  # columns 32 c + 4 v + t
+    packed = q.permute(0, 2, 3, 1, 4)  # (g, c, v, r, t): vector v of block c holds 4 weights of each row
+    scales = None
+    if module.group_size:
+        scales = _per_lane(module.weight_scale, g)
+    sums = q.sum(dim=(3, 4), dtype=torch.int32).mul_(-128).transpose(1, 2) if offsets else None  # (g, c, r)
+    return packed, scales, sums
+
+
+def int4_lanes(module: Int4Linear) -> tuple[Tensor, Tensor, Tensor]:
+    """An int4 layer's levels in the 16-row layout (g, c, v, r, t) of bytes, and its scales and minimums
+    (g, groups, 16)."""
+    n, k = module.out_features, module.in_features
+    g, rows = n // LANE_ROWS, n // LANE_ROWS * LANE_ROWS
+    levels = unpack_nibbles(module.qweight[:rows])  # (rows, k): the levels, columns in order
+    # each block's positions as Input.swapped orders x: its 16 even columns, then its 16 odd ones
+    levels = levels.reshape(rows, k // BLOCK, BLOCK // 2, 2).transpose(-1, -2)
+    levels = levels.reshape(g, LANE_ROWS, k // BLOCK, 4, 2, 4)  # position 8 v + 4 h + t of block c
+    packed = (levels[..., 0, :] | (levels[..., 1, :] << 4)).permute(0, 2, 3, 1, 4)  # (g, c, v, r, t)
+    return packed.contiguous(), _per_lane(module.weight_scale, g), _per_lane(module.weight_min, g)
+
+
+def _per_lane(t: Tensor, g: int) -> Tensor:
+    """(rows, groups) -> (g, groups, 16): each group's values of 16 rows side by side."""
+    return t[: g * LANE_ROWS].reshape(g, LANE_ROWS, t.shape[1]).transpose(1, 2)
