@@ -39,6 +39,7 @@ SOURCES = (
     "forward.h", "shares.h", "prompt_attention.h", "attention_backward.h", "swiglu.h", "rms_norm.h", "rotary.h",
     "cross_entropy.h", "logit_scan.h", "int8_lanes.h", "rows_avx2.h", "lanes_avx2.h", "inputs.h",
 )  # fmt: skip
+HERE = Path(__file__).parent  # where the sources are
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-fPIC", "-shared")
 LIBRARIES = ("-lm",)
 BUILD_TIMEOUT = 300  # seconds: a first build takes a few on an idle machine
@@ -81,9 +82,8 @@ def _cpu_features() -> str:
 def _key(cc: str) -> str:
     """A hash of everything the built library depends on."""
     digest = hashlib.sha256()
-    here = Path(__file__).parent
     for name in SOURCES:
-        digest.update((here / name).read_bytes())
+        digest.update((HERE / name).read_bytes())
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
     for part in (*FLAGS, *LIBRARIES, version, _cpu_features(), platform.machine(), sys.platform):
         digest.update(part.encode())
@@ -127,7 +127,7 @@ def _only_builder(lock: Path) -> Iterator[None]:
 def _compile(cc: str, name: str, target: Path) -> Path:
     """``name``.c built into ``target`` (atomically); OSError with the compiler's first line if it fails."""
     folder = target.parent
-    source = Path(__file__).parent / f"{name}.c"
+    source = HERE / f"{name}.c"
     with tempfile.TemporaryDirectory(dir=folder) as scratch:  # the same file system: an atomic rename
         built = Path(scratch) / target.name
         result = subprocess.run(
