@@ -17,10 +17,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from qkv.quantization.activation_blocks import BLOCK
 from qkv.quantization.int4_linear import Int4Linear, unpack_nibbles
 from qkv.quantization.int8_linear import Int8Linear
 
-BLOCK = 32  # columns per block: x's int8 rounding's
 LANE_ROWS = 16  # rows multiplied together, one to a lane
 
 

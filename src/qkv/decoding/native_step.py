@@ -47,7 +47,7 @@ from qkv.layers.feedforward import ACTIVATION_FUNCTIONS, FeedForward, GatedFeedF
 from qkv.layers.linear import Linear
 from qkv.layers.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from qkv.models.family import family_of
-from qkv.quantization.activation_blocks import INT8_ACTIVATIONS, ROUNDINGS
+from qkv.quantization.activation_blocks import BLOCK, INT8_ACTIVATIONS, ROUNDINGS
 from qkv.quantization.int4_linear import Int4Linear
 from qkv.quantization.int8_embedding import Int8TokenEmbedding
 from qkv.quantization.int8_linear import Int8Linear
@@ -58,7 +58,6 @@ if TYPE_CHECKING:
 
 MAT_F32, MAT_I8, MAT_I8A8, MAT_I4, MAT_I4F = 0, 1, 2, 3, 4
 NORM_NONE, NORM_RMS, NORM_LAYER = 0, 1, 2
-BLOCK = 32  # values of x rounded to int8 with one scale (int8 activations, int4 products)
 ACTIVATIONS = {"relu": 0, "gelu": 1, "gelu_tanh": 2, "silu": 3, "relu2": 4}
 P = ctypes.c_void_p
 
