@@ -191,10 +191,8 @@ def peer_worker(args: argparse.Namespace, work: Path) -> dict:
     """transformers + peft: the same model, batches, targets, rank, alpha and optimizer, in a plain loop."""
     import contextlib
 
-    import peft
     import torch.nn.functional as F
     import transformers
-    from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
     import qkv
@@ -208,6 +206,9 @@ def peer_worker(args: argparse.Namespace, work: Path) -> dict:
         path.parent if path.is_file() else path, dtype=torch.float32, **load
     )
     if args.mode == "lora":
+        import peft  # only here: importing it takes seconds that a full fine-tune's process would spend for nothing
+        from peft import set_peft_model_state_dict
+
         config = peft.LoraConfig(r=s["rank"], lora_alpha=s["alpha"], lora_dropout=0.0, target_modules=s["targets"])
         model = peft.get_peft_model(model, config)
         saved = load_file(work / "adapters.safetensors")

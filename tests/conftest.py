@@ -11,7 +11,10 @@ import torch
 from qkv.models import GPT, GPTConfig
 from tests.finetune_models import tiny_gpt2_dir, tiny_llama_dir  # noqa: F401  (session fixtures: tiny bases)
 from tests.gguf_files import bpe, smollm2, smollm2_hf, smollm2_hf_tokenizer, smollm2_qkv  # noqa: F401  (fixtures)
+from tests.gguf_parses import share_gguf_parses
 from tests.smol import smol_bundle, smol_hf, smol_hf_dir  # noqa: F401  (session fixtures: SmolLM2's tokenizer)
+
+share_gguf_parses()  # transformers' GGUF loader parses each file once per process, not three times
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

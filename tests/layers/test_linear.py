@@ -162,3 +162,12 @@ def test_a_frozen_matrix_under_bfloat16_autocast_multiplies_a_bfloat16_copy_made
     assert linear_module.bfloat16_weight(weight) is copy and torch.equal(copy, weight.bfloat16())
     weight.mul_(2)  # changed in place: a new copy
     assert torch.equal(linear_module.bfloat16_weight(weight), weight.bfloat16())
+
+
+def test_the_thread_count_is_marked_constant_as_torch_compilers_decorator_marks() -> None:
+    """linear's thread count carries the mark that torch.compiler.assume_constant_result sets (set by hand so that
+    importing qkv does not import Dynamo): if PyTorch's decorator ever marks differently, this fails."""
+    marked = torch.compiler.assume_constant_result(lambda: 0)
+    added = {name: value for name, value in vars(marked).items() if not name.startswith("__")}
+    assert added, "the decorator no longer marks the function: linear's _threads needs another way"
+    assert {name: getattr(linear_module._threads, name, None) for name in added} == added

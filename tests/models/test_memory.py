@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -88,12 +91,15 @@ def test_the_activation_estimate_counts_grouped_keys_and_the_gates_tensors() -> 
 def test_buffers_count_too_rope_tables_of_a_huge_context() -> None:
     from qkv.models.memory import model_numbers
 
-    config = make_config("llama-micro", vocab_size=50, n_layers=3, context_length=96)
-    model = build_model(config)
-    assert model_numbers(config) == (
-        sum(p.numel() for p in model.parameters()),
-        sum(b.numel() for b in model.buffers()),
-    )
+    for config in (  # RoPE's cos and sin tables; the paper's sinusoidal table in encoder and decoder
+        make_config("llama-micro", vocab_size=50, n_layers=3, context_length=96),
+        make_config("transformer-tiny", src_vocab_size=40, tgt_vocab_size=40, n_encoder_layers=3),
+    ):
+        model = build_model(config)
+        assert model_numbers(config) == (
+            sum(p.numel() for p in model.parameters()),
+            sum(b.numel() for b in model.buffers()),
+        )
     huge = make_config("llama-micro", vocab_size=50, context_length=10**12)  # few parameters, TBs of cos/sin tables
     with pytest.raises(QkvError, match=r"and its tables of [\d,]+ numbers \(positions x head size\)"):
         check_fits(huge, torch.device("cpu"))
@@ -112,3 +118,23 @@ def test_the_kv_pool_and_the_generated_tokens_are_checked_against_memory() -> No
         check_kv_pool(config, rows, 64, torch.float32, "cpu", fix="lower it")
     assert new_tokens_error(1000) is None
     assert "max_new_tokens=1,000,000,000,000 is more tokens than memory holds" in str(new_tokens_error(10**12))
+
+
+def test_counting_does_not_import_dynamo() -> None:
+    """Counting builds models on the meta device, where PyTorch runs factories and initializations through Python
+    references whose first call imports Dynamo: seconds added to every command that opens a model. qkv's tables
+    and the memory check keep off them (and importing qkv's layers keeps off Dynamo too)."""
+    code = (
+        "import sys\n"
+        "from qkv.models import make_config\n"
+        "from qkv.models.memory import model_numbers\n"
+        "import qkv.layers\n"
+        "model_numbers(make_config('llama-micro', vocab_size=50, rope_scaling={'rope_type': 'llama3', 'factor': 8.0,"
+        " 'low_freq_factor': 1.0, 'high_freq_factor': 4.0, 'original_max_position_embeddings': 64}))\n"
+        "model_numbers(make_config('transformer-tiny', src_vocab_size=40, tgt_vocab_size=40))\n"
+        "model_numbers(make_config('gpt-nano', vocab_size=50))\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False", done.stdout

@@ -55,10 +55,14 @@ def _mkl_on_intel() -> bool:
 MKL_ON_INTEL = _mkl_on_intel()  # read once: a constant of a compiled graph
 
 
-@torch.compiler.assume_constant_result
 def _threads() -> int:
     """torch's thread count; a constant of a compiled graph (read when the graph is made)."""
     return torch.get_num_threads()
+
+
+# torch.compiler.assume_constant_result(_threads), which only sets this mark, without importing Dynamo at qkv's
+# import (the decorator imports it: 2-4 s added to every command; tests/layers/test_linear.py checks the mark)
+_threads._dynamo_marked_constant = True  # type: ignore[attr-defined]
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:

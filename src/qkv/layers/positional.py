@@ -42,6 +42,13 @@ def sinusoidal_table(max_len: int, d_model: int, *, interleaved: bool = True) ->
     return table.float()
 
 
+def _counting() -> bool:
+    """Whether tensors are made on the meta device, where a model is built only to count its numbers
+    (qkv.models.memory): fixed tables are then left empty, as meta's arange is PyTorch's Python reference, whose
+    first call imports Dynamo (seconds added to a command)."""
+    return torch.get_default_device().type == "meta"
+
+
 class SinusoidalPositionalEncoding(nn.Module):
     """Fixed sinusoidal encodings; ``forward(length, start)`` returns rows start..start+length-1."""
 
@@ -50,7 +57,12 @@ class SinusoidalPositionalEncoding(nn.Module):
     def __init__(self, max_len: int, d_model: int, *, interleaved: bool = True) -> None:
         super().__init__()
         self.max_len = max_len
-        self.register_buffer("table", sinusoidal_table(max_len, d_model, interleaved=interleaved), persistent=False)
+        table = (
+            torch.empty(max_len, d_model)
+            if _counting()
+            else sinusoidal_table(max_len, d_model, interleaved=interleaved)
+        )
+        self.register_buffer("table", table, persistent=False)
 
     def forward(self, length: int, start: int = 0) -> Tensor:
         return self.table[start : start + length]  # (T, d_model)
@@ -81,6 +93,12 @@ ROPE_SCALINGS = ("llama3",)
 """The RoPE scalings :func:`rope_frequencies` knows (Hugging Face's ``rope_type`` names)."""
 
 
+def check_rope_scaling(scaling: Mapping[str, Any] | None) -> None:
+    """A ValueError unless ``scaling`` is None or names one of :data:`ROPE_SCALINGS`."""
+    if scaling is not None and scaling.get("rope_type") not in ROPE_SCALINGS:
+        raise ValueError(f"unknown RoPE scaling {scaling.get('rope_type')!r}: one of {', '.join(ROPE_SCALINGS)}")
+
+
 def rope_frequencies(head_dim: int, base: float = 10000.0, scaling: Mapping[str, Any] | None = None) -> Tensor:
     """RoPE's angular frequencies theta_i = base^(-2i/d), i = 0 .. d/2 - 1, as float64 (d/2,).
 
@@ -89,11 +107,10 @@ def rope_frequencies(head_dim: int, base: float = 10000.0, scaling: Mapping[str,
     L / h, unchanged; longer than L / l, divided by s; in between, interpolated by r = (L / wavelength - l) /
     (h - l) as (1 - r) theta_i / s + r theta_i. Fast rotations (local order) stay; slow ones stretch.
     """
+    check_rope_scaling(scaling)
     frequencies = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
     if scaling is None:
         return frequencies
-    if scaling.get("rope_type") not in ROPE_SCALINGS:
-        raise ValueError(f"unknown RoPE scaling {scaling.get('rope_type')!r}: one of {', '.join(ROPE_SCALINGS)}")
     factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
     trained = scaling["original_max_position_embeddings"]
     wavelength = 2 * math.pi / frequencies
@@ -113,11 +130,16 @@ class RotaryEmbedding(nn.Module):
     ) -> None:
         super().__init__()
         self.max_len = max_len
-        inv_freq = rope_frequencies(head_dim, base, scaling)
-        angles = torch.arange(max_len, dtype=torch.float64)[:, None] * inv_freq  # (L, d/2)
-        angles = torch.cat([angles, angles], dim=-1)  # (L, d): the two halves rotate together
-        self.register_buffer("cos", angles.cos().float(), persistent=False)
-        self.register_buffer("sin", angles.sin().float(), persistent=False)
+        check_rope_scaling(scaling)
+        if _counting():
+            cos, sin = torch.empty(max_len, head_dim), torch.empty(max_len, head_dim)  # two: buffers() counts each once
+        else:
+            inv_freq = rope_frequencies(head_dim, base, scaling)
+            angles = torch.arange(max_len, dtype=torch.float64)[:, None] * inv_freq  # (L, d/2)
+            angles = torch.cat([angles, angles], dim=-1)  # (L, d): the two halves rotate together
+            cos, sin = angles.cos().float(), angles.sin().float()
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
 
     def forward(self, length: int, start: int = 0) -> tuple[Tensor, Tensor]:
         return self.cos[start : start + length], self.sin[start : start + length]  # (T, d) each

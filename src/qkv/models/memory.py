@@ -22,11 +22,24 @@ import dataclasses
 import os
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from qkv.errors import QkvError
 from qkv.models.config import BlockSizes
 
 GIB = 2**30
+
+
+class _ShapesOnly(TorchFunctionMode):
+    """torch.nn.init's fills of meta tensors left out: a meta tensor has no values to fill, and PyTorch runs them
+    through its Python references, whose first call imports Dynamo (seconds added to a command that only counts).
+    Everything else runs as usual."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        first = args[0] if args else (kwargs or {}).get("tensor")
+        if getattr(func, "__module__", None) == "torch.nn.init" and isinstance(first, torch.Tensor) and first.is_meta:
+            return first
+        return func(*args, **(kwargs or {}))
 
 
 def parameter_count(config) -> int:
@@ -43,7 +56,7 @@ def model_numbers(config) -> tuple[int, int]:
 
     def count(**layers: int) -> tuple[int, int]:
         try:
-            with torch.device("meta"):
+            with _ShapesOnly(), torch.device("meta"):
                 model = build_model(dataclasses.replace(config, **layers))
         except RuntimeError as error:  # a tensor of more than 2^63 bytes
             raise QkvError(f"this model does not fit any machine ({error}): use smaller sizes") from None
