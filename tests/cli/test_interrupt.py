@@ -9,7 +9,11 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from qkv.training.checkpoint import latest_checkpoint
+
+pytestmark = pytest.mark.slow  # among the longest modules: the workers start them first (tests/conftest.py)
 
 
 def test_ctrl_c_saves_a_checkpoint_and_resume_finishes(tmp_path) -> None:

@@ -21,6 +21,8 @@ from qkv.data.prepare import prepare
 from qkv.tokenizers import train_tokenizer
 from qkv.training.checkpoint import latest_checkpoint
 
+pytestmark = pytest.mark.slow  # among the longest modules: the workers start them first (tests/conftest.py)
+
 TEXT = "the quick brown fox jumps over the lazy dog. " * 200
 
 

@@ -32,6 +32,8 @@ from tests.decoding.native_reference import (  # noqa: F401 (_library: the autou
 )
 from tests.decoding.test_fast_step import tiny_transformer
 
+pytestmark = pytest.mark.slow  # among the longest modules: the workers start them first (tests/conftest.py)
+
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("name", sorted(MODELS))

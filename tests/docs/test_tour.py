@@ -14,6 +14,8 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat", reason="nbformat is absent: pip install -e '.[test]'")
 nbclient = pytest.importorskip("nbclient", reason="nbclient is absent: pip install -e '.[test]'")
+
+pytestmark = pytest.mark.slow  # among the longest modules: the workers start them first (tests/conftest.py)
 pytest.importorskip("ipykernel", reason="ipykernel is absent: pip install -e '.[test]'")
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,6 +14,8 @@ from qkv.models import LlamaConfig
 from qkv.models.llama import Llama
 from tests.export.conftest import export
 
+pytestmark = pytest.mark.slow  # among the longest modules: the workers start them first (tests/conftest.py)
+
 
 @pytest.fixture(scope="module", params=[2, 1], ids=["gqa", "mqa"])
 def llama_onnx(request, onnx_root, tokenizer):

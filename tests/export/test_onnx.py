@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import torch
 
 from qkv.export.onnx_runtime import load_session
+
+pytestmark = pytest.mark.slow  # among the longest modules: the workers start them first (tests/conftest.py)
 
 
 def feeds(session, *values: np.ndarray) -> dict[str, np.ndarray]:

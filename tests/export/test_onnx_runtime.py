@@ -13,6 +13,8 @@ from qkv.errors import QkvError
 from qkv.export.onnx_runtime import OnnxEncoder, OnnxGPT, OnnxTranslator
 from qkv.pretrained import embed_sentences
 
+pytestmark = pytest.mark.slow  # among the longest modules: the workers start them first (tests/conftest.py)
+
 
 def test_gpt_greedy_generation_equals_qkv(gpt_onnx, tokenizer) -> None:
     model = gpt_onnx.bundle.model

@@ -12,6 +12,8 @@ from qkv.errors import QkvError
 from qkv.export.onnx import export_onnx
 from qkv.export.onnx_runtime import OnnxTranslator
 
+pytestmark = pytest.mark.slow  # among the longest modules: the workers start them first (tests/conftest.py)
+
 
 def _export_id(path) -> str:
     return {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}["qkv.export"]

@@ -17,6 +17,8 @@ from qkv.models import GPT, Encoder, EncoderConfig, GPTConfig, LlamaConfig
 from qkv.tokenizers import CharTokenizer
 from tests.pretrained.conftest import gpt2_dir, gpt2_hf  # noqa: F401  (session fixtures)
 
+pytestmark = pytest.mark.slow  # among the longest modules: the workers start them first (tests/conftest.py)
+
 
 def planted(length: int, offset: int) -> torch.Tensor:
     """Weights (1, 4, T, T) of four heads: previous token, first token, induction, duplicate token."""

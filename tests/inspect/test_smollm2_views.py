@@ -14,6 +14,8 @@ import qkv
 from qkv.inspect import attention_maps, attribute, detect_heads, logit_lens, next_token, patch, walkthrough
 from qkv.inspect.walkthrough_html import walkthrough_html
 
+pytestmark = pytest.mark.slow  # among the longest modules: the workers start them first (tests/conftest.py)
+
 FACT = "The capital of France is"  # 5 tokens; SmolLM2 answers " Paris"
 OTHER = "The capital of Italy is"  # the same length; " Rome"
 

@@ -12,6 +12,8 @@ import torch.nn.functional as F
 
 from qkv.models import GPT, GPTConfig, Transformer, TransformerConfig
 
+pytestmark = pytest.mark.slow  # among the longest modules: the workers start them first (tests/conftest.py)
+
 DIGITS, LENGTH = 10, 5
 SEP, BOS = DIGITS, DIGITS + 1
 

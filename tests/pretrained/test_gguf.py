@@ -18,7 +18,10 @@ from qkv.pretrained import gguf as loader
 from qkv.pretrained.gguf import load_gguf
 from tests.gguf_files import byte_level_tokenizer_metadata, logits, need, random_tensors, write_file
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # a 135M model on a busy machine: a second thread only waits
+pytestmark = [
+    pytest.mark.usefixtures("one_thread"),  # a 135M model on a busy machine: a second thread only waits
+    pytest.mark.slow,  # among the longest modules: the workers start them first (tests/conftest.py)
+]
 
 
 def test_logits_equal_transformers(smollm2_qkv, smollm2_hf):

@@ -18,6 +18,8 @@ from qkv.pretrained.gguf import load_gguf
 from qkv.quantization import Int4Linear, Int8Linear, Int8TokenEmbedding, set_activations, weight_bytes
 from tests.gguf_files import byte_level_tokenizer_metadata, need, random_tensors, write_file
 
+pytestmark = pytest.mark.slow  # among the longest modules: the workers start them first (tests/conftest.py)
+
 D, FF = 256, 512  # Q4_K's blocks hold 256 weights: every matrix's rows are a whole number of them
 TYPES = {  # GGUF tensor -> the type it is written in, and the qkv layer it must become
     "token_embd.weight": ("Q8_0", Int8TokenEmbedding),  # tied to W_U (no output.weight)

@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # among the longest modules: the workers start them first (tests/conftest.py)
+
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "finetune.py"
 TEXT = "the cat sat on the mat and the dog sat on the log. " * 60
 

@@ -12,6 +12,8 @@ import pytest
 from qkv.training import TrainConfig, train_language_model
 from qkv.training.metrics import read_metrics
 
+pytestmark = pytest.mark.slow  # among the longest modules: the workers start them first (tests/conftest.py)
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 

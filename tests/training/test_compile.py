@@ -34,6 +34,8 @@ from qkv.training.strategy import use_compile
 from qkv.training.tasks.language_model import next_token_loss
 from qkv.training.tasks.translation import forward_batch, translation_loss
 
+pytestmark = pytest.mark.slow  # among the longest modules: the workers start them first (tests/conftest.py)
+
 B, T, V = 2, 12, 40
 PADDING = torch.tensor([[False] * T, [False] * 7 + [True] * (T - 7)])  # the second sentence is 7 tokens long
 

@@ -6,10 +6,13 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
 from qkv.training.checkpoint import latest_checkpoint
+
+pytestmark = pytest.mark.slow  # among the longest modules: the workers start them first (tests/conftest.py)
 
 TEXT = "the quick brown fox jumps over the lazy dog. " * 200
 

@@ -10,6 +10,8 @@ from safetensors.torch import load_file
 from qkv.training.checkpoint import latest_checkpoint
 from tests.training.test_distributed import run_qkv
 
+pytestmark = pytest.mark.slow  # among the longest modules: the workers start them first (tests/conftest.py)
+
 TEXT = "the cat sat on the mat and the dog sat on the log. " * 60
 
 

@@ -30,6 +30,8 @@ from qkv.training.checkpoint import latest_checkpoint
 from qkv.training.metrics import read_metrics
 from tests.training import distributed_worker as worker
 
+pytestmark = pytest.mark.slow  # among the longest modules: the workers start them first (tests/conftest.py)
+
 WORKER = Path(worker.__file__)
 
 
