@@ -19,10 +19,16 @@
 
 #define ROWS_AVX2(B) ((B) <= 6 ? 2 : 1)  /* at most 2: the arrays below hold 2 rows */
 
-/* acc[r][b] += a[r] times the 8 numbers at x + b ld, for R rows and B vectors: each x loaded once for the R rows. */
-INLINE void fma_rows(__m256 acc[2][MAX_ROWS], const __m256 *a, const int R, const float *x, int64_t ld, int B) {
+/* Where each of B vectors starts, x + b ld: fma_rows loads from each address on its own (as x + b ld, GCC stepped one
+   register by ld from vector to vector, each load's address waiting on the one before). */
+INLINE void vector_starts(const float *x, int64_t ld, int B, const float **xs) {
+    for (int b = 0; b < B; b++) xs[b] = x + b * ld;
+}
+
+/* acc[r][b] += a[r] times the 8 numbers at xs[b] + j, for R rows and B vectors: each x loaded once for the R rows. */
+INLINE void fma_rows(__m256 acc[2][MAX_ROWS], const __m256 *a, const int R, const float *const *xs, int64_t j, int B) {
     for (int b = 0; b < B; b++) {
-        const __m256 xb = _mm256_loadu_ps(x + b * ld);
+        const __m256 xb = _mm256_loadu_ps(xs[b] + j);
         for (int r = 0; r < R; r++) acc[r][b] = _mm256_fmadd_ps(a[r], xb, acc[r][b]);
     }
 }
@@ -30,6 +36,8 @@ INLINE void fma_rows(__m256 acc[2][MAX_ROWS], const __m256 *a, const int R, cons
 /* R rows of float32 weights, `ldw` apart, times B vectors: out[r * MAX_ROWS + b]. */
 INLINE void rows_float_avx2(const float *w, int64_t ldw, const int R, int64_t k, const Input *in, int B,
                             float *out) {
+    const float *xs[MAX_ROWS];
+    vector_starts(in->x, in->ldx, B, xs);
     __m256 acc[2][MAX_ROWS];
     for (int r = 0; r < R; r++)
         for (int b = 0; b < B; b++) acc[r][b] = _mm256_setzero_ps();
@@ -40,7 +48,7 @@ INLINE void rows_float_avx2(const float *w, int64_t ldw, const int R, int64_t k,
             if ((j & 15) == 0) __builtin_prefetch(w + r * ldw + j + PREFETCH_ROWS * k, 0, 1);
             a[r] = _mm256_loadu_ps(w + r * ldw + j);
         }
-        fma_rows(acc, a, R, in->x + j, in->ldx, B);
+        fma_rows(acc, a, R, xs, j, B);
     }
     for (int r = 0; r < R; r++)
         for (int b = 0; b < B; b++) {
@@ -54,6 +62,8 @@ INLINE void rows_float_avx2(const float *w, int64_t ldw, const int R, int64_t k,
    between the rows' scales) each 8 weights are scaled by their group's before the FMAs. */
 INLINE void rows_i8f_avx2(const int8_t *w, int64_t ldw, const int R, int64_t k, const float *gs, int64_t gs_ld,
                           int64_t group, const Input *in, int B, float *out) {
+    const float *xs[MAX_ROWS];
+    vector_starts(in->x, in->ldx, B, xs);
     __m256 acc[2][MAX_ROWS];
     for (int r = 0; r < R; r++)
         for (int b = 0; b < B; b++) acc[r][b] = _mm256_setzero_ps();
@@ -72,13 +82,13 @@ INLINE void rows_i8f_avx2(const int8_t *w, int64_t ldw, const int R, int64_t k, 
                 a[r] = load_i8x8(w + r * ldw + j + part);
                 if (gs) a[r] = _mm256_mul_ps(a[r], s[r]);
             }
-            fma_rows(acc, a, R, in->x + j + part, in->ldx, B);
+            fma_rows(acc, a, R, xs, j + part, B);
         }
     }
     for (; j + 8 <= k; j += 8) {  /* (no groups: k need not be a multiple of 32) */
         __m256 a[2];
         for (int r = 0; r < R; r++) a[r] = load_i8x8(w + r * ldw + j);
-        fma_rows(acc, a, R, in->x + j, in->ldx, B);
+        fma_rows(acc, a, R, xs, j, B);
     }
     for (int r = 0; r < R; r++)
         for (int b = 0; b < B; b++) {
@@ -102,6 +112,8 @@ static inline __m256 nibbles8(const uint8_t *p, int high) {
 INLINE void rows_i4f_avx2(const uint8_t *w, const uint16_t *s16, const uint16_t *m16, int64_t k, int shift,
                           const int R, int64_t groups, const Input *in, int B, float *out) {
     const int64_t blocks = k / BLOCK;
+    const float *xs[MAX_ROWS];
+    vector_starts(in->fswapped, in->stride, B, xs);
     __m256 acc[2][MAX_ROWS];
     for (int r = 0; r < R; r++)
         for (int b = 0; b < B; b++) acc[r][b] = _mm256_setzero_ps();
@@ -117,7 +129,7 @@ INLINE void rows_i4f_avx2(const uint8_t *w, const uint16_t *s16, const uint16_t 
             for (int r = 0; r < R; r++)
                 a[r] = _mm256_fmadd_ps(nibbles8(w + r * (k / 2) + c * 16 + (part & 1) * 8, part >> 1),
                                        _mm256_set1_ps(s[r]), _mm256_set1_ps(m[r]));
-            fma_rows(acc, a, R, in->fswapped + c * BLOCK + part * 8, in->stride, B);
+            fma_rows(acc, a, R, xs, c * BLOCK + part * 8, B);
         }
     }
     for (int r = 0; r < R; r++)
