@@ -168,6 +168,25 @@ INLINE void i8a8_lanes_whole(const Mat *m, int64_t g, const Input *in, int b0, c
     }
 }
 
+/* dots[b] += the 8 rows' 4 levels q (32 bytes: int4 levels 0..15 or int8 weights, as Mat.lanes holds them) times the
+   16-bit x at xs[b] + j .. j + 3, for each of nb vectors (lanes16_half). */
+INLINE void lanes16_columns(__m256i q, const int i4, const int16_t *const *xs, int64_t j, const int nb,
+                            __m256i dots[4][2]) {
+    const __m128i q0 = _mm256_castsi256_si128(q), q1 = _mm256_extracti128_si256(q, 1);
+    const __m256i w0 = i4 ? _mm256_cvtepu8_epi16(q0) : _mm256_cvtepi8_epi16(q0);  /* rows 0-3 */
+    const __m256i w1 = i4 ? _mm256_cvtepu8_epi16(q1) : _mm256_cvtepi8_epi16(q1);  /* rows 4-7 */
+    for (int b = 0; b < nb; b++) {
+        int64_t four;  /* the 4 columns' 16-bit values */
+        memcpy(&four, xs[b] + j, sizeof four);
+        const __m256i x = _mm256_set1_epi64x(four);
+        dots[b][0] = _mm256_add_epi32(dots[b][0], _mm256_madd_epi16(w0, x));
+        dots[b][1] = _mm256_add_epi32(dots[b][1], _mm256_madd_epi16(w1, x));
+        /* the sums here, in registers: GCC, free to reorder integer sums, otherwise computed all 8 x nb x 2 madds
+           first, spilled them to the stack, and added them up after */
+        __asm__("" : "+x"(dots[b][0]), "+x"(dots[b][1]));
+    }
+}
+
 /* Rows 8 h .. 8 h + 7 of group g times vectors b0 .. b0 + nb - 1 (nb <= 4), x rounded twice: int4 (i4) or int8
    weights widened to 16 bits times Input.x16 (the header). A 32-byte line of 8 rows x 4 columns widens into rows
    0-3 and rows 4-7; madd leaves two sums a row, which one hadd per block folds, its lanes in the rows' order
@@ -194,28 +213,18 @@ INLINE void lanes16_half(const Mat *m, int64_t g, int h, const Input *in, const 
         const uint8_t *wc = w + c * (i4 ? 256 : 512);
         __m256i dots[4][2];  /* 32-bit sums of pairs: rows 0-3 and rows 4-7, two to a row */
         for (int b = 0; b < nb; b++) dots[b][0] = dots[b][1] = _mm256_setzero_si256();
-        for (int v = 0; v < 8; v++) {  /* columns 4 v .. 4 v + 3 (int4: in the 4-bit order, as Input.x16s) */
-            __m256i q;
-            if (i4) {  /* levels 2 u (low nibbles) and 2 u + 1 (high) of 64 bytes u */
-                const __m256i both = _mm256_loadu_si256((const __m256i *)(wc + (v / 2) * 64));
-                q = _mm256_and_si256(v % 2 ? _mm256_srli_epi16(both, 4) : both, nibble);
-                if (v % 2 == 0) __builtin_prefetch(wc + (v / 2) * 64 + PREFETCH_INT4, 0, 1);
-            } else {
-                q = _mm256_loadu_si256((const __m256i *)(wc + v * 64));
-                __builtin_prefetch(wc + v * 64 + PREFETCH_INT8, 0, 1);
+        if (i4) {  /* 64 bytes u: the levels of columns 4 (2 u) .. (low nibbles), then of 4 (2 u + 1) .. (high) */
+            for (int u = 0; u < 4; u++) {
+                const __m256i both = _mm256_loadu_si256((const __m256i *)(wc + u * 64));
+                __builtin_prefetch(wc + u * 64 + PREFETCH_INT4, 0, 1);
+                lanes16_columns(_mm256_and_si256(both, nibble), 1, xs, c * BLOCK + 8 * u, nb, dots);
+                lanes16_columns(_mm256_and_si256(_mm256_srli_epi16(both, 4), nibble), 1, xs, c * BLOCK + 8 * u + 4, nb,
+                                dots);
             }
-            const __m128i q0 = _mm256_castsi256_si128(q), q1 = _mm256_extracti128_si256(q, 1);
-            const __m256i w0 = i4 ? _mm256_cvtepu8_epi16(q0) : _mm256_cvtepi8_epi16(q0);
-            const __m256i w1 = i4 ? _mm256_cvtepu8_epi16(q1) : _mm256_cvtepi8_epi16(q1);
-            for (int b = 0; b < nb; b++) {
-                int64_t four;  /* the 4 columns' 16-bit values */
-                memcpy(&four, xs[b] + c * BLOCK + 4 * v, sizeof four);
-                const __m256i x = _mm256_set1_epi64x(four);
-                dots[b][0] = _mm256_add_epi32(dots[b][0], _mm256_madd_epi16(w0, x));
-                dots[b][1] = _mm256_add_epi32(dots[b][1], _mm256_madd_epi16(w1, x));
-                /* the sums here, in registers: GCC, free to reorder integer sums, otherwise computed all 8 x nb x 2
-                   madds first, spilled them to the stack, and added them up after */
-                __asm__("" : "+x"(dots[b][0]), "+x"(dots[b][1]));
+        } else {
+            for (int v = 0; v < 8; v++) {  /* columns 4 v .. 4 v + 3 */
+                __builtin_prefetch(wc + v * 64 + PREFETCH_INT8, 0, 1);
+                lanes16_columns(_mm256_loadu_si256((const __m256i *)(wc + v * 64)), 0, xs, c * BLOCK + 4 * v, nb, dots);
             }
         }
         __m256 s = _mm256_set1_ps(1.0f), mins = _mm256_setzero_ps();
