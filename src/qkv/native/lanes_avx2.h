@@ -75,6 +75,7 @@ INLINE void i4_lanes_half(const Mat *m, int64_t g, int h, const Input *in, int b
                 const int32_t *x = (const int32_t *)(xs[b] + c * BLOCK);
                 dots[b] = _mm256_add_epi16(dots[b], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(x[2 * v])));
                 dots[b] = _mm256_add_epi16(dots[b], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(x[2 * v + 1])));
+                __asm__("" : "+x"(dots[b]));  /* in a register: else GCC spilled the 8 maddubs and added later */
             }
         }
         const __m256 s = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s16 + (c >> shift) * 16)));
