@@ -130,8 +130,8 @@ class RotaryEmbedding(nn.Module):
     ) -> None:
         super().__init__()
         self.max_len = max_len
-        check_rope_scaling(scaling)
-        if _counting():
+        if _counting():  # the tables left empty; the scaling checked as rope_frequencies would
+            check_rope_scaling(scaling)
             cos, sin = torch.empty(max_len, head_dim), torch.empty(max_len, head_dim)  # two: buffers() counts each once
         else:
             inv_freq = rope_frequencies(head_dim, base, scaling)

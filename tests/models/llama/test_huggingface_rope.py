@@ -44,5 +44,9 @@ def test_llama3_cos_sin_match_transformers() -> None:
 
 
 def test_unknown_scaling_is_refused() -> None:
+    yarn = {"rope_type": "yarn", "factor": 4.0}
     with pytest.raises(ValueError, match="unknown RoPE scaling 'yarn'"):
-        rope_frequencies(64, 10000.0, {"rope_type": "yarn", "factor": 4.0})
+        rope_frequencies(64, 10000.0, yarn)
+    for device in ("cpu", "meta"):  # meta: a model built only to count its numbers leaves the tables empty
+        with torch.device(device), pytest.raises(ValueError, match="unknown RoPE scaling 'yarn'"):
+            RotaryEmbedding(16, 64, scaling=yarn)
