@@ -18,10 +18,8 @@ import torch
 from torch import Tensor
 
 from qkv.quantization.activation_blocks import BLOCK
-from qkv.quantization.int4_linear import Int4Linear, unpack_nibbles
+from qkv.quantization.int4_linear import LANE_ROWS, Int4Linear, per_lane
 from qkv.quantization.int8_linear import Int8Linear
-
-LANE_ROWS = 16  # rows multiplied together, one to a lane
 
 
 def int8_lanes(module: Int8Linear, offsets: bool) -> tuple[Tensor, Tensor | None, Tensor | None]:
@@ -34,24 +32,12 @@ def int8_lanes(module: Int8Linear, offsets: bool) -> tuple[Tensor, Tensor | None
     packed = q.permute(0, 2, 3, 1, 4)  # (g, c, v, r, t): vector v of block c holds 4 weights of each row
     scales = None
     if module.group_size:
-        scales = _per_lane(module.weight_scale, g)
+        scales = per_lane(module.weight_scale, g)
     sums = q.sum(dim=(3, 4), dtype=torch.int32).mul_(-128).transpose(1, 2) if offsets else None  # (g, c, r)
     return packed, scales, sums
 
 
 def int4_lanes(module: Int4Linear) -> tuple[Tensor, Tensor, Tensor]:
     """An int4 layer's levels in the 16-row layout (g, c, v, r, t) of bytes, and its scales and minimums
-    (g, groups, 16)."""
-    n, k = module.out_features, module.in_features
-    g, rows = n // LANE_ROWS, n // LANE_ROWS * LANE_ROWS
-    levels = unpack_nibbles(module.qweight[:rows])  # (rows, k): the levels, columns in order
-    # each block's positions as Input.swapped orders x: its 16 even columns, then its 16 odd ones
-    levels = levels.reshape(rows, k // BLOCK, BLOCK // 2, 2).transpose(-1, -2)
-    levels = levels.reshape(g, LANE_ROWS, k // BLOCK, 4, 2, 4)  # position 8 v + 4 h + t of block c
-    packed = (levels[..., 0, :] | (levels[..., 1, :] << 4)).permute(0, 2, 3, 1, 4)  # (g, c, v, r, t)
-    return packed.contiguous(), _per_lane(module.weight_scale, g), _per_lane(module.weight_min, g)
-
-
-def _per_lane(t: Tensor, g: int) -> Tensor:
-    """(rows, groups) -> (g, groups, 16): each group's values of 16 rows side by side."""
-    return t[: g * LANE_ROWS].reshape(g, LANE_ROWS, t.shape[1]).transpose(1, 2)
+    (g, groups, 16): the layer's own copy (:meth:`Int4Linear.lanes`), which a prompt's product reads too."""
+    return module.lanes()

@@ -386,20 +386,45 @@ int qkv_lane_kernels(void) { return HAVE_VNNI ? 2 : AVX2 ? 1 : 0; }
 /* Overrides int8_bf16()'s choice: 1 bfloat16 (where the CPU has it), 0 float32, -1 the CPU's (tests). */
 void qkv_set_int8_bf16(int32_t choice) { int8_bf16_choice = choice; }
 
-/* y = W x (+ b) for B vectors x (B, k) into y (B, n): one product alone, as the step computes it (tests). */
+/* Vectors of a many-vector product (a prompt) taken together: the int8 blocks of 64 vectors of up to 1536 values
+   stay in L2 cache while every share of rows reads them. */
+#define PRODUCT_VECTORS 64
+
+/* y = W x (+ b) for B vectors x (B, k) into y (B, n): one product alone, as the step computes it (tests), and a
+   prompt's product of an int4 layer with int8 activations (qkv_int4_lanes_product). The threads round x's rows
+   among them, then take PRODUCT_VECTORS vectors at a time, each time sharing W's rows afresh. */
 int qkv_product(const Mat *m, int32_t B, const float *x, float *y, int32_t threads) {
     void *memory = aligned_alloc(64, input_bytes(B, m->k));
-    Share *shares = aligned_alloc(sizeof(Share), (size_t)threads * sizeof(Share));
+    const int64_t parts = (B + PRODUCT_VECTORS - 1) / PRODUCT_VECTORS;
+    Share *shares = aligned_alloc(sizeof(Share), (size_t)(parts * threads) * sizeof(Share));
     if (!memory || !shares) {
         free(memory), free(shares);
         return 1;
     }
-    memset(shares, 0, (size_t)threads * sizeof(Share));
+    memset(shares, 0, (size_t)(parts * threads) * sizeof(Share));
     Input in = input_at(memory, B, m->k);
     in.x = x, in.ldx = m->k;
-    for (int b = 0; b < B; b++) prepare_input(&in, b, m->k, prepares(m));
 #pragma omp parallel num_threads(threads)
-    product_shared(m, &in, B, y, m->n, 0, shares);
+    {
+#pragma omp for schedule(static)
+        for (int b = 0; b < B; b++) prepare_input(&in, b, m->k, prepares(m));
+        for (int64_t p = 0; p < parts; p++) {  /* after the loop's barrier; no barrier between parts */
+            const int b0 = (int)(p * PRODUCT_VECTORS), nb = B - b0 < PRODUCT_VECTORS ? B - b0 : PRODUCT_VECTORS;
+            const Input part = from(&in, b0);
+            product_shared(m, &part, nb, y + (int64_t)b0 * m->n, m->n, 0, shares + p * threads);
+        }
+    }
     free(memory), free(shares);
     return 0;
+}
+
+/* y = W x (+ b) of an int4 layer (n, k) whose int8 activations are rounded once (MAT_I4), for B vectors: its
+   row-major levels q4 with s16, m16 per group, and the first n / 16 * 16 rows repacked 16 to a vector (lanes,
+   lane_s, lane_m). The product of a prompt (quantization/native_forward.py), with the step's own numbers. */
+int qkv_int4_lanes_product(int32_t n, int32_t k, int32_t group, const uint8_t *q4, const uint16_t *s16,
+                           const uint16_t *m16, const float *bias, const uint8_t *lanes, const uint16_t *lane_s,
+                           const uint16_t *lane_m, int32_t B, const float *x, float *y, int32_t threads) {
+    const Mat m = {.kind = MAT_I4, .n = n, .k = k, .group = group, .w = q4, .s16 = s16, .m16 = m16, .bias = bias,
+                   .lanes = lanes, .lane_s = lane_s, .lane_m = lane_m, .slices = 1};
+    return qkv_product(&m, B, x, y, threads);
 }

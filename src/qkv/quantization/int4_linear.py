@@ -94,6 +94,29 @@ def unpack_nibbles(qweight: Tensor) -> Tensor:
     return torch.stack([qweight & 15, qweight >> 4], dim=-1).flatten(-2)
 
 
+LANE_ROWS = 16  # rows multiplied together, one to a lane, by the C kernels of int8 activations (int4_lanes.h)
+
+
+def per_lane(t: Tensor, g: int) -> Tensor:
+    """(rows, groups) -> (g, groups, 16): each group's values of 16 rows side by side."""
+    return t[: g * LANE_ROWS].reshape(g, LANE_ROWS, t.shape[1]).transpose(1, 2)
+
+
+def lanes_layout(qweight: Tensor, scale: Tensor, minimum: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Q's levels (N, K / 2 bytes), s and m of the first N // 16 * 16 rows repacked 16 rows to a vector (the layout
+    decoding/lane_layout.py describes; the rows past the last 16 stay with Q's rows): (g, c, v, r, t) bytes whose
+    low nibbles hold row r's levels at positions 8 v + t of block c, the high ones 8 v + 4 + t, a block's positions
+    in the order the C code rounds x (its 16 even columns, then its 16 odd ones); s and m (g, groups, 16)."""
+    n, k = qweight.shape[0], qweight.shape[1] * 2
+    g = n // LANE_ROWS
+    rows = g * LANE_ROWS
+    levels = unpack_nibbles(qweight[:rows])  # (rows, k): the levels, columns in order
+    levels = levels.reshape(rows, k // 32, 16, 2).transpose(-1, -2)  # each block's even columns, then its odd
+    levels = levels.reshape(g, LANE_ROWS, k // 32, 4, 2, 4)  # position 8 v + 4 h + t of block c
+    packed = (levels[..., 0, :] | (levels[..., 1, :] << 4)).permute(0, 2, 3, 1, 4)  # (g, c, v, r, t)
+    return packed.contiguous(), per_lane(scale, g).contiguous(), per_lane(minimum, g).contiguous()
+
+
 def group_grid(low: Tensor, high: Tensor) -> tuple[Tensor, Tensor]:
     """float16 (s, m) of the 16-level grid from ``low`` up to ``high`` (each (N, groups))."""
     if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
@@ -235,6 +258,7 @@ class Int4Linear(nn.Module):
         self.weight_min = frozen(torch.zeros(out_features, groups, dtype=torch.float16))
         self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
         self._packed: tuple[tuple, tuple[Tensor, Tensor]] | None = None  # (key of Q, s, m; the kernel's operands)
+        self._lanes: tuple[tuple, tuple[Tensor, Tensor, Tensor]] | None = None  # (key of Q, s, m; lanes_layout's)
 
     @classmethod
     def from_float(cls, weight: Tensor, bias: Tensor | None = None, group_size: int = GROUP_SIZE) -> Int4Linear:
@@ -289,20 +313,37 @@ class Int4Linear(nn.Module):
         """The dequantized weight matrix s Q + m (N, K) in float32, a new tensor on every access."""
         return dequantize(self.qweight, self.weight_scale, self.weight_min)
 
+    def _key(self) -> tuple:
+        """What a copy of Q, s and m is made from: their storage, versions and dtype."""
+        q, s, m = self.qweight, self.weight_scale, self.weight_min
+        try:
+            return (q.data_ptr(), s.data_ptr(), m.data_ptr(), q._version, s._version, m._version, s.dtype)
+        except RuntimeError:  # inference tensors keep no version counter (and are never changed in place)
+            return (q.data_ptr(), s.data_ptr(), m.data_ptr(), s.dtype)
+
     def packed(self) -> tuple[Tensor, Tensor]:
         """The kernel's reordered copy of Q and its bfloat16 scales and zeros, made on first use and again
         when Q, s or m change."""
-        q, s, m = self.qweight, self.weight_scale, self.weight_min
-        try:
-            key: tuple = (q.data_ptr(), s.data_ptr(), m.data_ptr(), q._version, s._version, m._version, s.dtype)
-        except RuntimeError:  # inference tensors keep no version counter (and are never changed in place)
-            key = (q.data_ptr(), s.data_ptr(), m.data_ptr(), s.dtype)
+        key = self._key()
         if self._packed is None or self._packed[0] != key:
-            self._packed = (key, pack_for_kernel(q, s, m))
+            self._packed = (key, pack_for_kernel(self.qweight, self.weight_scale, self.weight_min))
         return self._packed[1]
+
+    def lanes(self) -> tuple[Tensor, Tensor, Tensor]:
+        """Q, s and m 16 rows to a vector for the C kernels of int8 activations (:func:`lanes_layout`), made on
+        first use and again when they change: one copy for the decode step and a prompt's product."""
+        key = self._key()
+        if self._lanes is None or self._lanes[0] != key:
+            self._lanes = (key, lanes_layout(self.qweight, self.weight_scale, self.weight_min))
+        return self._lanes[1]
 
     def forward(self, x: Tensor) -> Tensor:
         if self.activations in INT8_ACTIVATIONS and x.numel():  # W4A8: the product of the rounded x (as the C step's)
+            weights = self.qweight, self.weight_scale, self.weight_min
+            if self.activations == "int8" and (
+                (y := native_forward.lanes_product(x, weights, self.bias, self.group_size, self.lanes)) is not None
+            ):  # a prompt, x rounded once: the C step's own product
+                return y
             x = round_activations(x, self.activations)
         tensors = (self.qweight, self.weight_scale, self.weight_min)
         if x.device.type != "cpu" or x.dtype not in KERNEL_DTYPES or x.numel() == 0 or torch.compiler.is_compiling():

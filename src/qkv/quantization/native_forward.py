@@ -6,7 +6,11 @@ elementwise operations:
 - :func:`round_blocks`: x rounded to int8 in blocks of 32 and back (the int8-activation layers, W8A8 and W4A8);
 - :func:`round_blocks_twice`: that, plus what it missed rounded alike (activations "int8x2");
 - :func:`widen_int4`: a 4-bit matrix as W = s q + m, float32 or bfloat16;
-- :func:`widen_int8`: a grouped int8 matrix as W = s q, float32 or bfloat16.
+- :func:`widen_int8`: a grouped int8 matrix as W = s q, float32 or bfloat16;
+
+and :func:`lanes_product`, a prompt's product of an int4 layer with int8 activations (W4A8) by the decode step's own
+product (its 16-row kernels: integer sums exact, the step's numbers), where PyTorch would widen the weights to float
+for a GEMM.
 
 :func:`available` is what every caller asks first (with its own conditions on shapes and dtypes): CPU tensors,
 outside torch.compile, and a built library (:mod:`qkv.native`).
@@ -15,6 +19,7 @@ outside torch.compile, and a built library (:mod:`qkv.native`).
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -80,3 +85,39 @@ def widen_int8(q: Tensor, scale: Tensor, dtype: torch.dtype) -> Tensor:
     _library().qkv_dequantize_int8(_pointer(q), _pointer(scale), *sizes, _pointer(out),
                                    ctypes.c_int32(dtype == torch.bfloat16), _threads())  # fmt: skip
     return out
+
+
+PROMPT_ROWS = 64  # rows of x above which lanes_product takes an int4 layer's product (below: PyTorch's int4 kernel)
+
+
+def lanes_product(
+    x: Tensor,
+    weights: tuple[Tensor, Tensor, Tensor],
+    bias: Tensor | None,
+    group_size: int,
+    lanes: Callable[[], tuple[Tensor, Tensor, Tensor]],
+) -> Tensor | None:
+    """x W^T + b for an int4 layer whose int8 activations are rounded once (the caller's to check), on more than
+    :data:`PROMPT_ROWS` rows of x, by the C step's product (``qkv_int4_lanes_product``), or None where that does
+    not run: fewer rows, x not float32 on the CPU, a gradient to keep, torch.compile, K not a multiple of 32, fewer
+    than 16 rows of W, a bias not float32, or no 16-row kernel for this CPU (AVX2, or AVX-512 with VNNI).
+    ``weights``: Q (N, K / 2 bytes), s and m (N, K / group_size) float16; ``lanes()``: the layer's 16-row copy of
+    them (:meth:`~qkv.quantization.int4_linear.Int4Linear.lanes`), asked for only where the product runs."""
+    q4, s16, m16 = weights
+    n, k = q4.shape[0], x.shape[-1]
+    if x.dtype != torch.float32 or x.numel() <= PROMPT_ROWS * k or k % 32 or n < 16 or k != q4.shape[1] * 2:
+        return None
+    keep_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, q4, bias))
+    if keep_grad or (bias is not None and bias.dtype != torch.float32) or s16.dtype != torch.float16:
+        return None
+    if not (available(x, q4) and _library().qkv_lane_kernels()):
+        return None
+    rows = x.reshape(-1, k).contiguous()
+    y = torch.empty(rows.shape[0], n)
+    tensors = (*(t.contiguous() for t in weights), None if bias is None else bias.detach().contiguous(), *lanes())
+    pointers = [None if t is None else _pointer(t) for t in tensors]
+    sizes = ctypes.c_int32(n), ctypes.c_int32(k), ctypes.c_int32(group_size)
+    if _library().qkv_int4_lanes_product(*sizes, *pointers, ctypes.c_int32(rows.shape[0]), _pointer(rows),
+                                         _pointer(y), _threads()):  # fmt: skip
+        raise MemoryError("the int4 prompt product could not allocate its scratch memory")
+    return y.reshape(*x.shape[:-1], n)
