@@ -37,7 +37,7 @@ from pathlib import Path
 SOURCES = (
     "decode_step.c", "vectors.h", "products.h", "int8_rows.h", "int4_rows.h", "int4_lanes.h", "attention.h",
     "forward.h", "shares.h", "prompt_attention.h", "attention_backward.h", "swiglu.h", "rms_norm.h", "rotary.h",
-    "cross_entropy.h", "logit_scan.h", "int8_lanes.h", "rows_avx2.h", "lanes_avx2.h", "inputs.h",
+    "cross_entropy.h", "logit_scan.h", "int8_lanes.h", "rows_avx2.h", "lanes_avx2.h", "inputs.h", "activations.h",
 )  # fmt: skip
 HERE = Path(__file__).parent  # where the sources are
 FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-fPIC", "-shared")
