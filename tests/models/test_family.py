@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from qkv.errors import QkvError
 from qkv.layers.blocks import DecoderBlock
 from qkv.layers.embedding import Unembedding
 from qkv.models.config import CONFIG_CLASSES
-from qkv.models.family import CAPABILITIES, ROLES, build_model, families, family_of
+from qkv.models.family import CAPABILITIES, LANGUAGE_MODEL, ROLES, build_model, families, family_of, in_role
 
 SMALL = {"d_model": 16, "n_heads": 2, "context_length": 16}
 
@@ -85,6 +86,17 @@ def test_an_unknown_kind_or_a_foreign_object_is_a_clear_error():
 def test_a_role_mismatch_names_the_command_to_use():
     with pytest.raises(QkvError, match="needs a translator, and this is a GPT.*use `qkv generate`"):
         family_of("gpt").require_role("translator", "qkv translate")
+
+
+def test_in_role_asks_the_description_not_the_class():
+    for family in families().values():
+        config = small_config(family)
+        if family.role == LANGUAGE_MODEL:  # GPT's and Llama's configs alike: the same object back
+            assert in_role(config, LANGUAGE_MODEL, object, "the test") is config
+        else:
+            refused = re.escape(f"the test needs a language model, and this is {family.title}")
+            with pytest.raises(QkvError, match=refused):
+                in_role(config, LANGUAGE_MODEL, object, "the test")
 
 
 def test_each_family_declares_the_fast_decode_step_its_model_fits():

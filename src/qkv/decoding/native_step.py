@@ -43,7 +43,7 @@ from qkv.decoding.configs import decoder_config
 from qkv.decoding.decode_step import decoder_blocks, embed_step
 from qkv.decoding.lane_layout import LANE_ROWS, int4_lanes, int8_lanes
 from qkv.layers.embedding import TokenEmbedding, Unembedding
-from qkv.layers.feedforward import ACTIVATION_FUNCTIONS, FeedForward, GatedFeedForward
+from qkv.layers.feedforward import ACTIVATION_FUNCTIONS
 from qkv.layers.linear import Linear
 from qkv.layers.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from qkv.models.family import family_of
@@ -247,17 +247,21 @@ class NativeStep:
             return Norm(NORM_LAYER, module.eps, weight, bias)
         raise Unsupported(f"a {type(module).__name__} norm")
 
-    def _layer(self, block: DecoderBlock, projection: nn.Module) -> Layer:
+    def _layer(self, block: DecoderBlock, projection: nn.Module, gated: bool) -> Layer:
+        """One block, its feed-forward gated (act(W_g h) * W_1 h) where the config's block sizes say so."""
         if not (block.self_attn_sublayer.norm_first and block.ffn_sublayer.norm_first):
             raise Unsupported("post-LN blocks (the native step is written for pre-LN ones)")
         ffn = block.feed_forward
-        if type(ffn) not in (FeedForward, GatedFeedForward):
-            raise Unsupported(f"a {type(ffn).__name__} feed-forward")
+        names = ("gate", "linear1", "linear2") if gated else ("linear1", "linear2")
+        parts = [getattr(ffn, name, None) for name in names]
+        if not all(isinstance(part, nn.Module) for part in parts):
+            raise Unsupported(f"a {type(ffn).__name__} feed-forward without {' and '.join(names)}")
+        products = [self._mat(cast(nn.Module, part)) for part in parts]
+        gate, up, down = products if gated else (Mat(), *products)
         window = block.self_attn.window or 0
-        gate = self._mat(ffn.gate) if type(ffn) is GatedFeedForward else Mat()
         norms = self._norm(block.self_attn_sublayer.norm), self._norm(block.ffn_sublayer.norm)
         mats = self._mat(projection), self._mat(block.self_attn.out_proj)
-        return Layer(*norms, *mats, gate, self._mat(ffn.linear1), self._mat(ffn.linear2), window)
+        return Layer(*norms, *mats, gate, up, down, window)
 
     def _describe(self, model: GPT, projections: Sequence[nn.Module]) -> Model:
         config, blocks = decoder_config(model), decoder_blocks(model.decoder)
@@ -269,7 +273,8 @@ class NativeStep:
         names = [name for name, fn in ACTIVATION_FUNCTIONS.items() if fn is activation]
         if len(blocks) and not names:
             raise Unsupported("an activation the native step does not know")
-        layers = (Layer * len(blocks))(*(self._layer(b, p) for b, p in zip(blocks, projections, strict=True)))
+        gated = config.block_sizes().gated
+        layers = (Layer * len(blocks))(*(self._layer(b, p, gated) for b, p in zip(blocks, projections, strict=True)))
         self._keep.append(layers)
         rotary = model.rotary
         tables = None if rotary is None else (cast(Tensor, rotary.cos), cast(Tensor, rotary.sin))  # buffers (L, d_k)

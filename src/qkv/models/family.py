@@ -15,7 +15,7 @@ checklist for adding a family.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from torch import nn
 
@@ -57,6 +57,7 @@ __all__ = [
     "build_model",
     "families",
     "family_of",
+    "in_role",
     "refusal",
 ]
 
@@ -92,6 +93,17 @@ def family_of(thing: Any) -> Family:
     if family is None:
         raise QkvError(f"unknown model kind {kind!r}: qkv knows {', '.join(_FAMILIES)}")
     return family
+
+
+T = TypeVar("T")
+
+
+def in_role(thing: Any, role: str, typed: type[T], what: str) -> T:
+    """``thing`` (a model or a config) after its family's description says its family plays ``role``
+    (:meth:`Family.require_role`: a QkvError naming ``what`` otherwise), typed as the code of that role reads it
+    (``typed``: the role's own class, GPT or GPTConfig for a language model's, Llama's included; no class is tested)."""
+    family_of(thing).require_role(role, what)
+    return cast(T, thing)
 
 
 def build_model(config: ModelConfig) -> nn.Module:

@@ -8,11 +8,10 @@ agree. The first prompt token has no logprob (null): nothing comes before it.
 
 from __future__ import annotations
 
-from typing import cast
-
 from torch import nn
 
 from qkv.decoding.text import Entry, text_offsets, top_dict
+from qkv.models.family import LANGUAGE_MODEL, in_role
 from qkv.models.gpt import GPT
 from qkv.tokenizers.base import Tokenizer
 from qkv.tokenizers.token_text import token_text
@@ -22,7 +21,7 @@ from qkv.training.perplexity import token_log_probs
 def prompt_entries(model: nn.Module, tokenizer: Tokenizer, ids: list[int], top: int) -> list[Entry]:
     """The prompt's tokens with their logprobs (the first one null), as ``echo`` returns them (a forward pass:
     run it on the model thread)."""
-    scored = token_log_probs(cast(GPT, model), ids, top=top)  # a language model (the route checked)
+    scored = token_log_probs(in_role(model, LANGUAGE_MODEL, GPT, "echo"), ids, top=top)
     offsets = text_offsets(tokenizer, ids)
     entries = [Entry(token_text(tokenizer, ids[0]), None, None, 0)]
     for t in range(1, len(ids)):

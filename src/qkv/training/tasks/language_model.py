@@ -29,7 +29,7 @@ from qkv.model_dir import CONFIG_FILE, TOKENIZER_FILE
 from qkv.models import GPTConfig, make_config
 from qkv.models.base import Model
 from qkv.models.config import BaseConfig
-from qkv.models.family import LANGUAGE_MODEL, build_model, family_of
+from qkv.models.family import LANGUAGE_MODEL, build_model, family_of, in_role
 from qkv.models.memory import check_fits
 from qkv.tokenizers import Tokenizer, load_tokenizer
 from qkv.training.config import TASK_ARCHS, TrainConfig, check_arch
@@ -113,7 +113,7 @@ def _model_config(config: TrainConfig, resume_dir: Path | None, vocab_size: int)
             f"preset {config.preset!r} is {family_of(model_config).title}, not a language model: "
             f"choose a preset of a {' or '.join(TASK_ARCHS['lm'])} model (see `qkv train --help`)"
         )
-    return cast(GPTConfig, model_config)  # a language model's: a GPTConfig (or a LlamaConfig, one of its kind)
+    return in_role(model_config, LANGUAGE_MODEL, GPTConfig, "--task lm")  # Llama's config too: one of its kind
 
 
 def _heads(config: GPTConfig) -> str:

@@ -206,7 +206,7 @@ def _tokenizers_and_config(
             f"preset {config.preset!r} is {family_of(model_config).title}, not an encoder-decoder: "
             "choose a transformer-* or rnnsearch-* preset for --task translate"
         )
-    return source_tok, target_tok, cast(TranslatorConfig, model_config)  # the translator role's two configs
+    return source_tok, target_tok, cast(TranslatorConfig, model_config)  # its family plays the role (checked above)
 
 
 def _train_vocabularies(

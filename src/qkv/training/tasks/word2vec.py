@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
 
 import numpy as np
 import torch
@@ -36,7 +35,7 @@ from qkv.data.word2vec import (
 from qkv.errors import QkvError
 from qkv.model_dir import CONFIG_FILE, TOKENIZER_FILE
 from qkv.models.config import ModelConfig
-from qkv.models.family import WORD_VECTORS, family_of
+from qkv.models.family import WORD_VECTORS, family_of, in_role
 from qkv.models.memory import check_fits
 from qkv.models.presets import make_config
 from qkv.models.word2vec import Word2Vec, Word2VecBatch, Word2VecConfig
@@ -82,7 +81,7 @@ class Word2VecTask:
     def loss(self, model: nn.Module, batch: Word2VecBatch) -> tuple[Tensor, int]:
         """The mean loss per row, whose gradient is that of the summed loss (one SGD update per row)."""
         lr = self.step_size(self.batches.position - 1) if self.step_size is not None else None
-        total = cast(Word2Vec, model).loss(batch, lr=lr)
+        total = _word2vec(model).loss(batch, lr=lr)
         mean = total / max(batch.n_rows, 1)
         return total + (mean - total).detach(), batch.n_words
 
@@ -93,16 +92,16 @@ class Word2VecTask:
             raise ValueError("Word2VecTask.update needs step_size: the learning rate at each step")
         if batch.n_rows == 0:  # every word of the batch subsampled away (a tiny corpus): nothing to update
             return torch.zeros((), device=self.device), batch.n_words
-        total = cast(Word2Vec, model).sgd_step(batch, self.step_size(self.batches.position - 1))
+        total = _word2vec(model).sgd_step(batch, self.step_size(self.batches.position - 1))
         return total / max(batch.n_rows, 1), batch.n_words
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module) -> dict[str, float]:
         if self._fixed is None:
             self._fixed = self.batches.eval_batches(self.eval_batches)
-        total, rows = 0.0, 0
+        total, rows, word2vec = 0.0, 0, _word2vec(model)
         for batch in self._fixed:
-            total += float(cast(Word2Vec, model).loss(batch.to(self.device)))
+            total += float(word2vec.loss(batch.to(self.device)))
             rows += batch.n_rows
         return {self.metric: total / max(rows, 1)}
 
@@ -122,6 +121,11 @@ def train_vocabulary(lines: list[str], config: TrainConfig) -> WordTokenizer:
     return WordTokenizer.train(lines, vocab_size=config.vocab_size, min_freq=config.min_count)
 
 
+def _word2vec(model: nn.Module) -> Word2Vec:
+    """The model the task trains, as its family's description says it is one of the word-vectors role's."""
+    return in_role(model, WORD_VECTORS, Word2Vec, "the word2vec task")
+
+
 def word2vec_config(config: TrainConfig, vocab_size: int) -> Word2VecConfig:
     """The preset (``word2vec``, d_model 100) with the vocabulary size and ``--d-model``/``--dim``."""
     other = sorted(set(config.model) - {"d_model"})
@@ -131,7 +135,7 @@ def word2vec_config(config: TrainConfig, vocab_size: int) -> Word2VecConfig:
     model_config = make_config(config.preset, vocab_size=vocab_size, **config.model)
     if family_of(model_config).role != WORD_VECTORS:
         raise QkvError(f"preset {config.preset!r} is {family_of(model_config).title}: use --preset word2vec")
-    return cast(Word2VecConfig, model_config)  # the word-vectors family's config
+    return in_role(model_config, WORD_VECTORS, Word2VecConfig, "--task word2vec")
 
 
 def text_words(
