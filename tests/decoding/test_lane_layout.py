@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from qkv.decoding.lane_layout import int4_lanes, int8_lanes
+from qkv.decoding.lane_layout import int8_lanes
 from qkv.quantization.int4_linear import Int4Linear, unpack_nibbles
 from qkv.quantization.int8_linear import Int8Linear
 
@@ -26,7 +26,7 @@ def test_int8_vectors_hold_four_weights_of_each_of_16_rows_and_the_rest_stay_beh
 def test_int4_levels_follow_x_in_its_even_then_odd_order() -> None:
     torch.manual_seed(1)
     layer = Int4Linear.from_float(torch.randn(32, 64), None, group_size=32)
-    packed, scales, minimums = int4_lanes(layer)
+    packed, scales, minimums = layer.lanes()
     levels = unpack_nibbles(layer.qweight)  # (32, 64), columns in order
     assert packed.shape == (2, 2, 4, 16, 4)
     for g, c, v, r, t in [(0, 0, 0, 0, 0), (1, 1, 3, 15, 3), (0, 1, 2, 7, 1)]:

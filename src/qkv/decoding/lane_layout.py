@@ -9,7 +9,9 @@ columns,
     int4:  the same with levels (two to a byte), x's columns in Input.swapped's order (a block's 16 even columns,
            then its 16 odd ones): the low nibbles of vector v hold positions 8 v + t, the high ones 8 v + 4 + t.
 
-The rows past the last whole 16 stay in the row-major matrix (the one-row kernels take them).
+The rows past the last whole 16 stay in the row-major matrix (the one-row kernels take them). The int4 layout is
+made by the layer itself (:meth:`~qkv.quantization.int4_linear.Int4Linear.lanes`, one copy kept on it for the step
+and a prompt's product); the int8 one here.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch
 from torch import Tensor
 
 from qkv.quantization.activation_blocks import BLOCK
-from qkv.quantization.int4_linear import LANE_ROWS, Int4Linear, per_lane
+from qkv.quantization.int4_linear import LANE_ROWS, per_lane
 from qkv.quantization.int8_linear import Int8Linear
 
 
@@ -35,9 +37,3 @@ def int8_lanes(module: Int8Linear, offsets: bool) -> tuple[Tensor, Tensor | None
         scales = per_lane(module.weight_scale, g)
     sums = q.sum(dim=(3, 4), dtype=torch.int32).mul_(-128).transpose(1, 2) if offsets else None  # (g, c, r)
     return packed, scales, sums
-
-
-def int4_lanes(module: Int4Linear) -> tuple[Tensor, Tensor, Tensor]:
-    """An int4 layer's levels in the 16-row layout (g, c, v, r, t) of bytes, and its scales and minimums
-    (g, groups, 16): the layer's own copy (:meth:`Int4Linear.lanes`), which a prompt's product reads too."""
-    return module.lanes()

@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from qkv import native
 from qkv.decoding.configs import decoder_config
 from qkv.decoding.decode_step import decoder_blocks, embed_step
-from qkv.decoding.lane_layout import LANE_ROWS, int4_lanes, int8_lanes
+from qkv.decoding.lane_layout import LANE_ROWS, int8_lanes
 from qkv.layers.embedding import TokenEmbedding, Unembedding
 from qkv.layers.feedforward import ACTIVATION_FUNCTIONS
 from qkv.layers.linear import Linear
@@ -217,7 +217,7 @@ class NativeStep:
             kind = MAT_I4 if module.activations in INT8_ACTIVATIONS else MAT_I4F
             lanes: tuple[int | None, ...] = (None,) * 3
             if kind == MAT_I4 and n >= LANE_ROWS and self._lane_kernels:
-                levels, scales, minimums = int4_lanes(module)
+                levels, scales, minimums = module.lanes()  # the layer's own copy
                 f16 = torch.float16
                 lanes = self._ptr(levels, torch.uint8), self._ptr(scales, f16), self._ptr(minimums, f16)
             q4 = self._ptr(module.qweight, torch.uint8)
