@@ -4,7 +4,7 @@
    The generic rows (a 16-float vector, two registers here) keep R x B sums in registers: 3 x 8 of them at batch 8,
    48 registers, which AVX2 does not have, so the sums spilled to memory and a batch-8 step of SmolLM2-135M took
    5.9x a batch-1 step. Here each row and vector has one 8-float chain of sums, and two rows share each load of x
-   up to batch 6, one beyond (ROWS_AVX2(B); on SmolLM2-135M at batch 1, two rows made 4-bit rows 1.3x and int8 ones
+   up to batch 6, one beyond (ROWS_AVX2; on SmolLM2-135M at batch 1, two rows made 4-bit rows 1.3x and int8 ones
    1.1x faster than four, whose sums and widened weights spilled, and than one; float32 rows, which only stream
    memory at batch 1, go one at a time there: one stream of weights a thread, ahead in 5 of 6 pairs of runs, one
    even, medians 4% apart). The sums of a vector never depend on R or B: each chain adds its 8 columns at a time
@@ -18,7 +18,8 @@
 
 #if AVX2
 
-#define ROWS_AVX2(B) ((B) <= 6 ? 2 : 1)  /* at most 2: the arrays below hold 2 rows */
+/* Rows of a matrix of `kind` taken together for B vectors (at most 2: the arrays below hold 2 rows). */
+#define ROWS_AVX2(kind, B) ((kind) == MAT_F32 && (B) == 1 ? 1 : (B) <= 6 ? 2 : 1)
 
 /* Where each of B vectors starts, x + b ld: fma_rows loads from each address on its own (as x + b ld, GCC stepped one
    register by ld from vector to vector, each load's address waiting on the one before). */
@@ -209,9 +210,9 @@ INLINE int product_rows_avx2(const Mat *m, const Input *in, int B, float *y, int
     const int64_t k = m->k, groups = m->group ? k / m->group : 0;
     const int shift = m->group ? __builtin_ctz((unsigned)(m->group / BLOCK)) : 0;
     if (m->kind == MAT_F32 || m->kind == MAT_I4F || (m->kind == MAT_I8 && !int8_rows_in_bf16(m))) {
-        /* ROWS_AVX2(B) rows at a time (the sums in registers; float32 at batch 1 one by one), then the last few */
+        /* ROWS_AVX2 rows at a time (the sums in registers), then the last few one by one */
         for (int64_t i = n0; i < n1;) {
-            const int R = n1 - i >= ROWS_AVX2(B) && !(m->kind == MAT_F32 && B == 1) ? ROWS_AVX2(B) : 1;
+            const int R = n1 - i >= ROWS_AVX2(m->kind, B) ? ROWS_AVX2(m->kind, B) : 1;
             if (m->kind == MAT_F32) {
                 const float *w = (const float *)m->w + i * k;
                 if (R == 2) rows_float_avx2(w, k, 2, k, in, B, out);
